@@ -1,0 +1,40 @@
+"""wandb_modprof: per-module forward/backward time and memory for PyTorch models.
+
+>>> import wandb_modprof                                         # doctest: +SKIP
+>>> handle = wandb_modprof.watch(model, log_freq=100)            # in a training loop
+>>> with wandb_modprof.profile(model) as prof:                   # one-shot
+...     model(x).sum().backward()
+>>> print(prof.summary())
+"""
+
+from ._errors import ModProfError
+from ._profile import Profile
+from ._profile_block import ProfileBlock, profile
+from ._records import (
+    METRICS,
+    InvocationRecord,
+    ModuleStats,
+    RunningStat,
+    Sample,
+    StepTotals,
+)
+from ._watch import WatchHandle, unwatch, watch
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "METRICS",
+    "InvocationRecord",
+    "ModProfError",
+    "ModuleStats",
+    "Profile",
+    "ProfileBlock",
+    "RunningStat",
+    "Sample",
+    "StepTotals",
+    "WatchHandle",
+    "__version__",
+    "profile",
+    "unwatch",
+    "watch",
+]

@@ -1,0 +1,139 @@
+"""The profile users hold: running statistics per module invocation, and the last sample."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from ._errors import ModProfError
+from ._records import METRICS, InvocationRecord, ModuleStats, Sample
+from ._resolve import last_stamp_ready, resolve, wait
+from ._statistics import StatsAccumulator
+from ._summary import format_summary
+
+if TYPE_CHECKING:
+    from ._session import StepSession
+    from ._static_memory import PendingGradientState, StaticMemory
+
+StaticFn = Callable[[set[str]], Mapping[str, "StaticMemory"]]
+
+
+class Profile:
+    """Per-module measurements of the sampled steps.
+
+    >>> with wandb_modprof.profile(model) as prof:          # doctest: +SKIP
+    ...     model(x).sum().backward()
+    >>> print(prof.summary())                                # doctest: +SKIP
+    >>> prof.invocations()[0].bwd_ms                         # doctest: +SKIP
+
+    `invocations()` returns the records of the last sample (one per module call);
+    `stats()` the running statistics (count, mean, std, min, max, last) of every metric per
+    invocation key across all samples.
+    """
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+        self._acc = StatsAccumulator()
+        self._last: Sample | None = None
+        self._num_samples = 0
+        self._pending: deque[tuple[StepSession, PendingGradientState | None, StaticFn]] = deque()
+        self._lock = threading.Lock()
+
+    # ---- filled by the capture -----------------------------------------------------------
+    def _add(
+        self,
+        session: StepSession,
+        gradients: PendingGradientState | None,
+        static_fn: StaticFn,
+    ) -> None:
+        with self._lock:
+            self._pending.append((session, gradients, static_fn))
+        self._resolve_pending(force=False)
+
+    def _resolve_pending(self, force: bool) -> None:
+        """Resolve finished samples; unless forced, only those whose device events completed."""
+        with self._lock:
+            while self._pending:
+                session, gradients, static_fn = self._pending[0]
+                if not force and not last_stamp_ready(session):
+                    break
+                if force:
+                    wait(session)
+                self._pending.popleft()
+                names = {inv.name for inv in session.invocations}
+                sample = resolve(
+                    session,
+                    static_fn(names),
+                    gradients.resolve() if gradients is not None else None,
+                )
+                self._acc.fold(sample.invocations)
+                self._last = sample
+                self._num_samples += 1
+
+    # ---- public --------------------------------------------------------------------------
+    @property
+    def num_samples(self) -> int:
+        """Number of sampled steps folded into the statistics."""
+        self._resolve_pending(force=True)
+        return self._num_samples
+
+    @property
+    def last_sample(self) -> Sample | None:
+        self._resolve_pending(force=True)
+        return self._last
+
+    def invocations(self) -> list[InvocationRecord]:
+        """Records of the most recent sample, in forward order (parents before children)."""
+        sample = self.last_sample
+        return [] if sample is None else list(sample.invocations)
+
+    def stats(self) -> dict[str, ModuleStats]:
+        """Running statistics per invocation key, in forward order of their last sample."""
+        self._resolve_pending(force=True)
+        snap = self._acc.snapshot()
+        return dict(sorted(snap.items(), key=lambda kv: kv[1].order))
+
+    def top(self, metric: str = "bwd_self_ms", n: int = 10, include_root: bool = False) -> list[ModuleStats]:
+        """The `n` invocation keys with the largest mean `metric`."""
+        if metric not in METRICS:
+            raise ModProfError(f"metric must be one of {', '.join(METRICS)}; got {metric!r}")
+        if not isinstance(n, int) or n < 1:
+            raise ModProfError(f"n must be a positive int; got {n!r}")
+        rows = [
+            s
+            for s in self.stats().values()
+            if s.mean(metric) is not None and (include_root or s.parent_key is not None)
+        ]
+        rows.sort(key=lambda s: s.mean(metric) or 0.0, reverse=True)
+        return rows[:n]
+
+    def summary(self, n: int = 10) -> str:
+        """A terminal table of the top modules by forward, backward and activation memory."""
+        return format_summary(self.model_name, self.num_samples, self.stats(), self._last, n)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain builtins: model name, sample count, last sample's records, and statistics."""
+        sample = self.last_sample
+        return {
+            "model_name": self.model_name,
+            "num_samples": self._num_samples,
+            "invocations": [] if sample is None else [r.to_dict() for r in sample.invocations],
+            "stats": {
+                key: {
+                    "module_name": s.module_name,
+                    "module_type": s.module_type,
+                    "parent_key": s.parent_key,
+                    "metrics": {m: asdict(st) for m, st in s.metrics.items()},
+                }
+                for key, s in self.stats().items()
+            },
+        }
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        return f"<wandb_modprof.Profile model={self.model_name!r} samples={self._num_samples}>"

@@ -1,0 +1,71 @@
+"""`with profile(model) as prof:` measures every forward (and its backward) inside the block."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import torch
+from torch import nn
+
+from . import _registry
+from ._capture import Capture
+from ._options import Options, check_bool, parse_timing
+from ._profile import Profile
+from ._validate import check_model, check_optimizer
+
+
+class ProfileBlock:
+    kind = "profiled"
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, options: Options) -> None:
+        self.model = model
+        self._forwards = 0
+        self._capture = Capture(model, options, optimizer, self._every_forward, hooks_only_when_sampling=False)
+
+    def _every_forward(self, module: nn.Module) -> int:
+        self._forwards += 1
+        return self._forwards
+
+    def __enter__(self) -> Profile:
+        _registry.claim(self.model, self, "profiling")
+        try:
+            self._capture.attach()
+        except BaseException:
+            _registry.release(self.model, self)
+            raise
+        return self._capture.profile
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._capture.detach()
+        _registry.release(self.model, self)
+
+
+def profile(
+    model: nn.Module,
+    *,
+    optimizer: torch.optim.Optimizer | None = None,
+    timing: str = "auto",
+    activations: bool = True,
+    norms: bool = True,
+) -> ProfileBlock:
+    """Measure every forward of `model` (and its backward) inside a `with` block.
+
+    >>> with wandb_modprof.profile(model) as prof:              # doctest: +SKIP
+    ...     model(x).sum().backward()
+    >>> print(prof.summary())                                   # doctest: +SKIP
+
+    Every forward inside the block is one sample, train or eval, with or without grad; its
+    backward is measured when it runs inside the block. Options as for `watch`.
+    """
+    check_model(model, "profile()")
+    options = Options(
+        timing=parse_timing(timing),
+        activations=check_bool("activations", activations),
+        norms=check_bool("norms", norms),
+    )
+    return ProfileBlock(model, check_optimizer(optimizer), options)

@@ -1,0 +1,129 @@
+"""Plain, frozen records that cross stage boundaries: one per module invocation, per sample.
+
+Units are in the field names. `None` means "not measured in this sample" (for example no
+backward ran through the step, or the value needs an accelerator); `0` means "measured, none".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+TIME_METRICS: tuple[str, ...] = (
+    "fwd_ms",
+    "fwd_self_ms",
+    "bwd_ms",
+    "bwd_self_ms",
+    "bwd_span_ms",
+    "recompute_ms",
+)
+MEMORY_METRICS: tuple[str, ...] = (
+    "act_bytes",
+    "act_self_bytes",
+    "param_bytes",
+    "param_count",
+    "buffer_bytes",
+    "grad_bytes",
+    "optim_bytes",
+)
+DEVICE_MEMORY_METRICS: tuple[str, ...] = (
+    "fwd_mem_delta_bytes",
+    "fwd_mem_peak_bytes",
+    "bwd_mem_peak_bytes",
+)
+HEALTH_METRICS: tuple[str, ...] = ("param_norm", "grad_norm")
+METRICS: tuple[str, ...] = TIME_METRICS + MEMORY_METRICS + DEVICE_MEMORY_METRICS + HEALTH_METRICS
+
+
+@dataclass(frozen=True)
+class InvocationRecord:
+    """One call of one module during one sampled step.
+
+    `key` is `"<qualified name>#<call index>"` (`"layer1.0.relu#1"` is the second call of that
+    ReLU in the step); the root module's qualified name is `"<root>"`.
+    Times are milliseconds; `*_start_ms` / `*_end_ms` are offsets from the start of the root
+    module's forward in the same sample (used by traces). Bytes are storage bytes.
+    """
+
+    key: str
+    module_name: str
+    module_type: str
+    call_index: int
+    parent_key: str | None
+    depth: int
+    order: int
+    # runtime
+    fwd_ms: float
+    fwd_self_ms: float
+    bwd_ms: float | None
+    bwd_self_ms: float | None
+    bwd_span_ms: float | None
+    recompute_ms: float | None
+    fwd_start_ms: float
+    bwd_start_ms: float | None
+    bwd_end_ms: float | None
+    backward_nodes: int
+    # memory
+    act_bytes: int | None
+    act_self_bytes: int | None
+    param_bytes: int
+    param_count: int
+    buffer_bytes: int
+    grad_bytes: int | None
+    optim_bytes: int | None
+    fwd_mem_delta_bytes: int | None
+    fwd_mem_peak_bytes: int | None
+    bwd_mem_peak_bytes: int | None
+    # model health
+    param_norm: float | None
+    grad_norm: float | None
+
+    def to_dict(self) -> dict[str, str | int | float | None]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class StepTotals:
+    """Whole-step figures of one sample, to check the per-module numbers against."""
+
+    fwd_ms: float
+    bwd_ms: float | None  # first backward node start to the end of the backward pass
+    act_bytes: int | None
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Everything measured in one sampled step."""
+
+    step: int
+    invocations: tuple[InvocationRecord, ...]
+    totals: StepTotals
+
+
+@dataclass(frozen=True)
+class RunningStat:
+    """Running statistics of one metric of one module invocation key across samples."""
+
+    count: int
+    mean: float
+    std: float
+    min: float
+    max: float
+    last: float
+
+
+@dataclass(frozen=True)
+class ModuleStats:
+    """Aggregated statistics of one invocation key (`metrics` maps metric name to stats)."""
+
+    key: str
+    module_name: str
+    module_type: str
+    call_index: int
+    parent_key: str | None
+    depth: int
+    order: int
+    metrics: dict[str, RunningStat]
+
+    def mean(self, metric: str) -> float | None:
+        stat = self.metrics.get(metric)
+        return None if stat is None else stat.mean

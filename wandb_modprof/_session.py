@@ -1,0 +1,408 @@
+"""One sampled step: forward invocation stack, backward node timing, checkpoint recomputes.
+
+How backward time is attributed to a module invocation (see MEASUREMENT.md):
+
+1. The forward pre/post hooks read the autograd sequence counter. The autograd nodes this
+   invocation created have sequence numbers in `[seq0, seq1)`; nesting of module calls makes
+   these ranges nest, so every node belongs to exactly one innermost invocation.
+2. When the root forward ends, the graph is walked from the outputs of every invocation
+   (modules' outputs, not only the root's: aux losses stay reachable) and a pre-hook and a hook
+   are registered on each node in range. Node hooks, unlike `register_full_backward_hook`,
+   leave tensors untouched, so in-place ops after a module, dict/ModelOutput outputs and
+   inputs that need no grad all work.
+3. Each node's execution is stamped; a node's *exclusive* time excludes nodes that ran nested
+   inside it (reentrant checkpointing runs a whole backward inside one node). An invocation's
+   backward time is the sum of the exclusive times of the nodes in its range and its children's.
+4. The end of the backward is the engine's end-of-graph-task callback (what DDP uses), queued
+   by the first node that runs: no need to know in advance which nodes will execute.
+
+Nothing here holds a tensor after the root forward returns: graph nodes are held only during
+the walk, node hooks capture the session (ints and stamps), never a tensor.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+import torch
+
+from . import _autograd_private as ap
+from ._activations import ActivationCounter
+from ._clock import Clock
+from ._device_memory import DeviceMemory
+from ._static_memory import PendingGradientState
+from ._storage import StorageKey
+
+
+class Invocation:
+    """Mutable builder for one module call while the step is being captured."""
+
+    __slots__ = (
+        "call_index",
+        "depth",
+        "mem_alloc0",
+        "mem_alloc1",
+        "mem_peak",
+        "module_id",
+        "module_type",
+        "name",
+        "parent",
+        "seq0",
+        "seq1",
+        "t0",
+        "t1",
+    )
+
+    def __init__(
+        self, module_id: int, name: str, module_type: str, call_index: int, parent: int, depth: int
+    ) -> None:
+        self.module_id = module_id
+        self.name = name
+        self.module_type = module_type
+        self.call_index = call_index
+        self.parent = parent
+        self.depth = depth
+        self.seq0 = -1
+        self.seq1 = -1
+        self.t0: Any = None
+        self.t1: Any = None
+        self.mem_alloc0: int | None = None
+        self.mem_alloc1: int | None = None
+        self.mem_peak: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}#{self.call_index}"
+
+
+class Recompute:
+    """A module forward that ran during backward (activation checkpointing)."""
+
+    __slots__ = ("enclosing_node", "orig", "parent", "seq0", "seq1", "t0", "t1")
+
+    def __init__(self, orig: int, parent: int, enclosing_node: int, seq0: int, t0: Any) -> None:
+        self.orig = orig  # index of the forward invocation it repeats, -1 if unmatched
+        self.parent = parent  # index into the session's recomputes, -1 for a top-level one
+        self.enclosing_node = enclosing_node
+        self.seq0 = seq0
+        self.seq1 = -1
+        self.t0 = t0
+        self.t1: Any = None
+
+
+def grad_fns(value: Any, depth: int = 0) -> Iterator[Any]:
+    """Autograd nodes of the tensors in a module output (tensor, tuple/list, dict and
+    ModelOutput, dataclass)."""
+    if isinstance(value, torch.Tensor):
+        if value.grad_fn is not None:
+            yield value.grad_fn
+    elif depth > 8:  # deeply nested outputs: the root's outputs still reach the graph
+        return
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from grad_fns(item, depth + 1)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from grad_fns(item, depth + 1)
+    elif is_dataclass(value) and not isinstance(value, type):
+        for f in fields(value):
+            yield from grad_fns(getattr(value, f.name, None), depth + 1)
+
+
+class StepSession:
+    """Everything captured for one sampled step, in plain lists indexed by invocation / node."""
+
+    def __init__(
+        self,
+        step: int,
+        clock: Clock,
+        memory: DeviceMemory | None,
+        excluded_storages: set[StorageKey] | None,
+        on_error: Callable[[str, Exception], None],
+        on_finish: Callable[[StepSession], None],
+    ) -> None:
+        self.step = step
+        self.clock = clock
+        self.memory = memory
+        self._on_error = on_error
+        self._on_finish = on_finish
+        self.invocations: list[Invocation] = []
+        self._stack: list[int] = []
+        self._calls: dict[str, int] = {}
+        self._by_module: dict[int, list[int]] = {}
+        self._roots: list[Any] = []
+        self.ref_stamp: Any = None
+        self.forward_done = False
+        self.closed = False
+        self.failed = False
+        # activations (None when someone else's saved-tensor hooks are active)
+        self.activations: ActivationCounter | None = None
+        if excluded_storages is not None:
+            self.activations = ActivationCounter(
+                excluded_storages, self.current, lambda e: self.fail("saved-tensor hook", e)
+            )
+        self._act_ctx: Any = None
+        # backward, indexed by node slot
+        self.node_owner: list[int] = []
+        self.node_t0: list[Any] = []
+        self.node_t1: list[Any] = []
+        self.node_enclosing: list[int] = []
+        self.node_alloc0: list[int | None] = []
+        self.node_peak: list[int | None] = []
+        self._exec: dict[int, list[int]] = {}
+        self.bwd_started = False
+        self.bwd_t_begin: Any = None
+        self.bwd_t_end: Any = None
+        # checkpoint recomputes
+        self.recomputes: list[Recompute] = []
+        self._rstack: list[int] = []
+        self._rroots: list[Any] = []
+        self._matched: set[int] = set()
+        self.gradients: PendingGradientState | None = None
+
+    # ---- forward -----------------------------------------------------------------------
+    def current(self) -> int:
+        return self._stack[-1] if self._stack and not self.failed else -1
+
+    def enter(self, module_id: int, name: str, module_type: str) -> None:
+        if self.failed:
+            return
+        call_index = self._calls.get(name, 0)
+        self._calls[name] = call_index + 1
+        parent = self._stack[-1] if self._stack else -1
+        inv = Invocation(module_id, name, module_type, call_index, parent, len(self._stack))
+        idx = len(self.invocations)
+        self.invocations.append(inv)
+        self._by_module.setdefault(module_id, []).append(idx)
+        if self.memory is not None:
+            self._fold_forward_peak()
+            inv.mem_alloc0 = self.memory.allocated()
+        if parent == -1:
+            self._start_activations()
+        self._stack.append(idx)
+        inv.seq0 = ap.sequence_nr()
+        inv.t0 = self.clock.stamp()
+        if parent == -1:
+            self.ref_stamp = inv.t0
+
+    def exit(self, module_id: int, result: Any) -> None:
+        """Close the innermost invocation; returns when the root closes the forward."""
+        if not self._stack:
+            return
+        if self.failed:
+            # Calls entered after the failure were never pushed; only the root's exit matters
+            # now, to pop the saved-tensor hooks and end the forward.
+            if module_id == self.invocations[0].module_id and len(self._stack) >= 1:
+                self._stack.clear()
+                self._end_forward()
+            return
+        t1 = self.clock.stamp()
+        idx = self._stack.pop()
+        inv = self.invocations[idx]
+        inv.t1 = t1
+        inv.seq1 = ap.sequence_nr()
+        if inv.module_id != module_id and not self.failed:
+            self.fail(inv.name, RuntimeError("forward hooks fired out of order"))
+        if self.memory is not None and not self.failed:
+            self._fold_forward_peak()
+            inv.mem_alloc1 = self.memory.allocated()
+            parent = self._stack[-1] if self._stack else -1
+            if parent >= 0 and inv.mem_peak is not None:
+                p = self.invocations[parent]
+                p.mem_peak = inv.mem_peak if p.mem_peak is None else max(p.mem_peak, inv.mem_peak)
+        if not self.failed:
+            self._roots.extend(grad_fns(result))
+        if not self._stack:
+            self._end_forward()
+
+    def _fold_forward_peak(self) -> None:
+        """Charge the allocator peak since the last boundary to the running invocation."""
+        assert self.memory is not None
+        peak = self.memory.peak()
+        self.memory.reset_peak()
+        if self._stack:
+            inv = self.invocations[self._stack[-1]]
+            inv.mem_peak = peak if inv.mem_peak is None else max(inv.mem_peak, peak)
+
+    def _start_activations(self) -> None:
+        if self.activations is not None:
+            self._act_ctx = self.activations.hooks()
+            self._act_ctx.__enter__()
+
+    def _end_forward(self) -> None:
+        # Pop our saved-tensor hooks first, whatever happened: the hook stack must stay balanced.
+        if self._act_ctx is not None:
+            self._act_ctx.__exit__(None, None, None)
+            self._act_ctx = None
+        self.forward_done = True
+        roots, self._roots = self._roots, []
+        if sys.exc_info()[1] is not None:
+            # The user's forward raised: drop the sample quietly, the exception is theirs.
+            self.failed = True
+        if self.failed or not self.invocations:
+            self.closed = True
+            return
+        root = self.invocations[0]
+        owners = [-1] * (root.seq1 - root.seq0)
+        for idx, inv in enumerate(self.invocations):  # preorder: children overwrite parents
+            if inv.seq1 > inv.seq0:
+                owners[inv.seq0 - root.seq0 : inv.seq1 - root.seq0] = [idx] * (inv.seq1 - inv.seq0)
+        hooked = self._hook_nodes(roots, root.seq0, root.seq1, owners)
+        del roots
+        if hooked == 0:
+            # Nothing in the step can run a backward (all frozen, or no grad): done now.
+            self.finish()
+
+    def _hook_nodes(self, roots: list[Any], lo: int, hi: int, owners: list[int]) -> int:
+        seen: set[int] = set()
+        keep: list[Any] = []  # ids stay unique only while the nodes are alive
+        todo = list(roots)
+        hooked = 0
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            keep.append(node)
+            seq = ap.node_sequence_nr(node)
+            if seq < lo or seq >= hi:
+                continue  # created before this forward (inputs), or an AccumulateGrad leaf
+            owner = owners[seq - lo]
+            if owner < 0:
+                continue
+            slot = len(self.node_owner)
+            self.node_owner.append(owner)
+            self.node_t0.append(None)
+            self.node_t1.append(None)
+            self.node_enclosing.append(-1)
+            self.node_alloc0.append(None)
+            self.node_peak.append(None)
+            node.register_prehook(functools.partial(self._node_pre, slot))
+            node.register_hook(functools.partial(self._node_post, slot))
+            hooked += 1
+            todo.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+        return hooked
+
+    # ---- backward ----------------------------------------------------------------------
+    def _exec_stack(self) -> list[int]:
+        return self._exec.setdefault(threading.get_ident(), [])
+
+    def _node_pre(self, slot: int, grad_outputs: Any) -> None:
+        if self.closed:
+            return
+        try:
+            if not self.bwd_started:
+                self.bwd_started = True
+                self.bwd_t_begin = self.clock.stamp()
+                ap.queue_end_of_backward(self.finish)
+            stack = self._exec_stack()
+            self.node_enclosing[slot] = stack[-1] if stack else -1
+            stack.append(slot)
+            if self.memory is not None:
+                self._fold_node_peak(stack[:-1])
+                self.node_alloc0[slot] = self.memory.allocated()
+            self.node_t0[slot] = self.clock.stamp()
+        except Exception as error:
+            self.fail("backward pre-hook", error)
+
+    def _node_post(self, slot: int, grad_inputs: Any, grad_outputs: Any) -> None:
+        if self.closed:
+            return
+        try:
+            self.node_t1[slot] = self.clock.stamp()
+            stack = self._exec_stack()
+            if stack and stack[-1] == slot:
+                stack.pop()
+            elif slot in stack:
+                stack.remove(slot)
+            if self.memory is not None:
+                self._fold_node_peak([slot])
+                outer = self.node_enclosing[slot]
+                peak = self.node_peak[slot]
+                if outer >= 0 and peak is not None:
+                    prev = self.node_peak[outer]
+                    self.node_peak[outer] = peak if prev is None else max(prev, peak)
+        except Exception as error:
+            self.fail("backward hook", error)
+
+    def _fold_node_peak(self, running: list[int]) -> None:
+        assert self.memory is not None
+        peak = self.memory.peak()
+        self.memory.reset_peak()
+        if running:
+            top = running[-1]
+            prev = self.node_peak[top]
+            self.node_peak[top] = peak if prev is None else max(prev, peak)
+
+    def finish(self) -> None:
+        """End of the sampled backward (or of a forward that cannot have one)."""
+        if self.closed:
+            return
+        if self.bwd_started:
+            self.bwd_t_end = self.clock.stamp()
+        self.closed = True
+        if not self.failed:
+            self._on_finish(self)
+
+    # ---- activation-checkpointing recomputes ---------------------------------------------
+    def recompute_enter(self, module_id: int) -> None:
+        if self.closed:
+            return
+        candidates = self._by_module.get(module_id, [])
+        parent = self._rstack[-1] if self._rstack else -1
+        orig = -1
+        if parent >= 0 and self.recomputes[parent].orig >= 0:
+            # Inside a recomputed call children repeat in forward order.
+            want = self.recomputes[parent].orig
+            orig = next(
+                (i for i in candidates if i not in self._matched and self.invocations[i].parent == want),
+                -1,
+            )
+        if orig < 0:
+            # Top-level recomputes run in backward order: the latest unmatched call first.
+            orig = next((i for i in reversed(candidates) if i not in self._matched), -1)
+        if orig >= 0:
+            self._matched.add(orig)
+        stack = self._exec_stack()
+        enclosing = stack[-1] if stack and parent < 0 else -1
+        self._rstack.append(len(self.recomputes))
+        self.recomputes.append(Recompute(orig, parent, enclosing, ap.sequence_nr(), self.clock.stamp()))
+
+    def recompute_exit(self, module_id: int, result: Any) -> None:
+        if self.closed or not self._rstack:
+            return
+        rec = self.recomputes[self._rstack.pop()]
+        rec.t1 = self.clock.stamp()
+        rec.seq1 = ap.sequence_nr()
+        self._rroots.extend(grad_fns(result))
+        if self._rstack:
+            return
+        # A top-level recompute finished. With reentrant checkpointing its fresh nodes run in
+        # a nested backward right now: hook them so the recomputed module gets their time.
+        roots, self._rroots = self._rroots, []
+        top = len(self.recomputes) - 1
+        while self.recomputes[top].parent >= 0:
+            top = self.recomputes[top].parent
+        lo, hi = self.recomputes[top].seq0, rec.seq1
+        if hi <= lo:
+            return
+        owners = [-1] * (hi - lo)
+        for r in self.recomputes[top:]:
+            owner = r.orig if r.orig >= 0 else self.recomputes[top].orig
+            if r.seq1 > r.seq0 and owner >= 0:
+                owners[r.seq0 - lo : r.seq1 - lo] = [owner] * (r.seq1 - r.seq0)
+        self._hook_nodes(roots, lo, hi, owners)
+
+    # ---- failure -----------------------------------------------------------------------
+    def fail(self, where: str, error: Exception) -> None:
+        if not self.failed:
+            self.failed = True
+            # Once the forward is over nothing else needs this session; during the forward the
+            # remaining exits must still run to pop the saved-tensor hooks.
+            self.closed = self.forward_done
+            self._on_error(where, error)

@@ -1,0 +1,38 @@
+"""Checks of user input at the public boundary: expected vs got, raised as ModProfError."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._errors import ModProfError
+
+
+def check_model(model: Any, where: str) -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise ModProfError(
+            f"{where} expected a torch.nn.Module; got {type(model).__module__}.{type(model).__qualname__}"
+        )
+    return model
+
+
+def check_log_freq(log_freq: Any) -> int:
+    if isinstance(log_freq, bool) or not isinstance(log_freq, int) or log_freq < 1:
+        raise ModProfError(f"log_freq must be an int >= 1 (steps between samples); got {log_freq!r}")
+    return log_freq
+
+
+def check_optimizer(optimizer: Any) -> torch.optim.Optimizer | None:
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise ModProfError(
+            f"optimizer must be a torch.optim.Optimizer or None; got {type(optimizer).__qualname__}"
+        )
+    return optimizer
+
+
+def check_run(run: Any) -> Any:
+    if run is not None and not callable(getattr(run, "log", None)):
+        raise ModProfError(f"run must be a wandb Run (from wandb.init()) or None; got {type(run).__qualname__}")
+    return run
