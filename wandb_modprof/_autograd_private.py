@@ -81,3 +81,8 @@ def queue_end_of_backward(callback: Callable[[], None]) -> None:
     to run their end-of-backward work.
     """
     torch.autograd.Variable._execution_engine.queue_callback(callback)
+
+
+def is_accumulate_grad(node: Any) -> bool:
+    """The node that adds a leaf's gradient into `.grad` (it has no sequence number range)."""
+    return type(node).__name__ == "AccumulateGrad"

@@ -118,7 +118,7 @@ class Capture:
         self._detach_children()
         self._forward = None
         for session in self._sessions:
-            session.closed = True
+            session.abandon()
         self._sessions = []
         self.attached = False
         self.profile._resolve_pending(force=True)
@@ -280,9 +280,8 @@ class Capture:
     def _internal_error(self, where: str, error: Exception) -> None:
         """Never let measurement break training: warn once, drop the sample, carry on."""
         for session in [self._forward, *self._sessions]:
-            if session is not None and not session.failed:
-                session.failed = True
-                session.closed = session.forward_done
+            if session is not None:
+                session.abandon()
         self._sessions = []
         self._warn_once(where, error)
 

@@ -155,6 +155,7 @@ class StepSession:
         self.node_alloc0: list[int | None] = []
         self.node_peak: list[int | None] = []
         self._exec: dict[int, list[int]] = {}
+        self._persistent_handles: list[Any] = []
         self.bwd_started = False
         self.bwd_t_begin: Any = None
         self.bwd_t_end: Any = None
@@ -259,20 +260,29 @@ class StepSession:
             self.finish()
 
     def _hook_nodes(self, roots: list[Any], lo: int, hi: int, owners: list[int]) -> int:
+        """Hook every node created in `[lo, hi)` and the AccumulateGrad nodes they feed.
+
+        Accumulating into `.grad` is real backward work of the module whose parameter it is,
+        so an AccumulateGrad node is charged to the owner of the first node found using it
+        (tied weights: one of the tying modules). Its hooks are removed at the end of the
+        backward, since AccumulateGrad nodes can outlive the step's graph.
+        """
         seen: set[int] = set()
         keep: list[Any] = []  # ids stay unique only while the nodes are alive
-        todo = list(roots)
+        todo: list[tuple[Any, int]] = [(node, -1) for node in roots]
         hooked = 0
         while todo:
-            node = todo.pop()
+            node, via = todo.pop()
             if id(node) in seen:
                 continue
+            seq = ap.node_sequence_nr(node)
+            in_range = lo <= seq < hi
+            accumulate = not in_range and via >= 0 and ap.is_accumulate_grad(node)
+            if not in_range and not accumulate:
+                continue  # created before this forward (inputs); reached again later maybe
             seen.add(id(node))
             keep.append(node)
-            seq = ap.node_sequence_nr(node)
-            if seq < lo or seq >= hi:
-                continue  # created before this forward (inputs), or an AccumulateGrad leaf
-            owner = owners[seq - lo]
+            owner = owners[seq - lo] if in_range else via
             if owner < 0:
                 continue
             slot = len(self.node_owner)
@@ -282,10 +292,13 @@ class StepSession:
             self.node_enclosing.append(-1)
             self.node_alloc0.append(None)
             self.node_peak.append(None)
-            node.register_prehook(functools.partial(self._node_pre, slot))
-            node.register_hook(functools.partial(self._node_post, slot))
+            pre = node.register_prehook(functools.partial(self._node_pre, slot))
+            post = node.register_hook(functools.partial(self._node_post, slot))
+            if accumulate:
+                self._persistent_handles += [pre, post]
             hooked += 1
-            todo.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+            if in_range:
+                todo.extend((nxt, owner) for nxt, _ in node.next_functions if nxt is not None)
         return hooked
 
     # ---- backward ----------------------------------------------------------------------
@@ -346,8 +359,14 @@ class StepSession:
         if self.bwd_started:
             self.bwd_t_end = self.clock.stamp()
         self.closed = True
+        self.release_persistent_hooks()
         if not self.failed:
             self._on_finish(self)
+
+    def release_persistent_hooks(self) -> None:
+        handles, self._persistent_handles = self._persistent_handles, []
+        for handle in handles:
+            handle.remove()
 
     # ---- activation-checkpointing recomputes ---------------------------------------------
     def recompute_enter(self, module_id: int) -> None:
@@ -402,7 +421,14 @@ class StepSession:
     def fail(self, where: str, error: Exception) -> None:
         if not self.failed:
             self.failed = True
-            # Once the forward is over nothing else needs this session; during the forward the
-            # remaining exits must still run to pop the saved-tensor hooks.
-            self.closed = self.forward_done
+            if self.forward_done:
+                self.abandon()
             self._on_error(where, error)
+
+    def abandon(self) -> None:
+        """Drop the sample. During the forward the remaining exits must still run (to pop the
+        saved-tensor hooks), so only a finished forward closes the session right away."""
+        self.failed = True
+        if self.forward_done:
+            self.closed = True
+            self.release_persistent_hooks()

@@ -1,0 +1,36 @@
+"""Shared test helpers: hook inspection and training-step drivers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from wandb_modprof import InvocationRecord
+
+
+def hook_counts(model: nn.Module) -> dict[str, int]:
+    """Number of module hooks of every kind on every submodule (root included)."""
+    out = {}
+    for name, m in model.named_modules():
+        out[name or "<root>"] = (
+            len(m._forward_pre_hooks) + len(m._forward_hooks)
+            + len(m._backward_hooks) + len(m._backward_pre_hooks)
+        )
+    return out
+
+
+def by_key(records: list[InvocationRecord]) -> dict[str, InvocationRecord]:
+    return {r.key: r for r in records}
+
+
+def children(records: list[InvocationRecord], key: str) -> list[InvocationRecord]:
+    return [r for r in records if r.parent_key == key]
+
+
+def train_step(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[object], torch.Tensor] | None = None) -> torch.Tensor:
+    out = model(x)
+    loss = loss_fn(out) if loss_fn else out.float().pow(2).mean()  # type: ignore[union-attr]
+    loss.backward()
+    return loss.detach()

@@ -1,0 +1,269 @@
+"""Test model zoo: small models with the structures that break naive per-module profilers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+
+# ---- ResNet-style (faithful to torchvision's BasicBlock) -------------------------------------
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)  # called twice per forward, in place
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample: nn.Module | None = None
+        if stride != 1 or inplanes != planes:
+            # shares its input with conv1
+            self.downsample = nn.Sequential(
+                nn.Conv2d(inplanes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        out = self.conv1(x)
+        out = self.bn1(out)
+        out = self.relu(out)
+        out = self.conv2(out)
+        out = self.bn2(out)
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity  # in place, after a module
+        out = self.relu(out)
+        return out
+
+
+class ResNet(nn.Module):
+    def __init__(self, widths: tuple[int, ...] = (16, 32, 64), num_classes: int = 10) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, widths[0], 3, 1, 1, bias=False)  # input needs no grad
+        self.bn1 = nn.BatchNorm2d(widths[0])
+        self.relu = nn.ReLU(inplace=True)
+        layers = []
+        inplanes = widths[0]
+        for i, w in enumerate(widths):
+            stride = 1 if i == 0 else 2
+            layers.append(nn.Sequential(BasicBlock(inplanes, w, stride), BasicBlock(w, w)))
+            inplanes = w
+        self.layer1, self.layer2, self.layer3 = layers
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(inplanes, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def resnet_input(batch: int = 8, size: int = 32) -> torch.Tensor:
+    return torch.randn(batch, 3, size, size)
+
+
+# ---- transformer with tied embedding / head ---------------------------------------------------
+class Attention(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.up = nn.Linear(dim, 4 * dim)
+        self.act = nn.GELU()
+        self.down = nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.act(self.up(x)))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = MLP(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    """Decoder with the head tied to the token embedding."""
+
+    def __init__(
+        self, vocab: int = 128, dim: int = 64, heads: int = 4, layers: int = 2, ctx: int = 32,
+        checkpointing: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab, dim)
+        self.wpe = nn.Embedding(ctx, dim)
+        self.blocks = nn.ModuleList(TransformerBlock(dim, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.wte.weight
+        self.checkpointing = checkpointing  # None, "reentrant" or "non_reentrant"
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.blocks:
+            if self.checkpointing is None:
+                x = block(x)
+            else:
+                reentrant = self.checkpointing == "reentrant"
+                x = checkpoint(block, x, use_reentrant=reentrant)
+        return self.head(self.ln_f(x))
+
+
+def gpt_input(batch: int = 4, t: int = 32, vocab: int = 128) -> torch.Tensor:
+    return torch.randint(0, vocab, (batch, t))
+
+
+# ---- reuse, frozen layers, kwargs, dict / dataclass outputs, custom Function ------------------
+class Reused(nn.Module):
+    """One Linear applied three times per forward."""
+
+    def __init__(self, dim: int = 32) -> None:
+        super().__init__()
+        self.inp = nn.Linear(dim, dim)
+        self.shared = nn.Linear(dim, dim)
+        self.act = nn.Tanh()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for _ in range(3):
+            x = self.act(self.shared(x))
+        return x
+
+
+class FrozenStem(nn.Module):
+    """First layers frozen: their backward does nothing; later layers train."""
+
+    def __init__(self, dim: int = 32) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Linear(dim, dim), nn.ReLU())
+        for p in self.stem.parameters():
+            p.requires_grad_(False)
+        self.body = nn.Linear(dim, dim)
+        self.head = nn.Linear(dim, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.body(self.stem(x))))
+
+
+class KwargsInner(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(dim, dim)
+
+    def forward(self, *, hidden: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return self.lin(hidden) * scale
+
+
+@dataclass
+class Output:
+    logits: torch.Tensor
+    aux: torch.Tensor
+
+
+class KwargsDictModel(nn.Module):
+    """Tensor passed as kwarg; a submodule returning a dict; a dataclass output."""
+
+    def __init__(self, dim: int = 32) -> None:
+        super().__init__()
+        self.embed = nn.Linear(dim, dim)
+        self.inner = KwargsInner(dim)
+        self.branches = DictBranches(dim)
+
+    def forward(self, x: torch.Tensor) -> Output:
+        h = self.inner(hidden=self.embed(x), scale=0.5)
+        out = self.branches(h)
+        return Output(logits=out["a"] + out["b"], aux=out["b"].pow(2).mean())
+
+
+class DictBranches(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.a = nn.Linear(dim, dim)
+        self.b = nn.Linear(dim, dim)
+
+    def forward(self, h: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"a": self.a(h), "b": self.b(h)}
+
+
+class Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x**3
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors  # type: ignore[attr-defined]
+        return 3 * x**2 * grad
+
+
+class CustomFunctionModel(nn.Module):
+    def __init__(self, dim: int = 32) -> None:
+        super().__init__()
+        self.lin = nn.Linear(dim, dim)
+        self.out = nn.Linear(dim, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(Cube.apply(self.lin(x)))
+
+
+class Boom(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.armed:
+            raise ValueError("boom")
+        return x
+
+
+class RaisingModel(nn.Module):
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.lin = nn.Linear(dim, dim)
+        self.boom = Boom()
+        self.out = nn.Linear(dim, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.boom(self.lin(x)))
+
+
+class Branchy(nn.Module):
+    """Dynamic control flow: the branch taken depends on an attribute."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.a = nn.Linear(dim, dim)
+        self.b = nn.Linear(dim, dim)
+        self.use_b = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(x) if self.use_b else self.a(x)
