@@ -62,6 +62,10 @@ class InvocationRecord:
     bwd_start_ms: float | None
     bwd_end_ms: float | None
     backward_nodes: int
+    # autograd sequence numbers of the nodes this call created: [seq_start, seq_end). The
+    # profiler tags backward events with them, which is how traces are merged and checked.
+    seq_start: int
+    seq_end: int
     # memory
     act_bytes: int | None
     act_self_bytes: int | None

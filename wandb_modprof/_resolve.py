@@ -144,6 +144,8 @@ def resolve(
                 bwd_start_ms=first[i] if ran_any else None,
                 bwd_end_ms=last[i] if ran_any else None,
                 backward_nodes=nodes_run[i],
+                seq_start=inv.seq0,
+                seq_end=inv.seq1,
                 act_bytes=act[i],
                 act_self_bytes=act_self[i],
                 param_bytes=st.param_bytes if st else 0,

@@ -1,0 +1,120 @@
+"""Per-module times agree with torch.profiler, measured on the same step.
+
+Ground truth, independent of our hooks:
+* forward: the profiler's Python tracer records every `nn.Module` call ("nn.Module: Conv2d_3");
+  in start order these are exactly our invocations. The event spans the module's hooks too, so
+  the time of our own hook functions called directly by `Module._call_impl` (traced as
+  Python events from wandb_modprof/) is subtracted: what is left is the module's forward.
+* backward: the profiler records every autograd node's execution ("ConvolutionBackward0")
+  tagged with the sequence number of the forward op that created it; summing the events whose
+  number lies in an invocation's `[seq_start, seq_end)` gives its backward cost as the profiler
+  sees it (MEASUREMENT.md). AccumulateGrad events carry no sequence number, so the ground truth
+  misses them while we charge them to the parameter's module: with `zero_grad(set_to_none=True)`
+  they only move a tensor, a few microseconds.
+
+Tolerance, for every invocation taking >= 1 % of the step (forward + backward): within 15 % of
+the ground truth or 0.1 ms (0.5 % of these steps), whichever is larger. The garbage collector
+is paused during the measured step so a collection cannot land inside one window only. What remains is the cost of our own hooks
+between the profiler's event and our stamps; on these models the median error was 1-5 % (asserted < 10 %: the machine is shared).
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+
+import pytest
+import torch
+from models import ResNet, resnet_input
+from torch.profiler import ProfilerActivity
+from torch.profiler import profile as torch_profile
+
+import wandb_modprof
+
+REL_TOL = 0.15
+ABS_TOL_MS = 0.1
+
+
+def _measure(model, make_loss):
+    for _ in range(2):  # warm-up: allocator, lazy init
+        make_loss().backward()
+        model.zero_grad(set_to_none=True)
+    gc.collect()
+    gc.disable()
+    try:
+        with torch_profile(activities=[ProfilerActivity.CPU], with_stack=True) as tp:
+            with wandb_modprof.profile(model) as prof:
+                make_loss().backward()
+    finally:
+        gc.enable()
+    events = list(tp.events())
+    modules = sorted(
+        (e for e in events if e.name.startswith("nn.Module: ")), key=lambda e: e.time_range.start
+    )
+    nodes = [
+        e for e in events
+        if e.sequence_nr >= 0 and not e.name.startswith("autograd::") and "Backward" in e.name
+    ]
+    return prof, modules, nodes
+
+
+def _our_hooks_us(module_event) -> float:
+    """Time in wandb_modprof hook functions called by this module's `_call_impl`."""
+    total = 0.0
+    todo = list(module_event.cpu_children)
+    while todo:
+        event = todo.pop()
+        if "wandb_modprof" in event.name:
+            total += event.time_range.elapsed_us()
+        elif event.name.endswith(("_call_impl", ": inner")):
+            todo.extend(event.cpu_children)
+    return total
+
+
+def _compare(prof, modules, nodes):
+    records = prof.invocations()
+    assert len(modules) == len(records)
+    totals = prof.last_sample.totals
+    step_ms = totals.fwd_ms + totals.bwd_ms
+    errors = []
+    checked = 0
+    for rec, mod in zip(records, modules, strict=True):
+        # Same module type in the same order: the profiler's names are "<Class>_<n>".
+        assert mod.name.removeprefix("nn.Module: ").rsplit("_", 1)[0] == rec.module_type
+        if rec.fwd_ms + (rec.bwd_ms or 0.0) < 0.01 * step_ms:
+            continue
+        checked += 1
+        gt_fwd = (mod.time_range.elapsed_us() - _our_hooks_us(mod)) / 1000
+        gt_bwd = sum(
+            e.time_range.elapsed_us() for e in nodes if rec.seq_start <= e.sequence_nr < rec.seq_end
+        ) / 1000
+        for ours, truth, what in ((rec.fwd_ms, gt_fwd, "fwd"), (rec.bwd_ms, gt_bwd, "bwd")):
+            assert ours is not None
+            assert abs(ours - truth) <= max(REL_TOL * truth, ABS_TOL_MS), (rec.key, what, ours, truth)
+            if truth > 0.1:
+                errors.append(abs(ours - truth) / truth)
+    assert checked >= 10
+    return statistics.median(errors)
+
+
+def test_resnet_matches_profiler():
+    torch.manual_seed(0)
+    model = ResNet()
+    x = resnet_input(16, 32)
+    prof, modules, nodes = _measure(model, lambda: model(x).sum())
+    median = _compare(prof, modules, nodes)
+    assert median < 0.10
+
+
+def test_gpt2_matches_profiler():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(
+        vocab_size=512, n_positions=64, n_embd=128, n_layer=2, n_head=4,
+        attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
+    )
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config)
+    ids = torch.randint(0, 512, (4, 64))
+    prof, modules, nodes = _measure(model, lambda: model(input_ids=ids, labels=ids).loss)
+    median = _compare(prof, modules, nodes)
+    assert median < 0.10
