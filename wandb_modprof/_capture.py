@@ -56,10 +56,10 @@ def hookable_modules(model: nn.Module) -> dict[int, tuple[str, nn.Module]]:
 
 
 def model_device(model: nn.Module) -> torch.device:
-    for tensor in model.parameters():
-        return tensor.device
-    for tensor in model.buffers():
-        return tensor.device
+    for param in model.parameters():
+        return param.device
+    for buffer in model.buffers():
+        return buffer.device
     return torch.device("cpu")
 
 
@@ -265,9 +265,7 @@ class Capture:
         return out
 
     def _static_memory(self, names: set[str]) -> dict[str, Any]:
-        modules = {
-            name: m for name, m in hookable_modules(self.model).values() if name in names
-        }
+        modules = {name: m for name, m in hookable_modules(self.model).values() if name in names}
         return static_memory(modules, self.optimizer)
 
     # ---- errors ------------------------------------------------------------------------

@@ -25,7 +25,9 @@ class AcceleratorMemory:
     """`torch.accelerator` memory counters of one device."""
 
     def __init__(self, device: torch.device) -> None:
-        self._index = device.index if device.index is not None else torch.accelerator.current_device_index()
+        self._index = (
+            device.index if device.index is not None else torch.accelerator.current_device_index()
+        )
 
     def allocated(self) -> int:
         return int(torch.accelerator.memory_allocated(self._index))

@@ -96,7 +96,9 @@ class Profile:
         snap = self._acc.snapshot()
         return dict(sorted(snap.items(), key=lambda kv: kv[1].order))
 
-    def top(self, metric: str = "bwd_self_ms", n: int = 10, include_root: bool = False) -> list[ModuleStats]:
+    def top(
+        self, metric: str = "bwd_self_ms", n: int = 10, include_root: bool = False
+    ) -> list[ModuleStats]:
         """The `n` invocation keys with the largest mean `metric`."""
         if metric not in METRICS:
             raise ModProfError(f"metric must be one of {', '.join(METRICS)}; got {metric!r}")

@@ -17,10 +17,14 @@ from ._validate import check_model, check_optimizer
 class ProfileBlock:
     kind = "profiled"
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, options: Options) -> None:
+    def __init__(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer | None, options: Options
+    ) -> None:
         self.model = model
         self._forwards = 0
-        self._capture = Capture(model, options, optimizer, self._every_forward, hooks_only_when_sampling=False)
+        self._capture = Capture(
+            model, options, optimizer, self._every_forward, hooks_only_when_sampling=False
+        )
 
     def _every_forward(self, module: nn.Module) -> int:
         self._forwards += 1

@@ -66,7 +66,10 @@ def resolve(
                 excl[outer] -= dur[j]
         recs = session.recomputes
         r_off = clock.offsets_ms(ref, [t for r in recs for t in (r.t0, r.t1)])
-        r_dur = [r_off[2 * k + 1] - r_off[2 * k] if _finite(r_off[2 * k + 1]) else 0.0 for k in range(len(recs))]
+        r_dur = [
+            r_off[2 * k + 1] - r_off[2 * k] if _finite(r_off[2 * k + 1]) else 0.0
+            for k in range(len(recs))
+        ]
         r_self = list(r_dur)
         for k, r in enumerate(recs):
             if r.parent >= 0:

@@ -203,14 +203,15 @@ class StepSession:
                 self._end_forward()
             return
         t1 = self.clock.stamp()
+        if self.memory is not None:
+            self._fold_forward_peak()  # into this invocation, still on top of the stack
         idx = self._stack.pop()
         inv = self.invocations[idx]
         inv.t1 = t1
         inv.seq1 = ap.sequence_nr()
-        if inv.module_id != module_id and not self.failed:
+        if inv.module_id != module_id:
             self.fail(inv.name, RuntimeError("forward hooks fired out of order"))
         if self.memory is not None and not self.failed:
-            self._fold_forward_peak()
             inv.mem_alloc1 = self.memory.allocated()
             parent = self._stack[-1] if self._stack else -1
             if parent >= 0 and inv.mem_peak is not None:
@@ -379,7 +380,11 @@ class StepSession:
             # Inside a recomputed call children repeat in forward order.
             want = self.recomputes[parent].orig
             orig = next(
-                (i for i in candidates if i not in self._matched and self.invocations[i].parent == want),
+                (
+                    i
+                    for i in candidates
+                    if i not in self._matched and self.invocations[i].parent == want
+                ),
                 -1,
             )
         if orig < 0:
@@ -390,7 +395,9 @@ class StepSession:
         stack = self._exec_stack()
         enclosing = stack[-1] if stack and parent < 0 else -1
         self._rstack.append(len(self.recomputes))
-        self.recomputes.append(Recompute(orig, parent, enclosing, ap.sequence_nr(), self.clock.stamp()))
+        self.recomputes.append(
+            Recompute(orig, parent, enclosing, ap.sequence_nr(), self.clock.stamp())
+        )
 
     def recompute_exit(self, module_id: int, result: Any) -> None:
         if self.closed or not self._rstack:

@@ -45,7 +45,9 @@ def _bytes(tensors: list[torch.Tensor]) -> int:
     return sum(seen.values())
 
 
-def _optimizer_tensors(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> list[torch.Tensor]:
+def _optimizer_tensors(
+    optimizer: torch.optim.Optimizer, params: list[nn.Parameter]
+) -> list[torch.Tensor]:
     out: list[torch.Tensor] = []
     for param in params:
         state = optimizer.state.get(param)
@@ -66,7 +68,9 @@ def static_memory(
             param_bytes=_bytes(list(params)),
             param_count=sum(p.numel() for p in params),
             buffer_bytes=_bytes(list(module.buffers())),
-            optim_bytes=None if optimizer is None else _bytes(_optimizer_tensors(optimizer, params)),
+            optim_bytes=None
+            if optimizer is None
+            else _bytes(_optimizer_tensors(optimizer, params)),
         )
     return result
 

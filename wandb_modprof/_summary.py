@@ -15,7 +15,9 @@ def _mib(value: float | None) -> str:
     return "-" if value is None else f"{value / _MIB:9.2f}"
 
 
-def _section(title: str, rows: list[ModuleStats], self_metric: str, incl_metric: str, fmt: str) -> list[str]:
+def _section(
+    title: str, rows: list[ModuleStats], self_metric: str, incl_metric: str, fmt: str
+) -> list[str]:
     render = _ms if fmt == "ms" else _mib
     unit = "ms" if fmt == "ms" else "MiB"
     width = max([len(r.key) for r in rows] + [6])
@@ -53,10 +55,14 @@ def format_summary(
         return rows[:n]
 
     lines = [head, totals_line, "(means over samples; self = excluding child modules)", ""]
-    lines += _section("Top modules by forward time", top("fwd_self_ms"), "fwd_self_ms", "fwd_ms", "ms")
+    lines += _section(
+        "Top modules by forward time", top("fwd_self_ms"), "fwd_self_ms", "fwd_ms", "ms"
+    )
     lines.append("")
     if any(s.mean("bwd_ms") is not None for s in children):
-        lines += _section("Top modules by backward time", top("bwd_self_ms"), "bwd_self_ms", "bwd_ms", "ms")
+        lines += _section(
+            "Top modules by backward time", top("bwd_self_ms"), "bwd_self_ms", "bwd_ms", "ms"
+        )
         lines.append("")
     if any(s.mean("act_bytes") is not None for s in children):
         lines += _section(

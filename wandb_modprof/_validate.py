@@ -13,14 +13,17 @@ from ._errors import ModProfError
 def check_model(model: Any, where: str) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise ModProfError(
-            f"{where} expected a torch.nn.Module; got {type(model).__module__}.{type(model).__qualname__}"
+            f"{where} expected a torch.nn.Module; "
+            f"got {type(model).__module__}.{type(model).__qualname__}"
         )
     return model
 
 
 def check_log_freq(log_freq: Any) -> int:
     if isinstance(log_freq, bool) or not isinstance(log_freq, int) or log_freq < 1:
-        raise ModProfError(f"log_freq must be an int >= 1 (steps between samples); got {log_freq!r}")
+        raise ModProfError(
+            f"log_freq must be an int >= 1 (steps between samples); got {log_freq!r}"
+        )
     return log_freq
 
 
@@ -34,5 +37,7 @@ def check_optimizer(optimizer: Any) -> torch.optim.Optimizer | None:
 
 def check_run(run: Any) -> Any:
     if run is not None and not callable(getattr(run, "log", None)):
-        raise ModProfError(f"run must be a wandb Run (from wandb.init()) or None; got {type(run).__qualname__}")
+        raise ModProfError(
+            f"run must be a wandb Run (from wandb.init()) or None; got {type(run).__qualname__}"
+        )
     return run

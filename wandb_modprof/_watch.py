@@ -73,7 +73,9 @@ class WatchHandle:
         self.log_freq = log_freq
         self.run = run  # W&B logging arrives with the panel; the run is kept for it
         self._counter = _StepCounter(log_freq, optimizer)
-        self._capture = Capture(model, options, optimizer, self._counter, hooks_only_when_sampling=True)
+        self._capture = Capture(
+            model, options, optimizer, self._counter, hooks_only_when_sampling=True
+        )
 
     @property
     def steps(self) -> int:
@@ -142,7 +144,9 @@ def watch(
         activations=check_bool("activations", activations),
         norms=check_bool("norms", norms),
     )
-    handle = WatchHandle(model, check_log_freq(log_freq), check_run(run), check_optimizer(optimizer), options)
+    handle = WatchHandle(
+        model, check_log_freq(log_freq), check_run(run), check_optimizer(optimizer), options
+    )
     _registry.claim(model, handle, "watching")
     try:
         handle._capture.attach()
@@ -162,5 +166,7 @@ def unwatch(model: nn.Module | None = None) -> None:
     check_model(model, "unwatch()")
     owner = _registry.owner_of(model)
     if not isinstance(owner, WatchHandle):
-        raise ModProfError(f"unwatch() expected a model passed to watch(); {type(model).__name__} is not watched")
+        raise ModProfError(
+            f"unwatch() expected a model passed to watch(); {type(model).__name__} is not watched"
+        )
     owner.unwatch()

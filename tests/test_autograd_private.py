@@ -1,0 +1,61 @@
+"""The torch internals the backward measurement depends on still behave as assumed.
+
+If a torch upgrade breaks one of these, this file fails loudly (rather than every profile
+silently reading zero backward time).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from wandb_modprof import _autograd_private as ap
+
+
+def test_check_passes_on_this_torch():
+    ap.check()
+
+
+def test_sequence_numbers_bracket_the_nodes_created_in_between():
+    x = torch.randn(4, 4, requires_grad=True)
+    lo = ap.sequence_nr()
+    y = torch.tanh(x @ x)
+    hi = ap.sequence_nr()
+    node = y.grad_fn
+    seen = []
+    while node is not None and lo <= ap.node_sequence_nr(node) < hi:
+        seen.append(type(node).__name__)
+        node = node.next_functions[0][0]
+    assert seen == ["TanhBackward0", "MmBackward0"]
+    assert hi - lo == 2
+
+
+def test_accumulate_grad_nodes_fall_outside_every_range():
+    lin = nn.Linear(2, 2)
+    out = lin(torch.randn(1, 2))
+    acc = [n for n, _ in out.grad_fn.next_functions if n is not None and ap.is_accumulate_grad(n)]
+    assert acc
+    assert all(ap.node_sequence_nr(n) > ap.sequence_nr() for n in acc)
+
+
+def test_in_backward_and_end_of_backward_callback():
+    events = []
+    x = torch.randn(3, requires_grad=True)
+    y = (x * 2).sum()
+
+    def pre(grad_outputs):
+        events.append(("in_backward", ap.in_backward()))
+        ap.queue_end_of_backward(lambda: events.append(("end", ap.in_backward())))
+
+    y.grad_fn.register_prehook(pre)
+    assert not ap.in_backward()
+    y.backward()
+    assert events[0] == ("in_backward", True)
+    assert events[-1][0] == "end"
+
+
+def test_saved_tensors_hooks_detection():
+    assert not ap.saved_tensors_hooks_active()
+    with torch.autograd.graph.save_on_cpu():
+        assert ap.saved_tensors_hooks_active()
+    assert not ap.saved_tensors_hooks_active()

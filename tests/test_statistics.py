@@ -1,0 +1,47 @@
+"""Running statistics equal batch statistics (Welford vs numpy)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wandb_modprof._statistics import _Welford
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=1, max_size=200))
+def test_running_mean_std_min_max_last_match_numpy(values):
+    acc = _Welford()
+    for v in values:
+        acc.add(v)
+    stat = acc.freeze()
+    arr = np.asarray(values, dtype=np.float64)
+    assert stat.count == len(values)
+    assert math.isclose(stat.mean, arr.mean(), rel_tol=1e-9, abs_tol=1e-6)
+    assert math.isclose(stat.std, arr.std(), rel_tol=1e-6, abs_tol=1e-5)
+    assert stat.min == arr.min() and stat.max == arr.max() and stat.last == values[-1]
+
+
+def test_profile_stats_fold_every_sample():
+    import torch
+    from models import Reused
+
+    import wandb_modprof
+
+    model = Reused()
+    x = torch.randn(16, 32)
+    handle = wandb_modprof.watch(model, log_freq=2)
+    fwd = []
+    for _ in range(10):
+        model(x).sum().backward()
+        if handle.steps % 2 == 0:
+            fwd.append(handle.profile().invocations()[0].fwd_ms)
+    prof = handle.unwatch()
+    root = prof.stats()["<root>#0"].metrics["fwd_ms"]
+    assert prof.num_samples == 5 and root.count == 5
+    assert math.isclose(root.mean, float(np.mean(fwd)), rel_tol=1e-9)
+    assert math.isclose(root.std, float(np.std(fwd)), rel_tol=1e-6, abs_tol=1e-9)
+    assert root.last == fwd[-1] and root.max == max(fwd) and root.min == min(fwd)

@@ -1,0 +1,56 @@
+"""The README's main job: train a small real model on CPU under `watch` and show the profile."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TextIO
+
+import torch
+
+from ._errors import ModProfError
+from ._watch import watch
+
+
+def _gpt2(layers: int, dim: int) -> tuple[torch.nn.Module, int]:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # built from a config: nothing to download
+    try:
+        import transformers
+    except ImportError:
+        raise ModProfError(
+            "the demo trains GPT-2 from Hugging Face transformers, which is not installed; "
+            "install it with: pip install 'wandb-modprof[demo]'"
+        ) from None
+    transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    config = transformers.GPT2Config(
+        vocab_size=2048, n_positions=128, n_embd=dim, n_layer=layers, n_head=4
+    )
+    return transformers.GPT2LMHeadModel(config), config.vocab_size
+
+
+def run_demo(steps: int, log_freq: int, top: int, out: TextIO) -> int:
+    torch.manual_seed(0)
+    model, vocab = _gpt2(layers=4, dim=256)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    handle = watch(model, log_freq=log_freq, optimizer=optimizer)
+    batch = torch.randint(0, vocab, (8, 128))
+    n_params = sum(p.numel() for p in model.parameters())
+    print(
+        f"Training GPT-2 ({n_params / 1e6:.1f} M parameters, random weights) on CPU for "
+        f"{steps} steps; wandb_modprof samples every {log_freq}th step.",
+        file=out,
+    )
+    start = time.perf_counter()
+    for step in range(1, steps + 1):
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        sampled = " (sampled)" if step % log_freq == 0 else ""
+        print(f"  step {step:3d}/{steps}  loss {loss.item():.4f}{sampled}", file=out)
+    elapsed = time.perf_counter() - start
+    profile = handle.unwatch()
+    print(f"Done in {elapsed:.1f} s.\n", file=out)
+    print(profile.summary(n=top), file=out)
+    return 0
