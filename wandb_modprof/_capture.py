@@ -155,13 +155,16 @@ class Capture:
     # ---- hooks -------------------------------------------------------------------------
     def _root_pre(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         try:
-            if ap.in_backward() or self._forward is not None:
+            # The unsampled path: a counter, two attribute reads and one C call.
+            if self._forward is not None or ap.in_backward():
                 self._pre(module, args, kwargs)  # recompute, or the root re-entered
                 return
-            self._drop_stale_sessions()
+            if self._sessions:
+                self._drop_stale_sessions()
             step = self._should_sample(module)
             if step is None:
-                self._maybe_detach_children()
+                if self._child_handles:
+                    self._maybe_detach_children()
                 return
             self._start(step)
         except Exception as error:

@@ -1,0 +1,95 @@
+"""Public API surface: profile object contents, summary text, builtins export, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from models import TinyGPT, gpt_input
+
+import wandb_modprof
+from wandb_modprof import ModProfError
+
+
+def _profiled():
+    model = TinyGPT()
+    with wandb_modprof.profile(model) as prof:
+        model(gpt_input()).float().pow(2).mean().backward()
+    return model, prof
+
+
+def test_public_names_are_exported():
+    for name in wandb_modprof.__all__:
+        assert hasattr(wandb_modprof, name)
+
+
+def test_invocation_records_are_plain_and_complete():
+    model, prof = _profiled()
+    recs = prof.invocations()
+    assert [r.order for r in recs] == list(range(len(recs)))
+    d = recs[1].to_dict()
+    assert set(wandb_modprof.METRICS) <= set(d)
+    json.dumps(d)  # plain builtins only
+    with pytest.raises(AttributeError):
+        recs[0].fwd_ms = 1.0  # frozen
+
+
+def test_to_dict_is_json_and_round_trips_keys():
+    _, prof = _profiled()
+    data = prof.to_dict()
+    text = json.dumps(data)
+    back = json.loads(text)
+    assert back["num_samples"] == 1
+    assert set(back["stats"]) == {r.key for r in prof.invocations()}
+    assert back["stats"]["head#0"]["metrics"]["bwd_ms"]["count"] == 1
+
+
+def test_summary_lists_top_modules_and_totals():
+    _, prof = _profiled()
+    text = prof.summary(n=3)
+    assert text.startswith("wandb_modprof profile of TinyGPT: 1 sampled step(s)")
+    for title in ("forward time", "backward time", "activation memory"):
+        assert f"Top modules by {title}" in text
+    top_bwd = prof.top("bwd_self_ms", n=3)
+    assert top_bwd[0].key in text.split("Top modules by backward time")[1]
+    assert len(top_bwd) == 3
+    assert top_bwd[0].mean("bwd_self_ms") >= top_bwd[-1].mean("bwd_self_ms")
+    assert str(prof) == prof.summary()
+
+
+def test_top_rejects_unknown_metric_and_bad_n():
+    _, prof = _profiled()
+    with pytest.raises(ModProfError, match="metric must be one of .*got 'time'"):
+        prof.top("time")
+    with pytest.raises(ModProfError, match="n must be a positive int; got 0"):
+        prof.top("fwd_ms", n=0)
+
+
+def test_empty_profile_summary():
+    model = TinyGPT()
+    with wandb_modprof.profile(model) as prof:
+        pass
+    assert prof.num_samples == 0
+    assert "no sampled steps yet" in prof.summary()
+    assert prof.invocations() == []
+
+
+def test_eval_forward_in_profile_has_forward_only():
+    model = TinyGPT().eval()
+    with wandb_modprof.profile(model) as prof, torch.no_grad():
+        model(gpt_input())
+    rec = prof.invocations()[0]
+    assert rec.fwd_ms > 0 and rec.bwd_ms is None and rec.grad_bytes is None
+    assert rec.act_bytes == 0
+
+
+def test_watch_handle_repr_and_steps():
+    model = TinyGPT()
+    handle = wandb_modprof.watch(model, log_freq=3)
+    for _ in range(4):
+        model(gpt_input()).float().mean().backward()
+    assert handle.steps == 4
+    assert "log_freq=3" in repr(handle) and "active" in repr(handle)
+    handle.unwatch()
+    assert "removed" in repr(handle)
