@@ -21,8 +21,8 @@ from helpers import hook_counts
 from models import (
     CustomFunctionModel,
     KwargsDictModel,
-    Reused,
     ResNet,
+    Reused,
     TinyGPT,
     gpt_input,
     resnet_input,
@@ -103,7 +103,9 @@ def _assert_bitwise_equal(a: Any, b: Any, what: str) -> None:
         assert a is None and b is None, f"{what}: {a!r} vs {b!r}"
         return
     assert a.dtype == b.dtype and a.shape == b.shape, what
-    assert torch.equal(a, b), f"{what} differs: max |diff| = {(a.double() - b.double()).abs().max()}"
+    assert torch.equal(a, b), (
+        f"{what} differs: max |diff| = {(a.double() - b.double()).abs().max()}"
+    )
 
 
 Scenario = Callable[[nn.Module, str], dict[str, Any]]
@@ -121,7 +123,9 @@ def _compare(make_model: Callable[[], nn.Module], scenario: Scenario) -> None:
         _assert_bitwise_equal(results["plain"], results[mode], f"plain vs {mode}")
 
 
-def _simple_training(make_input: Callable[[], torch.Tensor], loss_fn: Callable[[Any], torch.Tensor], steps: int = 2) -> Scenario:
+def _simple_training(
+    make_input: Callable[[], torch.Tensor], loss_fn: Callable[[Any], torch.Tensor], steps: int = 2
+) -> Scenario:
     """`steps` SGD steps; records outputs, losses, grads before each step and params after."""
 
     def scenario(model: nn.Module, mode: str) -> dict[str, Any]:
@@ -176,10 +180,14 @@ def test_kwargs_dict_and_dataclass_outputs():
 
 
 def _penalty_model() -> nn.Module:
-    return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Softplus(), nn.Linear(32, 1))
+    return nn.Sequential(
+        nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Softplus(), nn.Linear(32, 1)
+    )
 
 
-@pytest.mark.parametrize("make_model", [_penalty_model, Reused, CustomFunctionModel], ids=["mlp", "reused", "custom_fn"])
+@pytest.mark.parametrize(
+    "make_model", [_penalty_model, Reused, CustomFunctionModel], ids=["mlp", "reused", "custom_fn"]
+)
 def test_gradient_penalty_double_backward(make_model):
     """`torch.autograd.grad(..., create_graph=True)` on a leaf input, then (loss + gp).backward().
 
@@ -241,7 +249,9 @@ def test_gradient_accumulation_two_micro_batches():
                 opt.step()
                 opt.zero_grad(set_to_none=True)
         rec["final"] = _state(model)
-        rec["opt"] = [t.clone() for st in opt.state.values() for t in st.values() if torch.is_tensor(t)]
+        rec["opt"] = [
+            t.clone() for st in opt.state.values() for t in st.values() if torch.is_tensor(t)
+        ]
         return rec
 
     _compare(ResNet, scenario)
@@ -287,5 +297,8 @@ def test_inplace_modification_inside_module_still_raises(mode):
             return z
 
     model = Bad()
-    with _instrumented(model, mode), pytest.raises(RuntimeError, match="modified by an inplace operation"):
+    with (
+        _instrumented(model, mode),
+        pytest.raises(RuntimeError, match="modified by an inplace operation"),
+    ):
         model(torch.randn(2, 4)).sum().backward()

@@ -22,37 +22,16 @@ from ._device_memory import AcceleratorMemory, DeviceMemory
 from ._options import Options, Timing
 from ._profile import Profile
 from ._session import StepSession
-from ._static_memory import gradient_state, static_memory
-from ._storage import storage_keys
+from ._static_memory import (
+    ROOT_NAME,
+    ModelIndex,
+    StaticMemory,
+    build_index,
+    gradient_state,
+    static_memory,
+)
 
-ROOT_NAME = "<root>"
-
-
-def _is_compiled_wrapper(module: nn.Module) -> bool:
-    # Avoid importing torch._dynamo (slow) just for an isinstance check.
-    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
-
-
-def hookable_modules(model: nn.Module) -> dict[int, tuple[str, nn.Module]]:
-    """id -> (qualified name, module) for every module we may hook.
-
-    A `torch.compile`d module is measured at its boundary as one leaf: hooks inside a compiled
-    region never fire (hooks added after compile) or force graph breaks. Modules compiled in
-    place with `Module.compile()` run their hooks inside the compiled code, so they are not
-    hooked at all (their time shows in the parent's self time).
-    """
-    out: dict[int, tuple[str, nn.Module]] = {}
-    skip_prefixes: list[str] = []
-    for name, module in model.named_modules():
-        if any(name == p or name.startswith(p + ".") for p in skip_prefixes):
-            continue
-        if module is not model and getattr(module, "_compiled_call_impl", None) is not None:
-            skip_prefixes.append(name)
-            continue
-        out[id(module)] = (name or ROOT_NAME, module)
-        if _is_compiled_wrapper(module):
-            skip_prefixes.append(name + "._orig_mod" if name else "_orig_mod")
-    return out
+_MAX_PENDING = 4
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -95,6 +74,8 @@ class Capture:
         self._root_handles: list[RemovableHandle] = []
         self._child_handles: list[RemovableHandle] = []
         self._names: dict[int, tuple[str, str]] = {}
+        self._index: ModelIndex | None = None
+        self.owner: object = None  # the WatchHandle / ProfileBlock: alive as long as the hooks
         self._forward: StepSession | None = None
         self._sessions: list[StepSession] = []
         self._warned = False
@@ -123,12 +104,19 @@ class Capture:
         self.attached = False
         self.profile._resolve_pending(force=True)
 
+    def index(self) -> ModelIndex:
+        """Modules, parameters and static bytes; rebuilt only when the model changed."""
+        if self._index is None or not self._index.current(self.model):
+            self._index = build_index(self.model)
+            self._names = {
+                mid: (name, type(m).__name__) for mid, (name, m) in self._index.modules.items()
+            }
+        return self._index
+
     def _attach_children(self) -> None:
         if self._child_handles:
             return
-        modules = hookable_modules(self.model)
-        self._names = {mid: (name, type(m).__name__) for mid, (name, m) in modules.items()}
-        for mid, (_, module) in modules.items():
+        for mid, (_, module) in self.index().modules.items():
             if module is self.model:
                 continue
             self._child_handles.append(
@@ -147,8 +135,9 @@ class Capture:
     def _maybe_detach_children(self) -> None:
         if not self._lazy_children or self._forward is not None:
             return
-        # Keep hooks while a sampled backward may still run a checkpoint recompute.
-        if any(s.bwd_started and not s.closed for s in self._sessions):
+        # Keep hooks while a sampled backward may still run (a checkpoint recompute needs
+        # them), unless a newer forward began first: then the step is not hook-free otherwise.
+        if any(not s.closed and (s.bwd_started or not s.superseded) for s in self._sessions):
             return
         self._detach_children()
 
@@ -161,6 +150,8 @@ class Capture:
                 return
             if self._sessions:
                 self._drop_stale_sessions()
+                for pending in self._sessions:
+                    pending.superseded = True
             step = self._should_sample(module)
             if step is None:
                 if self._child_handles:
@@ -187,7 +178,10 @@ class Capture:
             self._maybe_detach_children()
         except Exception as error:
             self._forward = None
+            if session is not None:
+                session.end_forward_after_error()
             self._internal_error(ROOT_NAME, error)
+            self._maybe_detach_children()
 
     def _pre(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         try:
@@ -222,7 +216,7 @@ class Capture:
         self._attach_children()
         excluded = None
         if self.options.activations and not ap.saved_tensors_hooks_active():
-            excluded = storage_keys(self.model.parameters()) | storage_keys(self.model.buffers())
+            excluded = self.index().excluded
         session = StepSession(
             step=step,
             clock=self.clock,
@@ -244,12 +238,19 @@ class Capture:
     def _drop_stale_sessions(self) -> None:
         # A backward that started but never finished (it raised) will not finish now.
         self._sessions = [s for s in self._sessions if not s.closed and not s.bwd_started]
+        # Forwards whose backward never came (or not yet) are kept a little while: with
+        # `loss = f(a) + f(b)` the backward of a sampled `f(a)` runs after `f(b)`.
+        while len(self._sessions) > _MAX_PENDING:
+            self._sessions.pop(0).abandon()
 
     def _on_finish(self, session: StepSession) -> None:
         """End of a sampled backward: read gradients before the optimizer or zero_grad runs."""
         try:
-            modules = self._invoked_modules(session)
-            gradients = gradient_state(modules, self.options.norms) if session.bwd_started else None
+            if session.bwd_started:
+                names = {inv.name for inv in session.invocations}
+                gradients = gradient_state(self.index(), names, self.options.norms)
+            else:
+                gradients = None
             self.profile._add(session, gradients, self._static_memory)
         except Exception as error:
             self._internal_error(ROOT_NAME, error)
@@ -258,18 +259,8 @@ class Capture:
                 self._sessions.remove(session)
             self._maybe_detach_children()
 
-    def _invoked_modules(self, session: StepSession) -> dict[str, nn.Module]:
-        by_id = {mid: m for mid, (_, m) in hookable_modules(self.model).items()}
-        out: dict[str, nn.Module] = {}
-        for inv in session.invocations:
-            module = by_id.get(inv.module_id)
-            if module is not None:
-                out[inv.name] = module
-        return out
-
-    def _static_memory(self, names: set[str]) -> dict[str, Any]:
-        modules = {name: m for name, m in hookable_modules(self.model).values() if name in names}
-        return static_memory(modules, self.optimizer)
+    def _static_memory(self, names: set[str]) -> dict[str, StaticMemory]:
+        return static_memory(self.index(), names, self.optimizer)
 
     # ---- errors ------------------------------------------------------------------------
     def _name(self, module: nn.Module) -> str:
@@ -277,6 +268,11 @@ class Capture:
 
     def _session_error(self, where: str, error: Exception) -> None:
         self._warn_once(where, error)
+        # Failed during its backward: nothing needs the step's module hooks any more. (Never
+        # detach during a forward: `_call_impl` may be iterating a hook dict.)
+        self._sessions = [s for s in self._sessions if not s.closed]
+        if self._forward is None:
+            self._maybe_detach_children()
 
     def _internal_error(self, where: str, error: Exception) -> None:
         """Never let measurement break training: warn once, drop the sample, carry on."""

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ._session import StepSession
     from ._static_memory import PendingGradientState, StaticMemory
 
+_MAX_UNRESOLVED = 8
 StaticFn = Callable[[set[str]], Mapping[str, "StaticMemory"]]
 
 
@@ -51,7 +52,11 @@ class Profile:
     ) -> None:
         with self._lock:
             self._pending.append((session, gradients, static_fn))
-        self._resolve_pending(force=False)
+            backlog = len(self._pending) > _MAX_UNRESOLVED
+        # Resolution is lazy (when results are read) to keep it off the sampled step; a long
+        # backlog is resolved here so memory stays bounded in loops that never read results.
+        if backlog:
+            self._resolve_pending(force=False)
 
     def _resolve_pending(self, force: bool) -> None:
         """Resolve finished samples; unless forced, only those whose device events completed."""

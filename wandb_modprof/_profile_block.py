@@ -25,6 +25,7 @@ class ProfileBlock:
         self._capture = Capture(
             model, options, optimizer, self._every_forward, hooks_only_when_sampling=False
         )
+        self._capture.owner = self
 
     def _every_forward(self, module: nn.Module) -> int:
         self._forwards += 1

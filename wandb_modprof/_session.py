@@ -138,6 +138,7 @@ class StepSession:
         self._roots: list[Any] = []
         self.ref_stamp: Any = None
         self.forward_done = False
+        self.superseded = False  # a newer root forward started before this one's backward
         self.closed = False
         self.failed = False
         # activations (None when someone else's saved-tensor hooks are active)
@@ -156,6 +157,10 @@ class StepSession:
         self.node_peak: list[int | None] = []
         self._exec: dict[int, list[int]] = {}
         self._persistent_handles: list[Any] = []
+        # Parameters whose AccumulateGrad node is hooked; those slots cannot start a backward:
+        # a later step's graph reuses a live AccumulateGrad node, hooks included.
+        self._accumulate_params: set[int] = set()
+        self.node_accumulate: list[bool] = []
         self.bwd_started = False
         self.bwd_t_begin: Any = None
         self.bwd_t_end: Any = None
@@ -222,6 +227,17 @@ class StepSession:
         if not self._stack:
             self._end_forward()
 
+    def end_forward_after_error(self) -> None:
+        """Our own error while closing the root: still pop the saved-tensor hooks."""
+        self._stack.clear()
+        self.failed = True
+        if self._act_ctx is not None:
+            self._act_ctx.__exit__(None, None, None)
+            self._act_ctx = None
+        self.forward_done = True
+        self._roots = []
+        self.abandon()
+
     def _fold_forward_peak(self) -> None:
         """Charge the allocator peak since the last boundary to the running invocation."""
         assert self.memory is not None
@@ -283,6 +299,14 @@ class StepSession:
                 continue  # created before this forward (inputs); reached again later maybe
             seen.add(id(node))
             keep.append(node)
+            if accumulate:
+                # A parameter's AccumulateGrad node is shared by every graph built while it
+                # lives: a checkpoint recompute reaches the same node again. Hook it once
+                # (keyed by the parameter, which outlives the step; the node is not pinned).
+                param_id = id(node.variable)
+                if param_id in self._accumulate_params:
+                    continue
+                self._accumulate_params.add(param_id)
             owner = owners[seq - lo] if in_range else via
             if owner < 0:
                 continue
@@ -293,6 +317,7 @@ class StepSession:
             self.node_enclosing.append(-1)
             self.node_alloc0.append(None)
             self.node_peak.append(None)
+            self.node_accumulate.append(accumulate)
             pre = node.register_prehook(functools.partial(self._node_pre, slot))
             post = node.register_hook(functools.partial(self._node_post, slot))
             if accumulate:
@@ -311,6 +336,8 @@ class StepSession:
             return
         try:
             if not self.bwd_started:
+                if self.node_accumulate[slot]:
+                    return  # another graph reached this shared node; ours has not run
                 self.bwd_started = True
                 self.bwd_t_begin = self.clock.stamp()
                 ap.queue_end_of_backward(self.finish)
@@ -325,7 +352,7 @@ class StepSession:
             self.fail("backward pre-hook", error)
 
     def _node_post(self, slot: int, grad_inputs: Any, grad_outputs: Any) -> None:
-        if self.closed:
+        if self.closed or self.node_t0[slot] is None:
             return
         try:
             self.node_t1[slot] = self.clock.stamp()
@@ -357,10 +384,15 @@ class StepSession:
         """End of the sampled backward (or of a forward that cannot have one)."""
         if self.closed:
             return
-        if self.bwd_started:
-            self.bwd_t_end = self.clock.stamp()
-        self.closed = True
-        self.release_persistent_hooks()
+        try:
+            if self.bwd_started:
+                self.bwd_t_end = self.clock.stamp()
+            self.closed = True
+            self.release_persistent_hooks()
+        except Exception as error:  # runs inside the engine: must never break the backward
+            self.closed = True
+            self.fail("end of backward", error)
+            return
         if not self.failed:
             self._on_finish(self)
 
@@ -368,6 +400,7 @@ class StepSession:
         handles, self._persistent_handles = self._persistent_handles, []
         for handle in handles:
             handle.remove()
+        self._accumulate_params = set()
 
     # ---- activation-checkpointing recomputes ---------------------------------------------
     def recompute_enter(self, module_id: int) -> None:

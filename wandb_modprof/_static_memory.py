@@ -3,16 +3,22 @@
 All figures are inclusive of submodules and storage-deduplicated within a module's subtree, so
 tied weights (GPT-2's embedding and head) count once. A module called several times shows its
 full figures on every invocation: the memory is shared, not split.
+
+What does not change between samples (which parameters belong to which module, their bytes)
+lives in a `ModelIndex` that is rebuilt only when the model's modules or parameters change.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from ._storage import StorageKey, storages
+
+ROOT_NAME = "<root>"
 
 
 @dataclass(frozen=True)
@@ -32,47 +38,109 @@ class GradientState:
     grad_norm: dict[str, float | None]
 
 
-def _unique_params(module: nn.Module) -> list[nn.Parameter]:
-    # `parameters()` already removes repeated Parameter objects (tied weights are one object).
-    return list(module.parameters())
+def _is_compiled_wrapper(module: nn.Module) -> bool:
+    # Avoid importing torch._dynamo (slow) just for an isinstance check.
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
 
 
-def _bytes(tensors: list[torch.Tensor]) -> int:
-    seen: dict[StorageKey, int] = {}
-    for tensor in tensors:
-        for key, nbytes in storages(tensor):
-            seen[key] = nbytes
-    return sum(seen.values())
+def hookable_modules(model: nn.Module) -> dict[int, tuple[str, nn.Module]]:
+    """id -> (qualified name, module) for every module we may hook.
 
-
-def _optimizer_tensors(
-    optimizer: torch.optim.Optimizer, params: list[nn.Parameter]
-) -> list[torch.Tensor]:
-    out: list[torch.Tensor] = []
-    for param in params:
-        state = optimizer.state.get(param)
-        if not state:
+    A `torch.compile`d module is measured at its boundary as one leaf: hooks inside a compiled
+    region never fire (hooks added after compile) or force graph breaks. Modules compiled in
+    place with `Module.compile()` run their hooks inside the compiled code, so they are not
+    hooked at all (their time shows in the parent's self time).
+    """
+    out: dict[int, tuple[str, nn.Module]] = {}
+    skip_prefixes: list[str] = []
+    for name, module in model.named_modules():
+        if any(name == p or name.startswith(p + ".") for p in skip_prefixes):
             continue
-        out.extend(v for v in state.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
+        if module is not model and getattr(module, "_compiled_call_impl", None) is not None:
+            skip_prefixes.append(name)
+            continue
+        out[id(module)] = (name or ROOT_NAME, module)
+        if _is_compiled_wrapper(module):
+            skip_prefixes.append(name + "._orig_mod" if name else "_orig_mod")
     return out
 
 
-def static_memory(
-    modules: dict[str, nn.Module], optimizer: torch.optim.Optimizer | None
-) -> dict[str, StaticMemory]:
-    """`modules` maps qualified name to module, for the modules that were invoked."""
-    result: dict[str, StaticMemory] = {}
-    for name, module in modules.items():
-        params = _unique_params(module)
-        result[name] = StaticMemory(
-            param_bytes=_bytes(list(params)),
-            param_count=sum(p.numel() for p in params),
-            buffer_bytes=_bytes(list(module.buffers())),
-            optim_bytes=None
-            if optimizer is None
-            else _bytes(_optimizer_tensors(optimizer, params)),
+def _fingerprint(model: nn.Module) -> tuple[object, ...]:
+    modules = tuple(id(m) for m in model.modules())
+    params = tuple((id(p), p.data_ptr()) for p in model.parameters())
+    buffers = tuple((id(b), b.data_ptr()) for b in model.buffers())
+    return modules, params, buffers
+
+
+def _dedup_bytes(keyed: Iterable[tuple[StorageKey, int]]) -> int:
+    return sum(dict(keyed).values())
+
+
+@dataclass(frozen=True)
+class ModelIndex:
+    """The model's hookable modules and, per module name, the indices of its subtree's
+    (unique) parameters; static bytes precomputed."""
+
+    fingerprint: tuple[object, ...]
+    modules: dict[int, tuple[str, nn.Module]]
+    params: list[nn.Parameter]
+    members: dict[str, list[int]]
+    static: dict[str, tuple[int, int, int]]  # name -> (param bytes, param count, buffer bytes)
+    excluded: set[StorageKey]  # storages of parameters and buffers: never activations
+
+    def current(self, model: nn.Module) -> bool:
+        return _fingerprint(model) == self.fingerprint
+
+
+def build_index(model: nn.Module) -> ModelIndex:
+    modules = hookable_modules(model)
+    index: dict[int, int] = {}
+    params: list[nn.Parameter] = []
+    param_storages: list[list[tuple[StorageKey, int]]] = []
+    members: dict[str, list[int]] = {}
+    static: dict[str, tuple[int, int, int]] = {}
+    for name, module in modules.values():
+        own: list[int] = []
+        for p in module.parameters():  # already unique per Parameter object (tied weights)
+            if id(p) not in index:
+                index[id(p)] = len(params)
+                params.append(p)
+                param_storages.append(list(storages(p)))
+            own.append(index[id(p)])
+        members[name] = own
+        static[name] = (
+            _dedup_bytes(kv for i in own for kv in param_storages[i]),
+            sum(params[i].numel() for i in own),
+            _dedup_bytes(kv for b in module.buffers() for kv in storages(b)),
         )
-    return result
+    excluded = {key for kv in param_storages for key, _ in kv}
+    excluded |= {key for b in model.buffers() for key, _ in storages(b)}
+    return ModelIndex(_fingerprint(model), modules, params, members, static, excluded)
+
+
+def static_memory(
+    index: ModelIndex, names: set[str], optimizer: torch.optim.Optimizer | None
+) -> dict[str, StaticMemory]:
+    """Static bytes of the named modules; optimizer-state bytes read now."""
+    optim_param: list[int] = []
+    if optimizer is not None:
+        for p in index.params:
+            state = optimizer.state.get(p)
+            total = 0
+            if state:
+                for value in state.values():
+                    # 0-d tensors (Adam's `step`) are bookkeeping, not state memory.
+                    if isinstance(value, torch.Tensor) and value.dim() > 0:
+                        total += _dedup_bytes(storages(value))
+            optim_param.append(total)
+    out: dict[str, StaticMemory] = {}
+    for name in names:
+        if name not in index.static:
+            continue
+        param_bytes, count, buffer_bytes = index.static[name]
+        optim = sum(optim_param[i] for i in index.members[name]) if optimizer is not None else None
+        out[name] = StaticMemory(param_bytes, count, buffer_bytes, optim)
+    return out
 
 
 @dataclass(frozen=True)
@@ -109,26 +177,18 @@ def _to_floats(tensors: list[torch.Tensor]) -> list[float]:
     return [float(t) for t in tensors]
 
 
-def gradient_state(modules: dict[str, nn.Module], norms: bool) -> PendingGradientState:
+def gradient_state(index: ModelIndex, names: set[str], norms: bool) -> PendingGradientState:
     """Gradient bytes now; parameter and gradient L2 norms as pending device tensors."""
-    index: dict[int, int] = {}
-    params: list[nn.Parameter] = []
-    members: dict[str, list[int]] = {}
-    grad_bytes: dict[str, int] = {}
-    for name, module in modules.items():
-        own = _unique_params(module)
-        for p in own:
-            if id(p) not in index:
-                index[id(p)] = len(params)
-                params.append(p)
-        members[name] = [index[id(p)] for p in own]
-        grad_bytes[name] = _bytes([p.grad for p in own if p.grad is not None])
+    grads = [p.grad for p in index.params]
+    grad_param = [0 if g is None else _dedup_bytes(storages(g)) for g in grads]
+    members = {name: index.members[name] for name in names if name in index.members}
+    grad_bytes = {name: sum(grad_param[i] for i in idx) for name, idx in members.items()}
     param_norms: list[torch.Tensor] = []
     grad_norms: list[torch.Tensor | None] = []
-    if norms and params:
-        param_norms = _l2_norms([p.detach() for p in params])
-        grads = [p.grad.detach() if p.grad is not None else None for p in params]
-        computed = iter(_l2_norms([g for g in grads if g is not None]))
+    if norms and index.params:
+        param_norms = _l2_norms([p.detach() for p in index.params])
+        present = [g.detach() for g in grads if g is not None]
+        computed = iter(_l2_norms(present))
         grad_norms = [next(computed) if g is not None else None for g in grads]
     return PendingGradientState(grad_bytes, members, param_norms, grad_norms)
 

@@ -76,6 +76,7 @@ class WatchHandle:
         self._capture = Capture(
             model, options, optimizer, self._counter, hooks_only_when_sampling=True
         )
+        self._capture.owner = self
 
     @property
     def steps(self) -> int:

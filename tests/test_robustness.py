@@ -1,0 +1,653 @@
+"""Training never breaks and the hook discipline holds: non-training forwards, user exceptions,
+gradient accumulation, internal errors inside our hooks, and bad input at the public boundary.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import torch
+from helpers import by_key, hook_counts
+from models import RaisingModel
+from torch import nn
+
+import wandb_modprof
+from wandb_modprof import ModProfError
+from wandb_modprof import _autograd_private as ap
+
+ROOT = "<root>"
+
+
+@pytest.fixture(autouse=True)
+def _isolate_saved_tensor_hooks() -> Iterator[None]:
+    """Keep a test that leaves saved-tensor hooks pushed (a bug it reports) from changing the
+    tests after it: the default-hooks stack is process-global (per thread)."""
+    assert not ap.saved_tensors_hooks_active()
+    yield
+    while ap.saved_tensors_hooks_active():
+        torch._C._autograd._pop_saved_tensors_default_hooks()
+
+
+# ---- a model that looks at its own hooks from inside its forward -----------------------------
+class Probe(nn.Module):
+    """Identity that records, at every call, the hook counts of every module of its model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root_ref: Callable[[], nn.Module | None] = lambda: None
+        self.snapshots: list[dict[str, int]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        root = self.root_ref()
+        assert root is not None
+        self.snapshots.append(hook_counts(root))
+        return x
+
+
+class Probed(nn.Module):
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.lin = nn.Linear(dim, dim)
+        self.act = nn.ReLU()
+        self.probe = Probe()
+        self.out = nn.Linear(dim, 1)
+        self.probe.root_ref = weakref.ref(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.probe(self.act(self.lin(x))))
+
+
+def _root_only(model: nn.Module) -> dict[str, int]:
+    """What `watch` may leave on a model between samples: the root's pre-hook and hook."""
+    return {name: (2 if name == ROOT else 0) for name in hook_counts(model)}
+
+
+def _no_hooks(model: nn.Module) -> dict[str, int]:
+    return dict.fromkeys(hook_counts(model), 0)
+
+
+def _sampled_snapshot(snapshot: dict[str, int]) -> bool:
+    """A probe snapshot taken while the step was being captured: siblings carry hooks."""
+    return snapshot["lin"] == 2 and snapshot["out"] == 2 and snapshot["act"] == 2
+
+
+def _step(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    return loss.detach()
+
+
+@contextmanager
+def _recorded_warnings() -> Iterator[list[warnings.WarningMessage]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+
+
+def _ours(caught: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
+    return [w for w in caught if "wandb_modprof" in str(w.message)]
+
+
+# ---- non-training forwards ----------------------------------------------------------------------
+@contextmanager
+def _non_training(kind: str, model: nn.Module) -> Iterator[None]:
+    if kind == "no_grad":
+        with torch.no_grad():
+            yield
+    elif kind == "inference_mode":
+        with torch.inference_mode():
+            yield
+    else:  # eval(), grad enabled: e.g. a validation loss that is even backpropagated
+        model.eval()
+        try:
+            yield
+        finally:
+            model.train()
+
+
+@pytest.mark.parametrize("kind", ["no_grad", "inference_mode", "eval"])
+def test_non_training_forwards_are_not_steps_and_add_no_hooks(kind):
+    model = Probed()
+    handle = wandb_modprof.watch(model, log_freq=1)
+    assert hook_counts(model) == _root_only(model)
+    x = torch.randn(8, 16)
+    for _ in range(3):
+        with _non_training(kind, model):
+            out = model(x)
+            if kind == "eval":
+                out.sum().backward()  # a backward outside a sampled step measures nothing
+        assert handle.steps == 0
+        assert hook_counts(model) == _root_only(model)
+    assert model.probe.snapshots == [_root_only(model)] * 3  # inside the forwards as well
+    assert handle.profile().num_samples == 0
+
+    # The next training step is step 1, sampled and measured.
+    model.zero_grad(set_to_none=True)
+    _step(model, x)
+    assert handle.steps == 1
+    assert _sampled_snapshot(model.probe.snapshots[-1])
+    prof = handle.profile()
+    assert prof.num_samples == 1 and prof.last_sample.step == 1
+    keys = by_key(prof.invocations())
+    assert set(keys) == {"<root>#0", "lin#0", "act#0", "probe#0", "out#0"}
+    assert keys["lin#0"].bwd_ms > 0 and keys["out#0"].bwd_ms > 0
+    assert hook_counts(model) == _root_only(model)
+
+
+def test_non_training_forwards_do_not_shift_the_sampling_schedule():
+    model = Probed()
+    handle = wandb_modprof.watch(model, log_freq=2)
+    x = torch.randn(8, 16)
+    _step(model, x)  # step 1
+    with torch.no_grad():
+        model(x)
+    with torch.inference_mode():
+        model(x)
+    model.eval()
+    model(x)
+    model.train()
+    assert handle.steps == 1 and handle.profile().num_samples == 0
+    _step(model, x)  # step 2: sampled
+    assert handle.steps == 2
+    prof = handle.profile()
+    assert prof.num_samples == 1 and prof.last_sample.step == 2
+    sampled = [_sampled_snapshot(s) for s in model.probe.snapshots]
+    assert sampled == [False, False, False, False, True]
+
+
+def test_unsampled_steps_carry_no_submodule_hooks():
+    model = Probed()
+    handle = wandb_modprof.watch(model, log_freq=3)
+    x = torch.randn(8, 16)
+    for _ in range(7):
+        _step(model, x)
+        # between steps (the sampled step's backward has finished): only the root's hooks
+        assert hook_counts(model) == _root_only(model)
+    assert [_sampled_snapshot(s) for s in model.probe.snapshots] == [
+        False,
+        False,
+        True,
+        False,
+        False,
+        True,
+        False,
+    ]
+    for snapshot in model.probe.snapshots:
+        if not _sampled_snapshot(snapshot):
+            assert snapshot == _root_only(model)  # inside the forward: siblings hook-free
+    assert handle.profile().num_samples == 2
+
+
+def test_step_after_a_sampled_forward_without_backward_is_hook_free():
+    """A sampled forward may keep its hooks until its backward (a checkpoint recompute needs
+    them); if the backward never comes, the next, unsampled, step must still run hook-free."""
+    model = Probed()
+    handle = wandb_modprof.watch(model, log_freq=2)
+    x = torch.randn(8, 16)
+    _step(model, x)  # step 1
+    model(x)  # step 2: sampled, its output dropped
+    assert _sampled_snapshot(model.probe.snapshots[-1])
+    _step(model, x)  # step 3: unsampled
+    assert model.probe.snapshots[-1] == _root_only(model)
+    assert hook_counts(model) == _root_only(model)
+    _step(model, x)  # step 4: sampled and measured
+    assert _sampled_snapshot(model.probe.snapshots[-1])
+    assert hook_counts(model) == _root_only(model)
+    assert handle.profile().last_sample.step == 4
+
+
+def test_forwards_without_backward_do_not_become_backward_samples():
+    """Sampled training forwards whose output is dropped (a skipped step) must not be
+    completed by the next step's backward: one backward ran, so one backward measurement."""
+    model = Probed()
+    handle = wandb_modprof.watch(model, log_freq=1)
+    x = torch.randn(8, 16)
+    for _ in range(3):
+        model(x)  # steps 1-3: forward only, output dropped
+    _step(model, x)  # step 4: forward and backward
+    prof = handle.profile()
+    assert prof.last_sample is not None
+    assert prof.last_sample.step == 4
+    stats = prof.stats()
+    assert stats["<root>#0"].metrics["bwd_ms"].count == 1
+    assert stats["lin#0"].metrics["bwd_ms"].count == 1
+    assert hook_counts(model) == _root_only(model)
+
+
+# ---- exceptions raised by the user's forward ----------------------------------------------------
+@pytest.mark.parametrize("how", ["watch", "profile"])
+def test_exception_in_forward_propagates_and_next_step_is_measured(how):
+    model = RaisingModel()
+    x = torch.randn(4, 16)
+    if how == "watch":
+        handle = wandb_modprof.watch(model, log_freq=1)
+        prof = handle.profile()
+        block = None
+    else:
+        block = wandb_modprof.profile(model)
+        prof = block.__enter__()
+    try:
+        _step(model, x)
+        assert prof.num_samples == 1
+        model.boom.armed = True
+        with _recorded_warnings() as caught, pytest.raises(ValueError) as excinfo:
+            _step(model, x)
+        # The user's exception, unchanged: same type, same args, raised from their code.
+        assert type(excinfo.value) is ValueError and excinfo.value.args == ("boom",)
+        assert excinfo.traceback[-1].name == "forward"
+        assert str(excinfo.traceback[-1].path).endswith("models.py")
+        assert _ours(caught) == []  # it is the user's error, not ours: no warning
+        assert prof.num_samples == 1  # the failed step's sample is dropped
+        assert not ap.saved_tensors_hooks_active()  # our saved-tensor hooks were popped
+        if how == "watch":
+            assert hook_counts(model) == _root_only(model)
+
+        model.boom.armed = False
+        model.zero_grad(set_to_none=True)
+        _step(model, x)
+        assert prof.num_samples == 2
+        keys = by_key(prof.invocations())
+        # Call indices restart: the failed step left no half-open invocation behind.
+        assert set(keys) == {"<root>#0", "lin#0", "boom#0", "out#0"}
+        assert keys["lin#0"].bwd_ms > 0 and keys["out#0"].bwd_ms > 0
+        assert keys["lin#0"].grad_norm is not None and keys["lin#0"].grad_norm > 0
+        assert keys["<root>#0"].act_bytes is not None and keys["<root>#0"].act_bytes > 0
+    finally:
+        if block is not None:
+            block.__exit__(None, None, None)
+    if how == "profile":
+        assert hook_counts(model) == _no_hooks(model)
+
+
+def test_exception_in_root_forward_after_children_ran():
+    class RaisesLate(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+            self.fail = False
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.lin(x)
+            if self.fail:
+                raise KeyError("late")
+            return y
+
+    model = RaisesLate()
+    handle = wandb_modprof.watch(model, log_freq=1)
+    model.fail = True
+    with _recorded_warnings() as caught, pytest.raises(KeyError, match="late"):
+        _step(model, torch.randn(2, 8))
+    assert _ours(caught) == []
+    assert hook_counts(model) == _root_only(model)
+    assert not ap.saved_tensors_hooks_active()
+    model.fail = False
+    _step(model, torch.randn(2, 8))
+    assert handle.profile().num_samples == 1
+    assert set(by_key(handle.profile().invocations())) == {"<root>#0", "lin#0"}
+
+
+# ---- gradient accumulation -------------------------------------------------------------------
+def test_gradient_accumulation_counts_optimizer_steps_and_samples_first_micro_batch():
+    model = Probed()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    handle = wandb_modprof.watch(model, log_freq=2, optimizer=opt)
+    micro_batches, optimizer_steps = 3, 4
+    sizes = [8, 4, 2]  # distinct batch sizes tell the micro-batches apart in the records
+    for step in range(optimizer_steps):
+        for size in sizes:
+            _step(model, torch.randn(size, 16))
+            assert hook_counts(model) == _root_only(model)
+            assert handle.steps == step
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        assert handle.steps == step + 1
+        prof = handle.profile()
+        if step + 1 == 2:
+            assert prof.num_samples == 1 and prof.last_sample.step == 2
+    prof = handle.profile()
+    assert prof.num_samples == 2
+    assert prof.last_sample.step == 4
+    sampled = [_sampled_snapshot(s) for s in model.probe.snapshots]
+    expected = [
+        (step in (1, 3) and micro == 0)
+        for step in range(optimizer_steps)
+        for micro in range(micro_batches)
+    ]
+    assert sampled == expected
+    # The sample is of the 8-row micro-batch: lin saves its 8x16 fp32 output... through ReLU.
+    keys = by_key(prof.invocations())
+    assert keys["<root>#0"].act_bytes is not None
+    assert keys["act#0"].act_bytes == 8 * 16 * 4  # ReLU saves its output: 8 rows
+    handle.unwatch()
+    assert opt._optimizer_step_post_hooks == {}  # the optimizer hook is gone too
+    assert hook_counts(model) == _no_hooks(model)
+
+
+# ---- internal errors inside our hooks --------------------------------------------------------
+class Trigger:
+    """Makes a wrapped package function raise, once or always, where a condition holds."""
+
+    def __init__(self, once: bool) -> None:
+        self.once = once
+        self.armed = False
+        self.fired = 0
+
+    def wrap(
+        self, real: Callable[..., Any], when: Callable[[Any], bool] = lambda frame: True
+    ) -> Callable[..., Any]:
+        def patched(*args: Any, **kwargs: Any) -> Any:
+            if self.armed and when(sys._getframe(1)):
+                self.fired += 1
+                if self.once:
+                    self.armed = False
+                raise RuntimeError("injected failure")
+            return real(*args, **kwargs)
+
+        return patched
+
+
+def _caller_is(name: str, stack_len: Callable[[int], bool] | None = None) -> Callable[[Any], bool]:
+    def when(frame: Any) -> bool:
+        if frame.f_code.co_name != name:
+            return False
+        if stack_len is None:
+            return True
+        return stack_len(len(frame.f_locals["self"]._stack))
+
+    return when
+
+
+def _inject(where: str, trigger: Trigger, monkeypatch: pytest.MonkeyPatch) -> None:
+    import wandb_modprof._activations as activations_mod
+    import wandb_modprof._capture as capture_mod
+    import wandb_modprof._clock as clock_mod
+
+    if where == "root_enter":  # first read of the sequence counter, the root's pre-hook
+        monkeypatch.setattr(
+            ap, "sequence_nr", trigger.wrap(ap.sequence_nr, _caller_is("enter", lambda n: n == 1))
+        )
+    elif where == "child_exit":  # a submodule's post-hook in the middle of the forward
+        monkeypatch.setattr(
+            ap, "sequence_nr", trigger.wrap(ap.sequence_nr, _caller_is("exit", lambda n: n >= 1))
+        )
+    elif where == "root_exit":  # the root's post-hook, the last forward hook of the step
+        monkeypatch.setattr(
+            ap, "sequence_nr", trigger.wrap(ap.sequence_nr, _caller_is("exit", lambda n: n == 0))
+        )
+    elif where == "saved_tensor_pack":
+        monkeypatch.setattr(activations_mod, "storages", trigger.wrap(activations_mod.storages))
+    elif where == "backward_start":  # the first backward node's pre-hook
+        monkeypatch.setattr(ap, "queue_end_of_backward", trigger.wrap(ap.queue_end_of_backward))
+    elif where == "backward_node":  # a backward node's post-hook
+        monkeypatch.setattr(
+            clock_mod.CpuClock,
+            "stamp",
+            trigger.wrap(clock_mod.CpuClock.stamp, _caller_is("_node_post")),
+        )
+    elif where == "end_of_backward":  # the engine's end-of-backward callback
+        monkeypatch.setattr(
+            clock_mod.CpuClock,
+            "stamp",
+            trigger.wrap(clock_mod.CpuClock.stamp, _caller_is("finish")),
+        )
+    elif where == "gradient_state":  # reading gradients once the backward has finished
+        monkeypatch.setattr(capture_mod, "gradient_state", trigger.wrap(capture_mod.gradient_state))
+    else:
+        raise AssertionError(where)
+
+
+INJECTION_POINTS = [
+    "root_enter",
+    "child_exit",
+    "root_exit",
+    "saved_tensor_pack",
+    "backward_start",
+    "backward_node",
+    "end_of_backward",
+    "gradient_state",
+]
+
+
+def _reference_run(
+    model: nn.Module, xs: list[torch.Tensor]
+) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
+    out = []
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x in xs:
+        loss = _step(model, x)
+        out.append((loss, [p.grad.clone() for p in model.parameters()]))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return out
+
+
+def _assert_internal_warning(caught: list[warnings.WarningMessage]) -> None:
+    ours = _ours(caught)
+    assert len(ours) == 1, [str(w.message) for w in ours]
+    assert ours[0].category is RuntimeWarning
+    assert str(ours[0].message).startswith("wandb_modprof: internal error")
+    assert "injected failure" in str(ours[0].message)
+
+
+@pytest.mark.parametrize("where", INJECTION_POINTS)
+def test_internal_error_once_drops_that_sample_only(where, monkeypatch):
+    base = Probed()
+    xs = [torch.randn(8, 16) for _ in range(4)]
+    expected = _reference_run(copy.deepcopy(base), xs)
+
+    model = copy.deepcopy(base)
+    model.probe.root_ref = weakref.ref(model)
+    handle = wandb_modprof.watch(model, log_freq=1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    trigger = Trigger(once=True)
+    _inject(where, trigger, monkeypatch)
+    trigger.armed = True
+    with _recorded_warnings() as caught:
+        for i, x in enumerate(xs):
+            loss = _step(model, x)  # must not raise
+            assert torch.equal(loss, expected[i][0])
+            for g, ref in zip([p.grad for p in model.parameters()], expected[i][1], strict=True):
+                assert torch.equal(g, ref)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            assert not ap.saved_tensors_hooks_active(), (
+                f"saved-tensor hooks left pushed after step {i + 1}"
+            )
+            assert hook_counts(model) == _root_only(model), f"hooks left after step {i + 1}"
+            if i == 0:
+                assert trigger.fired == 1
+                assert handle.profile().num_samples == 0  # the failed sample is dropped
+    _assert_internal_warning(caught)
+    prof = handle.profile()
+    assert prof.num_samples == 3  # every later step is measured
+    keys = by_key(prof.invocations())
+    assert set(keys) == {"<root>#0", "lin#0", "act#0", "probe#0", "out#0"}
+    assert keys["lin#0"].bwd_ms > 0 and keys["out#0"].bwd_ms > 0
+    assert keys["act#0"].act_bytes == 8 * 16 * 4  # activations measured again
+    assert keys["lin#0"].grad_norm is not None
+
+
+@pytest.mark.parametrize("where", ["every_sequence_read", "backward_start", "gradient_state"])
+def test_internal_error_that_keeps_raising_warns_once(where, monkeypatch):
+    base = Probed()
+    xs = [torch.randn(8, 16) for _ in range(6)]
+    expected = _reference_run(copy.deepcopy(base), xs)
+
+    model = copy.deepcopy(base)
+    model.probe.root_ref = weakref.ref(model)
+    handle = wandb_modprof.watch(model, log_freq=1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    trigger = Trigger(once=False)
+    with monkeypatch.context() as patch:
+        if where == "every_sequence_read":
+            # The brief's case: the private autograd counter itself breaks.
+            patch.setattr(ap, "sequence_nr", trigger.wrap(ap.sequence_nr))
+        else:
+            _inject(where, trigger, patch)
+        trigger.armed = True
+        with _recorded_warnings() as caught:
+            for i, x in enumerate(xs[:4]):
+                loss = _step(model, x)
+                assert torch.equal(loss, expected[i][0])
+                for g, ref in zip(
+                    [p.grad for p in model.parameters()], expected[i][1], strict=True
+                ):
+                    assert torch.equal(g, ref)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        assert trigger.fired >= 4  # it really raised on every sampled step
+        _assert_internal_warning(caught)
+        assert handle.profile().num_samples == 0
+        assert not ap.saved_tensors_hooks_active()
+    # Patch removed: later samples work, without further warnings.
+    with _recorded_warnings() as caught:
+        for i, x in enumerate(xs[4:], start=4):
+            loss = _step(model, x)
+            assert torch.equal(loss, expected[i][0])
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    assert _ours(caught) == []
+    prof = handle.profile()
+    assert prof.num_samples == 2
+    keys = by_key(prof.invocations())
+    assert keys["lin#0"].bwd_ms > 0 and keys["out#0"].bwd_ms > 0
+    assert hook_counts(model) == _root_only(model)
+
+
+# ---- bad input at the public boundary --------------------------------------------------------
+def _assert_error(excinfo: pytest.ExceptionInfo[ModProfError], *needles: str) -> None:
+    msg = str(excinfo.value)
+    for needle in needles:
+        assert needle in msg, f"{needle!r} not in {msg!r}"
+
+
+def test_watch_rejects_a_non_module():
+    with pytest.raises(ModProfError) as excinfo:
+        wandb_modprof.watch(object())  # type: ignore[arg-type]
+    _assert_error(excinfo, "expected a torch.nn.Module", "got", "object")
+    with pytest.raises(ModProfError) as excinfo:
+        wandb_modprof.profile(lambda x: x)  # type: ignore[arg-type]
+    _assert_error(excinfo, "expected a torch.nn.Module", "got", "function")
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_watch_rejects_bad_log_freq(bad):
+    model = nn.Linear(2, 2)
+    with pytest.raises(ModProfError) as excinfo:
+        wandb_modprof.watch(model, log_freq=bad)
+    _assert_error(excinfo, "log_freq", "int >= 1", f"got {bad!r}")
+    assert hook_counts(model) == _no_hooks(model)
+    wandb_modprof.watch(model, log_freq=1).unwatch()  # nothing half-registered
+
+
+def test_bad_timing_and_optimizer():
+    model = nn.Linear(2, 2)
+    with pytest.raises(ModProfError) as excinfo:
+        wandb_modprof.watch(model, timing="gpu")
+    _assert_error(excinfo, "timing must be one of", "'auto'", "'cpu'", "'device'", "got 'gpu'")
+    with pytest.raises(ModProfError) as excinfo:
+        wandb_modprof.profile(model, timing="gpu")
+    _assert_error(excinfo, "timing must be one of", "got 'gpu'")
+    with pytest.raises(ModProfError) as excinfo:
+        wandb_modprof.watch(model, optimizer="adam")  # type: ignore[arg-type]
+    _assert_error(excinfo, "optimizer must be a torch.optim.Optimizer", "got str")
+    assert hook_counts(model) == _no_hooks(model)
+
+
+def test_watching_twice_and_profiling_a_watched_model():
+    model = Probed()
+    handle = wandb_modprof.watch(model, log_freq=1)
+    with pytest.raises(ModProfError) as excinfo:
+        wandb_modprof.watch(model, log_freq=5)
+    _assert_error(excinfo, "Probed", "already being watched", "expected a model that is not hooked")
+    with pytest.raises(ModProfError) as excinfo, wandb_modprof.profile(model):
+        pass
+    _assert_error(excinfo, "Probed", "already being watched", "expected a model that is not hooked")
+    # The failed calls changed nothing: the first watch still works, hooks not doubled.
+    assert hook_counts(model) == _root_only(model)
+    _step(model, torch.randn(4, 16))
+    assert handle.profile().num_samples == 1
+
+    with wandb_modprof.profile(other := Probed()), pytest.raises(ModProfError) as excinfo:
+        wandb_modprof.watch(other)
+    _assert_error(excinfo, "already being profiled")
+    assert hook_counts(other) == _no_hooks(other)
+
+
+def test_unwatch_of_an_unwatched_model():
+    model = nn.Linear(2, 2)
+    with pytest.raises(ModProfError) as excinfo:
+        wandb_modprof.unwatch(model)
+    _assert_error(excinfo, "unwatch() expected a model passed to watch()", "Linear is not watched")
+    with pytest.raises(ModProfError) as excinfo:
+        wandb_modprof.unwatch("model")  # type: ignore[arg-type]
+    _assert_error(excinfo, "expected a torch.nn.Module", "got builtins.str")
+    handle = wandb_modprof.watch(model)
+    handle.unwatch()
+    with pytest.raises(ModProfError):
+        wandb_modprof.unwatch(model)  # already unwatched
+    handle.unwatch()  # the handle's own unwatch is idempotent
+
+
+# ---- unwatch ---------------------------------------------------------------------------------
+def test_unwatch_removes_every_hook():
+    model = Probed()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    handle = wandb_modprof.watch(model, log_freq=2, optimizer=opt)
+    x = torch.randn(4, 16)
+    for _ in range(5):
+        _step(model, x)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    prof = handle.unwatch()
+    assert prof.num_samples == 2
+    assert hook_counts(model) == _no_hooks(model)
+    assert opt._optimizer_step_post_hooks == {}
+    assert not handle.active
+    n = len(model.probe.snapshots)
+    _step(model, x)
+    assert model.probe.snapshots[n] == _no_hooks(model)  # inside the forward too
+    assert prof.num_samples == 2
+    wandb_modprof.watch(model).unwatch()  # can be watched again
+
+
+def test_unwatch_between_sampled_forward_and_backward():
+    base = Probed()
+    x = torch.randn(4, 16)
+    ref = copy.deepcopy(base)
+    _step(ref, x)
+
+    model = copy.deepcopy(base)
+    model.probe.root_ref = weakref.ref(model)
+    handle = wandb_modprof.watch(model, log_freq=1)
+    with _recorded_warnings() as caught:
+        loss = model(x).pow(2).mean()
+        assert _sampled_snapshot(model.probe.snapshots[-1])
+        prof = handle.unwatch()
+        assert hook_counts(model) == _no_hooks(model)
+        loss.backward()  # the abandoned sample's node hooks must stay inert
+    assert _ours(caught) == []
+    assert prof.num_samples == 0
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(p.grad, q.grad)
+    # A second backward-bearing step on the unwatched model, and a fresh watch, both work.
+    model.zero_grad(set_to_none=True)
+    _step(model, x)
+    handle = wandb_modprof.watch(model, log_freq=1)
+    _step(model, x)
+    assert handle.profile().num_samples == 1
+
+
+def test_unwatch_all():
+    a, b = Probed(), Probed()
+    wandb_modprof.watch(a, log_freq=1)
+    wandb_modprof.watch(b, log_freq=1)
+    wandb_modprof.unwatch()
+    assert hook_counts(a) == _no_hooks(a) and hook_counts(b) == _no_hooks(b)
