@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck unit bench
+.PHONY: demo test lint typecheck unit bench bench-smoke
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,10 @@ typecheck: $(VENV)/.installed
 unit: $(VENV)/.installed
 	$(PY) -m pytest -q
 
-test: lint typecheck unit
+bench-smoke: $(VENV)/.installed
+	$(PY) benchmarks/overhead.py --quick
+
+test: lint typecheck unit bench-smoke
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/overhead.py

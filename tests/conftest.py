@@ -14,7 +14,13 @@ import wandb_modprof
 def _hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Deterministic seeds, W&B kept offline inside the test's tmp dir, no leftover hooks."""
     torch.manual_seed(0)
-    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR", "WANDB_ARTIFACT_DIR"):
+    for var in (
+        "WANDB_DIR",
+        "WANDB_CACHE_DIR",
+        "WANDB_DATA_DIR",
+        "WANDB_CONFIG_DIR",
+        "WANDB_ARTIFACT_DIR",
+    ):
         monkeypatch.setenv(var, str(tmp_path / var.lower()))
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

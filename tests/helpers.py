@@ -15,8 +15,10 @@ def hook_counts(model: nn.Module) -> dict[str, int]:
     out = {}
     for name, m in model.named_modules():
         out[name or "<root>"] = (
-            len(m._forward_pre_hooks) + len(m._forward_hooks)
-            + len(m._backward_hooks) + len(m._backward_pre_hooks)
+            len(m._forward_pre_hooks)
+            + len(m._forward_hooks)
+            + len(m._backward_hooks)
+            + len(m._backward_pre_hooks)
         )
     return out
 
@@ -29,7 +31,9 @@ def children(records: list[InvocationRecord], key: str) -> list[InvocationRecord
     return [r for r in records if r.parent_key == key]
 
 
-def train_step(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[object], torch.Tensor] | None = None) -> torch.Tensor:
+def train_step(
+    model: nn.Module, x: torch.Tensor, loss_fn: Callable[[object], torch.Tensor] | None = None
+) -> torch.Tensor:
     out = model(x)
     loss = loss_fn(out) if loss_fn else out.float().pow(2).mean()  # type: ignore[union-attr]
     loss.backward()

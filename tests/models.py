@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: N812  (the PyTorch convention)
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -112,7 +112,12 @@ class TinyGPT(nn.Module):
     """Decoder with the head tied to the token embedding."""
 
     def __init__(
-        self, vocab: int = 128, dim: int = 64, heads: int = 4, layers: int = 2, ctx: int = 32,
+        self,
+        vocab: int = 128,
+        dim: int = 64,
+        heads: int = 4,
+        layers: int = 2,
+        ctx: int = 32,
         checkpointing: str | None = None,
     ) -> None:
         super().__init__()

@@ -25,7 +25,7 @@ def test_public_names_are_exported():
 
 
 def test_invocation_records_are_plain_and_complete():
-    model, prof = _profiled()
+    _, prof = _profiled()
     recs = prof.invocations()
     assert [r.order for r in recs] == list(range(len(recs)))
     d = recs[1].to_dict()
@@ -60,7 +60,7 @@ def test_summary_lists_top_modules_and_totals():
 
 def test_top_rejects_unknown_metric_and_bad_n():
     _, prof = _profiled()
-    with pytest.raises(ModProfError, match="metric must be one of .*got 'time'"):
+    with pytest.raises(ModProfError, match=r"metric must be one of .*got 'time'"):
         prof.top("time")
     with pytest.raises(ModProfError, match="n must be a positive int; got 0"):
         prof.top("fwd_ms", n=0)

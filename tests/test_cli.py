@@ -13,8 +13,23 @@ def test_demo_trains_and_prints_top_modules():
     pytest.importorskip("transformers")
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "wandb_modprof", "demo", "--steps", "2", "--log-freq", "1", "--top", "3"],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "wandb_modprof",
+            "demo",
+            "--steps",
+            "2",
+            "--log-freq",
+            "1",
+            "--top",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -26,7 +41,10 @@ def test_demo_trains_and_prints_top_modules():
 def test_cli_rejects_bad_arguments():
     proc = subprocess.run(
         [sys.executable, "-m", "wandb_modprof", "demo", "--steps", "0"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 2
     assert "expected an integer >= 1, got 0" in proc.stderr

@@ -67,15 +67,24 @@ def test_resnet_blocks_and_model_match_memtracker():
     assert checked == 9
     logits_bytes = holder["logits"].numel() * holder["logits"].element_size()
     root = recs["<root>#0"].act_bytes
-    assert _close(root, _act_delta(tracker, model) - logits_bytes), (root, _act_delta(tracker, model))
+    assert _close(root, _act_delta(tracker, model) - logits_bytes), (
+        root,
+        _act_delta(tracker, model),
+    )
     assert root > 1_000_000  # a real amount, not a vacuous match
 
 
 def test_gpt2_blocks_and_model_match_memtracker():
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config(
-        vocab_size=512, n_positions=64, n_embd=128, n_layer=2, n_head=4,
-        attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
+        vocab_size=512,
+        n_positions=64,
+        n_embd=128,
+        n_layer=2,
+        n_head=4,
+        attn_pdrop=0.0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
     )
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(config)

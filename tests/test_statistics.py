@@ -12,7 +12,9 @@ from wandb_modprof._statistics import _Welford
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=1, max_size=200))
+@given(
+    st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=1, max_size=200)
+)
 def test_running_mean_std_min_max_last_match_numpy(values):
     acc = _Welford()
     for v in values:

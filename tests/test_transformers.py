@@ -17,8 +17,12 @@ def _gpt2():
 
 def _bert():
     config = transformers.BertConfig(
-        vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=128, max_position_embeddings=32,
+        vocab_size=256,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=32,
     )
     return transformers.BertForSequenceClassification(config), config
 
@@ -26,7 +30,7 @@ def _bert():
 @pytest.mark.parametrize("build", [_gpt2, _bert], ids=["gpt2", "bert"])
 def test_watch_trains_real_models_and_measures_every_module(build):
     torch.manual_seed(0)
-    model, config = build()
+    model, _ = build()
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     handle = wandb_modprof.watch(model, log_freq=2, optimizer=opt)
@@ -35,7 +39,9 @@ def test_watch_trains_real_models_and_measures_every_module(build):
         if isinstance(model, transformers.GPT2LMHeadModel):
             out = model(input_ids=ids, labels=ids)  # ModelOutput with a loss
         else:
-            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.tensor([0, 1]))
+            out = model(
+                input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.tensor([0, 1])
+            )
         out.loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -44,8 +50,9 @@ def test_watch_trains_real_models_and_measures_every_module(build):
     recs = prof.invocations()
     invoked = {r.module_name for r in recs}
     # Every module that ran in forward is measured, with the names users know.
-    called = {n or "<root>" for n, m in model.named_modules() if not isinstance(m, torch.nn.ModuleList)}
-    called -= {n for n in called if "dropout" in n and not n.endswith("dropout")}
+    called = {
+        n or "<root>" for n, m in model.named_modules() if not isinstance(m, torch.nn.ModuleList)
+    }
     assert invoked <= called
     assert len(recs) > 20
     trainable = [r for r in recs if r.param_count > 0 and r.module_type != "Embedding"]

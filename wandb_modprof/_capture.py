@@ -116,7 +116,7 @@ class Capture:
     def _attach_children(self) -> None:
         if self._child_handles:
             return
-        for mid, (_, module) in self.index().modules.items():
+        for _, module in self.index().modules.values():
             if module is self.model:
                 continue
             self._child_handles.append(
@@ -125,7 +125,6 @@ class Capture:
             self._child_handles.append(
                 module.register_forward_hook(self._post, with_kwargs=True, always_call=True)
             )
-            del mid
 
     def _detach_children(self) -> None:
         for handle in self._child_handles:
@@ -164,10 +163,9 @@ class Capture:
     def _root_post(self, module: nn.Module, args: Any, kwargs: Any, result: Any) -> None:
         session = self._forward
         try:
-            if ap.in_backward() or session is None:
-                if session is None and not ap.in_backward():
-                    return
-                self._post(module, args, kwargs, result)
+            if session is None or ap.in_backward():
+                if session is not None or ap.in_backward():
+                    self._post(module, args, kwargs, result)  # recompute of the root
                 return
             session.exit(id(module), result)
             if not session.forward_done:
