@@ -93,3 +93,48 @@ def test_watch_handle_repr_and_steps():
     assert "log_freq=3" in repr(handle) and "active" in repr(handle)
     handle.unwatch()
     assert "removed" in repr(handle)
+
+
+def test_run_and_flag_arguments_are_validated():
+    import wandb
+
+    model = TinyGPT()
+    with pytest.raises(ModProfError, match=r"run must be a wandb Run .* got str"):
+        wandb_modprof.watch(model, run="my-run")
+    with pytest.raises(ModProfError, match=r"activations must be True or False; got 1"):
+        wandb_modprof.watch(model, activations=1)
+    with pytest.raises(ModProfError, match=r"norms must be True or False; got 'no'"):
+        wandb_modprof.profile(model, norms="no")
+    run = wandb.init(mode="disabled")
+    try:
+        handle = wandb_modprof.watch(model, log_freq=1, run=run)
+        assert handle.run is run  # kept for W&B logging (the panel issue)
+        handle.unwatch()
+    finally:
+        run.finish()
+
+
+def test_options_switch_measurements_off():
+    model = TinyGPT()
+    with wandb_modprof.profile(model, activations=False, norms=False) as prof:
+        model(gpt_input()).float().pow(2).mean().backward()
+    rec = prof.invocations()[0]
+    assert rec.act_bytes is None and rec.param_norm is None and rec.grad_norm is None
+    assert rec.bwd_ms > 0 and rec.grad_bytes > 0
+
+
+def test_user_saved_tensor_hooks_are_not_shadowed():
+    model = TinyGPT()
+    packed = []
+
+    def pack(t):
+        packed.append(t.shape)
+        return t
+
+    with (
+        wandb_modprof.profile(model) as prof,
+        torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+    ):
+        model(gpt_input()).float().pow(2).mean().backward()
+    assert packed  # the user's hooks saw every saved tensor
+    assert prof.invocations()[0].act_bytes is None  # so we did not measure activations

@@ -1,0 +1,87 @@
+"""Stamps are resolved after the step, and only once the device says they are complete.
+
+On CPU the host clock is always ready; this drives the same code path with a clock whose
+stamps behave like CUDA events (`ready()` false until the "device" completes, `wait()` blocks),
+so deferral and forced resolution are checked without a GPU.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from models import Reused
+
+import wandb_modprof
+
+
+class FakeEvent:
+    def __init__(self) -> None:
+        self.t = time.perf_counter_ns()
+        self.done = False
+
+
+class FakeEventClock:
+    def __init__(self) -> None:
+        self.stamps: list[FakeEvent] = []
+        self.waits = 0
+
+    def stamp(self) -> FakeEvent:
+        event = FakeEvent()
+        self.stamps.append(event)
+        return event
+
+    def ready(self, stamp: FakeEvent) -> bool:
+        return stamp.done
+
+    def wait(self, stamp: FakeEvent) -> None:
+        self.waits += 1
+        for event in self.stamps:
+            event.done = True
+
+    def offsets_ms(self, ref, stamps):
+        return [float("nan") if s is None else (s.t - ref.t) / 1e6 for s in stamps]
+
+    def complete_all(self) -> None:
+        for event in self.stamps:
+            event.done = True
+
+
+def test_resolution_waits_for_the_device_only_when_results_are_read():
+    model = Reused()
+    clock = FakeEventClock()
+    handle = wandb_modprof.watch(model, log_freq=1)
+    handle._capture.clock = clock
+    x = torch.randn(8, 32)
+    for _ in range(3):
+        model(x).sum().backward()
+    profile = handle._capture.profile
+    # Three finished samples, none resolved: nothing waited on the device during training.
+    assert len(profile._pending) == 3 and profile._num_samples == 0
+    assert clock.waits == 0
+    profile._resolve_pending(force=False)
+    assert profile._num_samples == 0  # events not complete: still deferred
+    clock.complete_all()
+    profile._resolve_pending(force=False)
+    assert profile._num_samples == 3 and clock.waits == 0
+    model(x).sum().backward()
+    # Reading the profile forces the remaining sample: one wait, at read time.
+    assert handle.profile().num_samples == 4
+    assert clock.waits == 1
+    assert handle.profile().invocations()[0].bwd_ms > 0
+
+
+def test_backlog_is_resolved_when_ready_without_waiting():
+    model = Reused()
+    clock = FakeEventClock()
+    handle = wandb_modprof.watch(model, log_freq=1)
+    handle._capture.clock = clock
+    x = torch.randn(8, 32)
+    for _ in range(12):
+        model(x).sum().backward()
+        clock.complete_all()
+    profile = handle._capture.profile
+    # The unread backlog is bounded: ready samples beyond 8 were folded without a wait.
+    assert len(profile._pending) <= 8
+    assert profile._num_samples >= 4 and clock.waits == 0
+    assert handle.unwatch().num_samples == 12
