@@ -272,3 +272,21 @@ class Branchy(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.b(x) if self.use_b else self.a(x)
+
+
+# ---- real third-party models, from config (random weights, nothing downloaded) ---------------
+def gpt2_from_config(vocab: int = 512, ctx: int = 64, dim: int = 128, layers: int = 2) -> nn.Module:
+    """A small GPT-2 from Hugging Face transformers, dropout off so steps are deterministic."""
+    import transformers
+
+    config = transformers.GPT2Config(
+        vocab_size=vocab,
+        n_positions=ctx,
+        n_embd=dim,
+        n_layer=layers,
+        n_head=4,
+        attn_pdrop=0.0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+    )
+    return transformers.GPT2LMHeadModel(config)

@@ -26,7 +26,7 @@ import statistics
 
 import pytest
 import torch
-from models import ResNet, resnet_input
+from models import ResNet, gpt2_from_config, resnet_input
 from torch.profiler import ProfilerActivity
 from torch.profiler import profile as torch_profile
 
@@ -144,19 +144,9 @@ def test_resnet_matches_profiler():
 
 
 def test_gpt2_matches_profiler():
-    transformers = pytest.importorskip("transformers")
-    config = transformers.GPT2Config(
-        vocab_size=512,
-        n_positions=64,
-        n_embd=128,
-        n_layer=2,
-        n_head=4,
-        attn_pdrop=0.0,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-    )
+    pytest.importorskip("transformers")
     torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(config)
+    model = gpt2_from_config()
     ids = torch.randint(0, 512, (4, 64))
     median = _compare(*_measure(model, lambda: model(input_ids=ids, labels=ids).loss))
     assert median < 0.10

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from models import ResNet, resnet_input
+from models import ResNet, gpt2_from_config, resnet_input
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _ModState
 
 import wandb_modprof
@@ -75,19 +75,9 @@ def test_resnet_blocks_and_model_match_memtracker():
 
 
 def test_gpt2_blocks_and_model_match_memtracker():
-    transformers = pytest.importorskip("transformers")
-    config = transformers.GPT2Config(
-        vocab_size=512,
-        n_positions=64,
-        n_embd=128,
-        n_layer=2,
-        n_head=4,
-        attn_pdrop=0.0,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-    )
+    pytest.importorskip("transformers")
     torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(config)
+    model = gpt2_from_config()
     ids = torch.randint(0, 512, (4, 64))
     tracker, recs, out = _run(model, lambda: model(input_ids=ids, labels=ids))
     for i, block in enumerate(model.transformer.h):
