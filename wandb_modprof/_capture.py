@@ -8,6 +8,7 @@ captured (`watch`), or for the whole `with profile(...)` block; modules without 
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +26,6 @@ from ._session import StepSession
 from ._static_memory import (
     ROOT_NAME,
     ModelIndex,
-    StaticMemory,
     build_index,
     gradient_state,
     static_memory,
@@ -116,7 +116,8 @@ class Capture:
     def _attach_children(self) -> None:
         if self._child_handles:
             return
-        for _, module in self.index().modules.values():
+        index = self._index if self._index is not None else self.index()
+        for _, module in index.modules.values():
             if module is self.model:
                 continue
             self._child_handles.append(
@@ -211,10 +212,11 @@ class Capture:
 
     # ---- sessions ----------------------------------------------------------------------
     def _start(self, step: int) -> None:
+        index = self.index()  # the one model walk per sample: later stages reuse it
         self._attach_children()
         excluded = None
         if self.options.activations and not ap.saved_tensors_hooks_active():
-            excluded = self.index().excluded
+            excluded = index.excluded
         session = StepSession(
             step=step,
             clock=self.clock,
@@ -244,21 +246,25 @@ class Capture:
     def _on_finish(self, session: StepSession) -> None:
         """End of a sampled backward: read gradients before the optimizer or zero_grad runs."""
         try:
+            index = self._index
+            assert index is not None  # built by _start
             if session.bwd_started:
                 names = {inv.name for inv in session.invocations}
-                gradients = gradient_state(self.index(), names, self.options.norms)
+                gradients = gradient_state(index, names, self.options.norms)
             else:
                 gradients = None
-            self.profile._add(session, gradients, self._static_memory)
+            # Optimizer state is read when the sample is resolved, after optimizer.step().
+            self.profile._add(
+                session,
+                gradients,
+                functools.partial(static_memory, index, optimizer=self.optimizer),
+            )
         except Exception as error:
             self._internal_error(ROOT_NAME, error)
         finally:
             if session in self._sessions:
                 self._sessions.remove(session)
             self._maybe_detach_children()
-
-    def _static_memory(self, names: set[str]) -> dict[str, StaticMemory]:
-        return static_memory(self.index(), names, self.optimizer)
 
     # ---- errors ------------------------------------------------------------------------
     def _name(self, module: nn.Module) -> str:

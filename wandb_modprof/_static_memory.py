@@ -66,10 +66,17 @@ def hookable_modules(model: nn.Module) -> dict[int, tuple[str, nn.Module]]:
 
 
 def _fingerprint(model: nn.Module) -> tuple[object, ...]:
-    modules = tuple(id(m) for m in model.modules())
-    params = tuple((id(p), p.data_ptr()) for p in model.parameters())
-    buffers = tuple((id(b), b.data_ptr()) for b in model.buffers())
-    return modules, params, buffers
+    """Identity of every module, parameter and buffer (and where its data lives), in one walk.
+
+    Checked once per sampled step, so it avoids `parameters()`/`buffers()`, which each walk
+    the module tree again."""
+    parts: list[object] = []
+    for module in model.modules():
+        parts.append(id(module))
+        for tensor in (*module._parameters.values(), *module._buffers.values()):
+            if tensor is not None:
+                parts.append((id(tensor), tensor.data_ptr()))
+    return tuple(parts)
 
 
 def _dedup_bytes(keyed: Iterable[tuple[StorageKey, int]]) -> int:
