@@ -138,3 +138,22 @@ def test_user_saved_tensor_hooks_are_not_shadowed():
         model(gpt_input()).float().pow(2).mean().backward()
     assert packed  # the user's hooks saw every saved tensor
     assert prof.invocations()[0].act_bytes is None  # so we did not measure activations
+
+
+def test_model_changes_between_samples_are_seen():
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    handle = wandb_modprof.watch(model, log_freq=1)
+    x = torch.randn(4, 8)
+    model(x).sum().backward()
+    assert handle.profile().invocations()[-1].param_bytes == (8 * 2 + 2) * 4
+    model[2] = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 2))  # new submodules
+    model[0].weight = nn.Parameter(torch.randn(8, 8))  # a replaced parameter
+    model(x).sum().backward()
+    keys = {r.key: r for r in handle.unwatch().invocations()}
+    assert keys["2#0"].param_bytes == ((8 * 16 + 16) + (16 * 2 + 2)) * 4
+    assert keys["2.1#0"].bwd_ms > 0  # the new submodules were hooked
+    assert keys["0#0"].param_norm == pytest.approx(
+        float(torch.cat([model[0].weight.flatten(), model[0].bias]).detach().norm()), rel=1e-5
+    )
