@@ -1,7 +1,10 @@
 """Bytes each module invocation keeps alive for backward, via saved-tensor hooks.
 
 `pack` runs whenever autograd saves a tensor during the sampled forward and charges its storage
-to the innermost running invocation (first saver wins, so a storage counts once).
+to the innermost running invocation (first saver wins, so a storage counts once). Counted at the
+end of the forward are the storages still saved then: a graph the forward itself discarded
+(truncated BPTT) frees its tensors, and a freed address reused by a later tensor is a new
+storage, not a duplicate. Liveness is tracked with weak references to the packed objects.
 
 Two deliberate choices keep training unchanged:
 * `pack` stores `tensor.detach()`, not the tensor: packing the tensor itself makes
@@ -13,7 +16,9 @@ Two deliberate choices keep training unchanged:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -21,7 +26,7 @@ from ._storage import StorageKey, storages
 
 
 class _Packed:
-    __slots__ = ("tensor", "version")
+    __slots__ = ("__weakref__", "tensor", "version")
 
     def __init__(self, tensor: torch.Tensor, version: int | None) -> None:
         self.tensor = tensor
@@ -57,24 +62,36 @@ class ActivationCounter:
         on_error: Callable[[Exception], None],
     ) -> None:
         self._excluded = excluded  # parameters and buffers: not activations
-        self._seen: set[StorageKey] = set()
         self._current = current
         self._on_error = on_error
+        # storage -> [owner, nbytes, weak refs to the packed objects holding it]
+        self._saved: dict[StorageKey, list[Any]] = {}
         self.bytes_by_invocation: dict[int, int] = {}
 
     def pack(self, tensor: torch.Tensor) -> _Packed:
+        packed = _Packed(tensor.detach(), _version(tensor))
         try:
             owner = self._current()
             if owner >= 0:
+                ref = weakref.ref(packed)
                 for key, nbytes in storages(tensor):
-                    if key in self._excluded or key in self._seen:
+                    if key in self._excluded:
                         continue
-                    self._seen.add(key)
-                    total = self.bytes_by_invocation.get(owner, 0) + nbytes
-                    self.bytes_by_invocation[owner] = total
+                    entry = self._saved.get(key)
+                    if entry is not None and any(r() is not None for r in entry[2]):
+                        entry[2].append(ref)  # saved again: counted once, by the first saver
+                    else:
+                        self._saved[key] = [owner, nbytes, [ref]]
         except Exception as error:  # measurement must never break the user's forward
             self._on_error(error)
-        return _Packed(tensor.detach(), _version(tensor))
+        return packed
+
+    def close(self) -> None:
+        """End of the forward: charge the storages that are still saved."""
+        for owner, nbytes, refs in self._saved.values():
+            if any(r() is not None for r in refs):
+                self.bytes_by_invocation[owner] = self.bytes_by_invocation.get(owner, 0) + nbytes
+        self._saved = {}
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         return torch.autograd.graph.saved_tensors_hooks(self.pack, unpack)

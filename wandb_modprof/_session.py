@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import fields, is_dataclass
 from typing import Any
 
@@ -135,8 +135,8 @@ class StepSession:
         self._stack: list[int] = []
         self._calls: dict[str, int] = {}
         self._by_module: dict[int, list[int]] = {}
-        self._roots: list[Any] = []
         self.ref_stamp: Any = None
+        self.exception_at_start = sys.exc_info()[1]
         self.forward_done = False
         self.superseded = False  # a newer root forward started before this one's backward
         self.closed = False
@@ -149,6 +149,9 @@ class StepSession:
             )
         self._act_ctx: Any = None
         # backward, indexed by node slot
+        self._hooked_seqs: set[int] = set()
+        self.node_seq: list[int] = []
+        self.node_via: list[int] = []  # AccumulateGrad: the slot of the node feeding it
         self.node_owner: list[int] = []
         self.node_t0: list[Any] = []
         self.node_t1: list[Any] = []
@@ -223,7 +226,9 @@ class StepSession:
                 p = self.invocations[parent]
                 p.mem_peak = inv.mem_peak if p.mem_peak is None else max(p.mem_peak, inv.mem_peak)
         if not self.failed:
-            self._roots.extend(grad_fns(result))
+            # Hook this call's nodes now rather than holding its outputs' graph until the root
+            # returns: a forward that discards graphs (truncated BPTT) must not keep them alive.
+            self._hook_nodes(grad_fns(result), self.invocations[0].seq0, ap.sequence_nr(), None)
         if not self._stack:
             self._end_forward()
 
@@ -235,7 +240,6 @@ class StepSession:
             self._act_ctx.__exit__(None, None, None)
             self._act_ctx = None
         self.forward_done = True
-        self._roots = []
         self.abandon()
 
     def _fold_forward_peak(self) -> None:
@@ -258,48 +262,55 @@ class StepSession:
             self._act_ctx.__exit__(None, None, None)
             self._act_ctx = None
         self.forward_done = True
-        roots, self._roots = self._roots, []
-        if sys.exc_info()[1] is not None:
+        if self.activations is not None:
+            self.activations.close()
+        raised = sys.exc_info()[1]
+        if raised is not None and raised is not self.exception_at_start:
             # The user's forward raised: drop the sample quietly, the exception is theirs.
+            # (An exception the caller was already handling, as in a retry, does not count.)
             self.failed = True
         if self.failed or not self.invocations:
-            self.closed = True
+            self.abandon()
             return
+        # Every range is final now: charge each hooked node to the innermost call containing it.
         root = self.invocations[0]
         owners = [-1] * (root.seq1 - root.seq0)
         for idx, inv in enumerate(self.invocations):  # preorder: children overwrite parents
             if inv.seq1 > inv.seq0:
                 owners[inv.seq0 - root.seq0 : inv.seq1 - root.seq0] = [idx] * (inv.seq1 - inv.seq0)
-        hooked = self._hook_nodes(roots, root.seq0, root.seq1, owners)
-        del roots
-        if hooked == 0:
+        for slot, via in enumerate(self.node_via):
+            if via >= 0:  # AccumulateGrad: charged to the call whose node feeds it
+                self.node_owner[slot] = self.node_owner[via]
+            else:
+                self.node_owner[slot] = owners[self.node_seq[slot] - root.seq0]
+        if not self.node_seq:
             # Nothing in the step can run a backward (all frozen, or no grad): done now.
             self.finish()
 
-    def _hook_nodes(self, roots: list[Any], lo: int, hi: int, owners: list[int]) -> int:
-        """Hook every node created in `[lo, hi)` and the AccumulateGrad nodes they feed.
+    def _hook_nodes(self, roots: Iterable[Any], lo: int, hi: int, owners: list[int] | None) -> int:
+        """Hook the not-yet-hooked nodes created in `[lo, hi)` reachable from `roots`, and the
+        AccumulateGrad nodes they feed.
+
+        Walks stop at hooked nodes (everything below one was hooked with it), so over a step
+        every node is visited once. With `owners=None` (forward) owners are filled in when
+        the root returns; recompute walks know them at once.
 
         Accumulating into `.grad` is real backward work of the module whose parameter it is,
         so an AccumulateGrad node is charged to the owner of the first node found using it
         (tied weights: one of the tying modules). Its hooks are removed at the end of the
         backward, since AccumulateGrad nodes can outlive the step's graph.
         """
-        seen: set[int] = set()
-        keep: list[Any] = []  # ids stay unique only while the nodes are alive
         todo: list[tuple[Any, int]] = [(node, -1) for node in roots]
         hooked = 0
         while todo:
             node, via = todo.pop()
-            if id(node) in seen:
-                continue
             seq = ap.node_sequence_nr(node)
             in_range = lo <= seq < hi
-            accumulate = not in_range and via >= 0 and ap.is_accumulate_grad(node)
-            if not in_range and not accumulate:
-                continue  # created before this forward (inputs); reached again later maybe
-            seen.add(id(node))
-            keep.append(node)
-            if accumulate:
+            if in_range:
+                if seq in self._hooked_seqs:
+                    continue
+                self._hooked_seqs.add(seq)
+            elif via >= 0 and ap.is_accumulate_grad(node):
                 # A parameter's AccumulateGrad node is shared by every graph built while it
                 # lives: a checkpoint recompute reaches the same node again. Hook it once
                 # (keyed by the parameter, which outlives the step; the node is not pinned).
@@ -307,24 +318,28 @@ class StepSession:
                 if param_id in self._accumulate_params:
                     continue
                 self._accumulate_params.add(param_id)
-            owner = owners[seq - lo] if in_range else via
-            if owner < 0:
-                continue
-            slot = len(self.node_owner)
-            self.node_owner.append(owner)
+            else:
+                continue  # created before this forward (its inputs)
+            slot = len(self.node_seq)
+            self.node_seq.append(seq)
+            self.node_via.append(-1 if in_range else via)
+            if owners is None:
+                self.node_owner.append(-1)
+            else:
+                self.node_owner.append(owners[seq - lo] if in_range else self.node_owner[via])
             self.node_t0.append(None)
             self.node_t1.append(None)
             self.node_enclosing.append(-1)
             self.node_alloc0.append(None)
             self.node_peak.append(None)
-            self.node_accumulate.append(accumulate)
+            self.node_accumulate.append(not in_range)
             pre = node.register_prehook(functools.partial(self._node_pre, slot))
             post = node.register_hook(functools.partial(self._node_post, slot))
-            if accumulate:
+            if not in_range:
                 self._persistent_handles += [pre, post]
             hooked += 1
             if in_range:
-                todo.extend((nxt, owner) for nxt, _ in node.next_functions if nxt is not None)
+                todo.extend((nxt, slot) for nxt, _ in node.next_functions if nxt is not None)
         return hooked
 
     # ---- backward ----------------------------------------------------------------------
@@ -332,8 +347,8 @@ class StepSession:
         return self._exec.setdefault(threading.get_ident(), [])
 
     def _node_pre(self, slot: int, grad_outputs: Any) -> None:
-        if self.closed:
-            return
+        if self.closed or not self.forward_done:
+            return  # a backward run inside the forward (autograd.grad in forward) is not ours
         try:
             if not self.bwd_started:
                 if self.node_accumulate[slot]:
