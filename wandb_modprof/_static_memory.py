@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._storage import StorageKey, storages
+from ._storage import StorageKey, extents, storages
 
 ROOT_NAME = "<root>"
 
@@ -112,15 +112,16 @@ def build_index(model: nn.Module) -> ModelIndex:
             if id(p) not in index:
                 index[id(p)] = len(params)
                 params.append(p)
-                param_storages.append(list(storages(p)))
+                param_storages.append(list(extents(p)))
             own.append(index[id(p)])
         members[name] = own
         static[name] = (
             _dedup_bytes(kv for i in own for kv in param_storages[i]),
             sum(params[i].numel() for i in own),
-            _dedup_bytes(kv for b in module.buffers() for kv in storages(b)),
+            _dedup_bytes(kv for b in module.buffers() for kv in extents(b)),
         )
-    excluded = {key for kv in param_storages for key, _ in kv}
+    # Saved tensors are matched by whole storage: a parameter's storage is never an activation.
+    excluded = {key for p in params for key, _ in storages(p)}
     excluded |= {key for b in model.buffers() for key, _ in storages(b)}
     return ModelIndex(_fingerprint(model), modules, params, members, static, excluded)
 
@@ -138,7 +139,7 @@ def static_memory(
                 for value in state.values():
                     # 0-d tensors (Adam's `step`) are bookkeeping, not state memory.
                     if isinstance(value, torch.Tensor) and value.dim() > 0:
-                        total += _dedup_bytes(storages(value))
+                        total += _dedup_bytes(extents(value))
             optim_param.append(total)
     out: dict[str, StaticMemory] = {}
     for name in names:
@@ -187,9 +188,12 @@ def _to_floats(tensors: list[torch.Tensor]) -> list[float]:
 def gradient_state(index: ModelIndex, names: set[str], norms: bool) -> PendingGradientState:
     """Gradient bytes now; parameter and gradient L2 norms as pending device tensors."""
     grads = [p.grad for p in index.params]
-    grad_param = [0 if g is None else _dedup_bytes(storages(g)) for g in grads]
+    grad_extents = [[] if g is None else list(extents(g)) for g in grads]
     members = {name: index.members[name] for name in names if name in index.members}
-    grad_bytes = {name: sum(grad_param[i] for i in idx) for name, idx in members.items()}
+    grad_bytes = {
+        name: _dedup_bytes(kv for i in idx for kv in grad_extents[i])
+        for name, idx in members.items()
+    }
     param_norms: list[torch.Tensor] = []
     grad_norms: list[torch.Tensor | None] = []
     if norms and index.params:
@@ -204,9 +208,19 @@ def _normable(tensor: torch.Tensor) -> bool:
     return tensor.is_floating_point() and tensor.layout == torch.strided
 
 
+def _dense_values(tensor: torch.Tensor) -> torch.Tensor:
+    """The values whose L2 norm is the tensor's: sparse COO is coalesced (duplicates add up)."""
+    if tensor.layout == torch.sparse_coo:
+        return tensor.coalesce()._values()
+    if tensor.layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
+        return tensor.values()
+    return tensor
+
+
 def _l2_norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """fp32-accumulated L2 norms, one fused call; non-float or sparse tensors count as 0."""
+    """fp32-accumulated L2 norms, one fused call; non-float tensors count as 0."""
     with torch.no_grad():
+        tensors = [_dense_values(t) for t in tensors]
         dense = [t for t in tensors if _normable(t)]
         # fp32 accumulation: a bf16 norm of a large tensor loses most of its digits.
         computed = iter(torch._foreach_norm(dense, 2, dtype=torch.float32) if dense else [])

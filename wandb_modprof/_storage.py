@@ -1,4 +1,12 @@
-"""Storage identity and size of tensors, so views and tied weights are counted once."""
+"""Storage identity and size of tensors, so views, tied weights and shared buffers count once.
+
+Two questions, two answers:
+* `storages`: which allocations does this tensor keep alive? Whole storages: a saved view keeps
+  its entire base alive, so activation memory is counted by storage.
+* `extents`: how many bytes does this tensor itself occupy? Parameters and gradients that are
+  slices of one flat buffer (DDP `gradient_as_bucket_view`, Megatron, FSDP1 flat params) are
+  each charged their own slice, keyed by address so that tied weights still count once.
+"""
 
 from __future__ import annotations
 
@@ -7,27 +15,50 @@ from collections.abc import Iterator
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-StorageKey = tuple[str, int]
+StorageKey = tuple[str, int, int]
 
 
-def storages(tensor: torch.Tensor) -> Iterator[tuple[StorageKey, int]]:
-    """Yield `(key, nbytes)` of the storages backing `tensor`.
-
-    Wrapper subclasses (DTensor, quantised wrappers) are unwrapped into their inner tensors;
-    tensors without storage (sparse, meta, fake) fall back to their logical size, keyed by id.
-    """
+def _components(tensor: torch.Tensor) -> Iterator[torch.Tensor]:
+    """The dense tensors holding a tensor's data: unwrap subclasses and sparse layouts."""
     if is_traceable_wrapper_subclass(tensor):
         attrs, _ = tensor.__tensor_flatten__()
         for attr in attrs:
-            yield from storages(getattr(tensor, attr))
+            yield from _components(getattr(tensor, attr))
         return
-    if tensor.device.type == "meta":
-        return
-    try:
-        storage = tensor.untyped_storage()
-        yield (str(tensor.device), storage.data_ptr()), storage.nbytes()
-    except (RuntimeError, NotImplementedError):
-        yield ("id", id(tensor)), tensor.numel() * tensor.element_size()
+    layout = tensor.layout
+    if layout == torch.sparse_coo:
+        yield tensor._indices()
+        yield tensor._values()
+    elif layout in (torch.sparse_csr, torch.sparse_bsr):
+        yield tensor.crow_indices()
+        yield tensor.col_indices()
+        yield tensor.values()
+    elif layout in (torch.sparse_csc, torch.sparse_bsc):
+        yield tensor.ccol_indices()
+        yield tensor.row_indices()
+        yield tensor.values()
+    elif tensor.device.type != "meta":
+        yield tensor
+
+
+def storages(tensor: torch.Tensor) -> Iterator[tuple[StorageKey, int]]:
+    """Yield `(key, nbytes)` of the whole storages backing `tensor`."""
+    for part in _components(tensor):
+        try:
+            storage = part.untyped_storage()
+            yield (str(part.device), storage.data_ptr(), 0), storage.nbytes()
+        except (RuntimeError, NotImplementedError):  # no storage (e.g. functional tensors)
+            yield ("id", id(part), 0), part.numel() * part.element_size()
+
+
+def extents(tensor: torch.Tensor) -> Iterator[tuple[StorageKey, int]]:
+    """Yield `(key, nbytes)` of the memory `tensor` itself spans (its slice of a storage)."""
+    for part in _components(tensor):
+        nbytes = part.numel() * part.element_size()
+        try:
+            yield (str(part.device), part.data_ptr(), nbytes), nbytes
+        except (RuntimeError, NotImplementedError):
+            yield ("id", id(part), nbytes), nbytes
 
 
 def storage_keys(tensors: Iterator[torch.Tensor]) -> set[StorageKey]:
