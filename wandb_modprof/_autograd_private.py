@@ -68,6 +68,12 @@ def in_backward() -> bool:
     return task_id != -1
 
 
+def top_saved_tensors_pack_hook() -> Any:
+    """The pack hook of the innermost default saved-tensor hooks, or None."""
+    top = _TOP_SAVED_TENSORS_HOOKS(False)
+    return None if top is None else top[0]
+
+
 def saved_tensors_hooks_active() -> bool:
     """True if someone (the user, `save_on_cpu`, a checkpoint) already installed default
     saved-tensor hooks: ours would shadow theirs and change what their code does."""

@@ -9,6 +9,7 @@ captured (`watch`), or for the whole `with profile(...)` block; modules without 
 from __future__ import annotations
 
 import functools
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,52 @@ from ._static_memory import (
 )
 
 _MAX_PENDING = 4
+
+
+class _Hook:
+    """A module hook that copies as an inert no-op.
+
+    `copy.deepcopy(model)` (EMA, SWA's AveragedModel) and `torch.save(model)` copy a module's
+    hook dicts. Bound methods would drag the whole capture (and its lock) along and fail; a
+    copy of a watched model is simply not watched.
+    """
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., None] | None) -> None:
+        self.fn = fn
+
+    def __call__(self, *args: Any) -> None:
+        if self.fn is not None:
+            self.fn(*args)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Hook:
+        return _INERT_HOOK
+
+    def __reduce__(self) -> tuple[Callable[[], _Hook], tuple[()]]:
+        return _inert_hook, ()
+
+
+_INERT_HOOK = _Hook(None)
+
+
+def _inert_hook() -> _Hook:
+    return _INERT_HOOK
+
+
+_CALL_IMPL_CODE = nn.Module._call_impl.__code__
+
+
+def _call_depth(module: nn.Module) -> int:
+    """How many calls of `module` are on the Python stack (walked only when the root is entered
+    while a call of it seems open: a recursive root, or one interrupted by KeyboardInterrupt)."""
+    depth = 0
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is _CALL_IMPL_CODE and frame.f_locals.get("self") is module:
+            depth += 1
+        frame = frame.f_back  # type: ignore[assignment]
+    return depth
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -75,17 +122,22 @@ class Capture:
         self._child_handles: list[RemovableHandle] = []
         self._names: dict[int, tuple[str, str]] = {}
         self._index: ModelIndex | None = None
+        self._hooked_index: ModelIndex | None = None
         self.owner: object = None  # the WatchHandle / ProfileBlock: alive as long as the hooks
         self._forward: StepSession | None = None
         self._sessions: list[StepSession] = []
+        self._stale_sessions: list[StepSession] = []  # their saved-tensor hooks await popping
+        self._root_depth = 0  # nesting of root calls (a root may call itself)
         self._warned = False
         self.attached = False
 
     # ---- attach / detach ---------------------------------------------------------------
     def attach(self) -> None:
         self._root_handles = [
-            self.model.register_forward_pre_hook(self._root_pre, with_kwargs=True),
-            self.model.register_forward_hook(self._root_post, with_kwargs=True, always_call=True),
+            self.model.register_forward_pre_hook(_Hook(self._root_pre), with_kwargs=True),
+            self.model.register_forward_hook(
+                _Hook(self._root_post), with_kwargs=True, always_call=True
+            ),
         ]
         self.attached = True
         if not self._lazy_children:
@@ -97,7 +149,9 @@ class Capture:
             handle.remove()
         self._root_handles = []
         self._detach_children()
-        self._forward = None
+        if self._forward is not None:  # interrupted mid-forward (KeyboardInterrupt)
+            self._end_failed_forward(self._forward)
+            self._forward = None
         for session in self._sessions:
             session.abandon()
         self._sessions = []
@@ -117,14 +171,15 @@ class Capture:
         if self._child_handles:
             return
         index = self._index if self._index is not None else self.index()
+        self._hooked_index = index
         for _, module in index.modules.values():
             if module is self.model:
                 continue
             self._child_handles.append(
-                module.register_forward_pre_hook(self._pre, with_kwargs=True)
+                module.register_forward_pre_hook(_Hook(self._pre), with_kwargs=True)
             )
             self._child_handles.append(
-                module.register_forward_hook(self._post, with_kwargs=True, always_call=True)
+                module.register_forward_hook(_Hook(self._post), with_kwargs=True, always_call=True)
             )
 
     def _detach_children(self) -> None:
@@ -144,10 +199,22 @@ class Capture:
     # ---- hooks -------------------------------------------------------------------------
     def _root_pre(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         try:
-            # The unsampled path: a counter, two attribute reads and one C call.
-            if self._forward is not None or ap.in_backward():
-                self._pre(module, args, kwargs)  # recompute, or the root re-entered
+            # The unsampled path: a counter, a few attribute reads and one C call.
+            if ap.in_backward():
+                self._pre(module, args, kwargs)  # a checkpoint recompute of the root
                 return
+            if self._root_depth:
+                if _call_depth(module) > 1:  # the root calls itself: one step, not several
+                    self._root_depth += 1
+                    if self._forward is not None:
+                        self._pre(module, args, kwargs)
+                    return
+                self._recover_interrupted()
+            self._root_depth = 1
+            if self._stale_sessions:
+                self._stale_sessions = [
+                    s for s in self._stale_sessions if not s.pop_saved_tensors_hooks()
+                ]
             if self._sessions:
                 self._drop_stale_sessions()
                 for pending in self._sessions:
@@ -164,9 +231,11 @@ class Capture:
     def _root_post(self, module: nn.Module, args: Any, kwargs: Any, result: Any) -> None:
         session = self._forward
         try:
-            if session is None or ap.in_backward():
-                if session is not None or ap.in_backward():
-                    self._post(module, args, kwargs, result)  # recompute of the root
+            if ap.in_backward():
+                self._post(module, args, kwargs, result)  # a checkpoint recompute of the root
+                return
+            self._root_depth = max(0, self._root_depth - 1)
+            if session is None:
                 return
             session.exit(id(module), result)
             if not session.forward_done:
@@ -178,9 +247,23 @@ class Capture:
         except Exception as error:
             self._forward = None
             if session is not None:
-                session.end_forward_after_error()
+                self._end_failed_forward(session)
             self._internal_error(ROOT_NAME, error)
             self._maybe_detach_children()
+
+    def _end_failed_forward(self, session: StepSession) -> None:
+        session.end_forward_after_error()
+        if session._act_ctx is not None:  # someone else's hooks were on top: pop ours later
+            self._stale_sessions.append(session)
+
+    def _recover_interrupted(self) -> None:
+        """A forward ended without our root exit hook: `Module._call_impl` runs always-call
+        hooks on `Exception` only, so a KeyboardInterrupt or SystemExit skips them."""
+        self._root_depth = 0
+        session, self._forward = self._forward, None
+        if session is not None:
+            self._end_failed_forward(session)
+        self._maybe_detach_children()
 
     def _pre(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         try:
@@ -213,6 +296,8 @@ class Capture:
     # ---- sessions ----------------------------------------------------------------------
     def _start(self, step: int) -> None:
         index = self.index()  # the one model walk per sample: later stages reuse it
+        if self._child_handles and self._hooked_index is not index:
+            self._detach_children()  # modules were added or replaced since they were hooked
         self._attach_children()
         excluded = None
         if self.options.activations and not ap.saved_tensors_hooks_active():
@@ -237,7 +322,10 @@ class Capture:
 
     def _drop_stale_sessions(self) -> None:
         # A backward that started but never finished (it raised) will not finish now.
-        self._sessions = [s for s in self._sessions if not s.closed and not s.bwd_started]
+        for session in self._sessions:
+            if session.bwd_started and not session.closed:
+                session.abandon()  # its backward raised: it will never finish
+        self._sessions = [s for s in self._sessions if not s.closed]
         # Forwards whose backward never came (or not yet) are kept a little while: with
         # `loss = f(a) + f(b)` the backward of a sampled `f(a)` runs after `f(b)`.
         while len(self._sessions) > _MAX_PENDING:

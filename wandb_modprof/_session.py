@@ -233,14 +233,27 @@ class StepSession:
             self._end_forward()
 
     def end_forward_after_error(self) -> None:
-        """Our own error while closing the root: still pop the saved-tensor hooks."""
+        """The forward ended without our root exit (our own error, or a KeyboardInterrupt that
+        `Module._call_impl` does not catch): drop the sample, pop our saved-tensor hooks."""
         self._stack.clear()
         self.failed = True
-        if self._act_ctx is not None:
-            self._act_ctx.__exit__(None, None, None)
-            self._act_ctx = None
         self.forward_done = True
+        self.pop_saved_tensors_hooks()
         self.abandon()
+
+    def pop_saved_tensors_hooks(self) -> bool:
+        """Pop our saved-tensor hooks if they are the innermost ones; True once they are gone.
+
+        The hook stack is global to the thread: popping when someone else's hooks are on top
+        would remove theirs, so then we wait until they have left."""
+        if self._act_ctx is None:
+            return True
+        assert self.activations is not None
+        if ap.top_saved_tensors_pack_hook() != self.activations.pack:
+            return False
+        self._act_ctx.__exit__(None, None, None)
+        self._act_ctx = None
+        return True
 
     def _fold_forward_peak(self) -> None:
         """Charge the allocator peak since the last boundary to the running invocation."""
