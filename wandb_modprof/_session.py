@@ -5,19 +5,21 @@ How backward time is attributed to a module invocation (see MEASUREMENT.md):
 1. The forward pre/post hooks read the autograd sequence counter. The autograd nodes this
    invocation created have sequence numbers in `[seq0, seq1)`; nesting of module calls makes
    these ranges nest, so every node belongs to exactly one innermost invocation.
-2. When the root forward ends, the graph is walked from the outputs of every invocation
-   (modules' outputs, not only the root's: aux losses stay reachable) and a pre-hook and a hook
-   are registered on each node in range. Node hooks, unlike `register_full_backward_hook`,
-   leave tensors untouched, so in-place ops after a module, dict/ModelOutput outputs and
-   inputs that need no grad all work.
+2. As each call returns, the graph is walked from its outputs (every call's, not only the
+   root's: aux losses stay reachable) and a pre-hook and a hook are registered on each node not
+   hooked yet; when the root returns, each node is charged to the innermost call whose range
+   holds it. Walking as calls return means no graph is held: a forward that discards graphs
+   (truncated BPTT) frees them as it would unprofiled. Node hooks, unlike
+   `register_full_backward_hook`, leave tensors untouched, so in-place ops after a module,
+   dict/ModelOutput outputs and inputs that need no grad all work.
 3. Each node's execution is stamped; a node's *exclusive* time excludes nodes that ran nested
    inside it (reentrant checkpointing runs a whole backward inside one node). An invocation's
    backward time is the sum of the exclusive times of the nodes in its range and its children's.
 4. The end of the backward is the engine's end-of-graph-task callback (what DDP uses), queued
    by the first node that runs: no need to know in advance which nodes will execute.
 
-Nothing here holds a tensor after the root forward returns: graph nodes are held only during
-the walk, node hooks capture the session (ints and stamps), never a tensor.
+Nothing here holds a tensor: graph nodes are held only during a walk, node hooks capture the
+session (ints and stamps), never a tensor.
 """
 
 from __future__ import annotations
