@@ -1,0 +1,88 @@
+"""Mutable builders the step session fills while the step runs, and output flattening.
+
+`Invocation` is one module call in the forward; `Recompute` a module forward run again during
+backward by activation checkpointing; `grad_fns` finds the autograd nodes of a module output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+import torch
+
+
+class Invocation:
+    """Mutable builder for one module call while the step is being captured."""
+
+    __slots__ = (
+        "call_index",
+        "depth",
+        "mem_alloc0",
+        "mem_alloc1",
+        "mem_peak",
+        "module_id",
+        "module_type",
+        "name",
+        "parent",
+        "seq0",
+        "seq1",
+        "t0",
+        "t1",
+    )
+
+    def __init__(
+        self, module_id: int, name: str, module_type: str, call_index: int, parent: int, depth: int
+    ) -> None:
+        self.module_id = module_id
+        self.name = name
+        self.module_type = module_type
+        self.call_index = call_index
+        self.parent = parent
+        self.depth = depth
+        self.seq0 = -1
+        self.seq1 = -1
+        self.t0: Any = None
+        self.t1: Any = None
+        self.mem_alloc0: int | None = None
+        self.mem_alloc1: int | None = None
+        self.mem_peak: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}#{self.call_index}"
+
+
+class Recompute:
+    """A module forward that ran during backward (activation checkpointing)."""
+
+    __slots__ = ("enclosing_node", "orig", "parent", "seq0", "seq1", "t0", "t1")
+
+    def __init__(self, orig: int, parent: int, enclosing_node: int, seq0: int, t0: Any) -> None:
+        self.orig = orig  # index of the forward invocation it repeats, -1 if unmatched
+        self.parent = parent  # index into the session's recomputes, -1 for a top-level one
+        self.enclosing_node = enclosing_node
+        self.seq0 = seq0
+        self.seq1 = -1
+        self.t0 = t0
+        self.t1: Any = None
+
+
+def grad_fns(value: Any, depth: int = 0) -> Iterator[Any]:
+    """Autograd nodes of the tensors in a module output (tensor, tuple/list, dict and
+    ModelOutput, dataclass)."""
+    if isinstance(value, torch.Tensor):
+        if value.grad_fn is not None:
+            yield value.grad_fn
+    elif depth > 8:  # deeply nested outputs: the root's outputs still reach the graph
+        return
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from grad_fns(item, depth + 1)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from grad_fns(item, depth + 1)
+    elif is_dataclass(value) and not isinstance(value, type):
+        for f in fields(value):
+            yield from grad_fns(getattr(value, f.name, None), depth + 1)
