@@ -157,3 +157,12 @@ def test_model_changes_between_samples_are_seen():
     assert keys["0#0"].param_norm == pytest.approx(
         float(torch.cat([model[0].weight.flatten(), model[0].bias]).detach().norm()), rel=1e-5
     )
+
+
+def test_device_timing_on_a_cpu_model_is_a_clear_error():
+    model = TinyGPT()
+    with pytest.raises(ModProfError, match=r"timing='device' needs a model on an accelerator"):
+        wandb_modprof.watch(model, timing="device")
+    with wandb_modprof.profile(model, timing="cpu") as prof:  # explicit host clock works
+        model(gpt_input()).float().mean().backward()
+    assert prof.invocations()[0].bwd_ms > 0

@@ -21,6 +21,7 @@ from torch.utils.hooks import RemovableHandle
 from . import _autograd_private as ap
 from ._clock import Clock, CpuClock, EventClock
 from ._device_memory import AcceleratorMemory, DeviceMemory
+from ._errors import ModProfError
 from ._options import Options, Timing
 from ._profile import Profile
 from ._session import StepSession
@@ -90,9 +91,17 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 def make_clock(options: Options, device: torch.device) -> Clock:
+    """Host clock on CPU; device events on accelerators (events of the device that holds the
+    model's first parameter: a model spread over several devices is timed on that one)."""
     if options.timing is Timing.CPU or (options.timing is Timing.AUTO and device.type == "cpu"):
         return CpuClock()
-    return EventClock(device)
+    try:
+        return EventClock(device)
+    except RuntimeError as error:
+        raise ModProfError(
+            f"timing='device' needs a model on an accelerator with timing events; the model's "
+            f"parameters are on {device} ({error}). Use timing='auto' or 'cpu'."
+        ) from None
 
 
 class Capture:
