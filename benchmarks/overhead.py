@@ -6,9 +6,9 @@ Run (full run about 2-3 minutes; ``--quick`` is the CI smoke run, a few seconds)
 
 Method
 ------
-For each model (a small GPT-style transformer and a small ResNet with BasicBlocks, both defined
-in this file) one model is built and deep-copied, so every configuration has identical weights,
-its own SGD optimizer and the same fixed batch:
+For each model (a small GPT-style transformer and a small ResNet with BasicBlocks, both from
+the test model zoo, tests/models.py) one model is built and deep-copied, so every configuration
+has identical weights, its own SGD optimizer and the same fixed batch:
 
 * ``plain``     -- no hooks at all: the baseline;
 * ``control``   -- a second plain copy (A/A control, its ratio to ``plain`` shows the noise
@@ -77,118 +77,10 @@ UNSAMPLED_TARGET = 1.01
 SAMPLED_TARGET = 1.15
 
 
-# ---- models --------------------------------------------------------------------------------
-class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        out: torch.Tensor = self.proj(y.transpose(1, 2).reshape(b, t, d))
-        return out
-
-
-class MLP(nn.Module):
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.fc = nn.Linear(dim, 4 * dim)
-        self.act = nn.GELU()
-        self.proj = nn.Linear(4 * dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.proj(self.act(self.fc(x)))
-        return out
-
-
-class Block(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(dim)
-        self.attn = Attention(dim, heads)
-        self.ln_2 = nn.LayerNorm(dim)
-        self.mlp = MLP(dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        out: torch.Tensor = x + self.mlp(self.ln_2(x))
-        return out
-
-
-class GPT(nn.Module):
-    """GPT-2 style decoder: pre-norm blocks, causal SDPA, head tied to the token embedding."""
-
-    def __init__(self, vocab: int, ctx: int, dim: int, heads: int, layers: int) -> None:
-        super().__init__()
-        self.wte = nn.Embedding(vocab, dim)
-        self.wpe = nn.Embedding(ctx, dim)
-        self.h = nn.ModuleList(Block(dim, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(dim)
-        self.lm_head = nn.Linear(dim, vocab, bias=False)
-        self.lm_head.weight = self.wte.weight
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(idx.shape[1], device=idx.device)
-        x = self.wte(idx) + self.wpe(pos)
-        for block in self.h:
-            x = block(x)
-        logits: torch.Tensor = self.lm_head(self.ln_f(x))
-        return logits
-
-
-class BasicBlock(nn.Module):
-    """torchvision's BasicBlock: two 3x3 convs, in-place ReLU called twice, optional downsample."""
-
-    def __init__(self, inplanes: int, planes: int, stride: int = 1) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.relu = nn.ReLU(inplace=True)
-        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.downsample: nn.Module | None = None
-        if stride != 1 or inplanes != planes:
-            self.downsample = nn.Sequential(
-                nn.Conv2d(inplanes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes)
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        out += identity
-        result: torch.Tensor = self.relu(out)
-        return result
-
-
-class ResNet(nn.Module):
-    """CIFAR-style ResNet: a 3x3 stem and one stage of `blocks` BasicBlocks per width."""
-
-    def __init__(self, widths: tuple[int, ...], blocks: int, num_classes: int = 10) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, widths[0], 3, 1, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(widths[0])
-        self.relu = nn.ReLU(inplace=True)
-        stages: list[nn.Module] = []
-        inplanes = widths[0]
-        for i, width in enumerate(widths):
-            stride = 1 if i == 0 else 2
-            layer = [BasicBlock(inplanes, width, stride)]
-            layer += [BasicBlock(width, width) for _ in range(blocks - 1)]
-            stages.append(nn.Sequential(*layer))
-            inplanes = width
-        self.layers = nn.Sequential(*stages)
-        self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(inplanes, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.layers(self.relu(self.bn1(self.conv1(x))))
-        logits: torch.Tensor = self.fc(torch.flatten(self.avgpool(x), 1))
-        return logits
+# The models are the test suite's zoo (tests/models.py): one definition of the GPT-style
+# transformer (tied head, causal SDPA) and of the torchvision-style ResNet.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from models import ResNet, TinyGPT  # noqa: E402  (needs the path above)
 
 
 @dataclass(frozen=True)
@@ -223,7 +115,7 @@ def make_workloads(quick: bool) -> list[Workload]:
             f"GPT: {layers} layers, dim {dim}, {heads} heads, seq {ctx}, batch {batch}, "
             f"vocab {vocab}, tied head"
         ),
-        build=lambda: GPT(vocab, ctx, dim, heads, layers),
+        build=lambda: TinyGPT(vocab=vocab, dim=dim, heads=heads, layers=layers, ctx=ctx),
         inputs=torch.randint(0, vocab, (batch, ctx), generator=gen),
         targets=torch.randint(0, vocab, (batch, ctx), generator=gen),
         loss=_lm_loss,
@@ -235,7 +127,7 @@ def make_workloads(quick: bool) -> list[Workload]:
             f"ResNet: widths {widths}, {blocks} BasicBlocks per stage, "
             f"{img_batch}x3x{img}x{img} input, 10 classes"
         ),
-        build=lambda: ResNet(widths, blocks),
+        build=lambda: ResNet(widths, blocks=blocks),
         inputs=torch.randn(img_batch, 3, img, img, generator=gen),
         targets=torch.randint(0, 10, (img_batch,), generator=gen),
         loss=F.cross_entropy,

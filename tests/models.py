@@ -43,24 +43,27 @@ class BasicBlock(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, widths: tuple[int, ...] = (16, 32, 64), num_classes: int = 10) -> None:
+    def __init__(
+        self, widths: tuple[int, ...] = (16, 32, 64), num_classes: int = 10, blocks: int = 2
+    ) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(3, widths[0], 3, 1, 1, bias=False)  # input needs no grad
         self.bn1 = nn.BatchNorm2d(widths[0])
         self.relu = nn.ReLU(inplace=True)
-        layers = []
         inplanes = widths[0]
-        for i, w in enumerate(widths):
+        self.num_stages = len(widths)
+        for i, w in enumerate(widths):  # torchvision's names: layer1, layer2, ...
             stride = 1 if i == 0 else 2
-            layers.append(nn.Sequential(BasicBlock(inplanes, w, stride), BasicBlock(w, w)))
+            rest = [BasicBlock(w, w) for _ in range(blocks - 1)]
+            setattr(self, f"layer{i + 1}", nn.Sequential(BasicBlock(inplanes, w, stride), *rest))
             inplanes = w
-        self.layer1, self.layer2, self.layer3 = layers
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(inplanes, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.relu(self.bn1(self.conv1(x)))
-        x = self.layer3(self.layer2(self.layer1(x)))
+        for i in range(self.num_stages):
+            x = getattr(self, f"layer{i + 1}")(x)
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 

@@ -59,7 +59,3 @@ def extents(tensor: torch.Tensor) -> Iterator[tuple[StorageKey, int]]:
             yield (str(part.device), part.data_ptr(), nbytes), nbytes
         except (RuntimeError, NotImplementedError):
             yield ("id", id(part), nbytes), nbytes
-
-
-def storage_keys(tensors: Iterator[torch.Tensor]) -> set[StorageKey]:
-    return {key for t in tensors for key, _ in storages(t)}
