@@ -5,11 +5,13 @@
 >>> with wandb_modprof.profile(model) as prof:                   # one-shot
 ...     model(x).sum().backward()
 >>> print(prof.summary())
+>>> prof.save("run.modprof.json"); wandb_modprof.load("run.modprof.json")
 """
 
 from ._errors import ModProfError
 from ._profile import Profile
 from ._profile_block import ProfileBlock, profile
+from ._profile_file import load
 from ._records import (
     METRICS,
     InvocationRecord,
@@ -18,12 +20,15 @@ from ._records import (
     Sample,
     StepTotals,
 )
+from ._structure import CallInfo, DataEdge, Structure
 from ._watch import WatchHandle, unwatch, watch
 
 __version__ = "0.1.0"
 
 __all__ = [
     "METRICS",
+    "CallInfo",
+    "DataEdge",
     "InvocationRecord",
     "ModProfError",
     "ModuleStats",
@@ -32,8 +37,10 @@ __all__ = [
     "RunningStat",
     "Sample",
     "StepTotals",
+    "Structure",
     "WatchHandle",
     "__version__",
+    "load",
     "profile",
     "unwatch",
     "watch",

@@ -25,6 +25,7 @@ from ._errors import ModProfError
 from ._options import Options, Timing
 from ._profile import Profile
 from ._session import StepSession
+from ._structure import StructurePass, call_signature
 from ._static_memory import (
     ROOT_NAME,
     ModelIndex,
@@ -34,6 +35,7 @@ from ._static_memory import (
 )
 
 _MAX_PENDING = 4
+MAX_STRUCTURES = 8  # distinct call sequences captured; beyond that the graph stops growing
 
 
 class _Hook:
@@ -114,12 +116,19 @@ class Capture:
         optimizer: torch.optim.Optimizer | None,
         should_sample: Callable[[nn.Module], int | None],
         hooks_only_when_sampling: bool,
+        structure_eligible: Callable[[nn.Module], bool] = lambda module: True,
     ) -> None:
         ap.check()
         self.model = model
         self.options = options
         self.optimizer = optimizer
         self._should_sample = should_sample
+        self._structure_eligible = structure_eligible
+        self._structure_due = options.structure
+        self._structure: StructurePass | None = None
+        self._stale_structures: list[StructurePass] = []  # their modes await popping
+        self._warned_structures = False
+        self._structure_attempts = 1 if options.structure else 0
         self._lazy_children = hooks_only_when_sampling
         device = model_device(model)
         self.clock = make_clock(options, device)
@@ -161,6 +170,9 @@ class Capture:
         if self._forward is not None:  # interrupted mid-forward (KeyboardInterrupt)
             self._end_failed_forward(self._forward)
             self._forward = None
+        if self._structure is not None:
+            self._end_structure()
+        self._stale_structures = [s for s in self._stale_structures if not s.pop_modes()]
         for session in self._sessions:
             session.abandon()
         self._sessions = []
@@ -197,7 +209,7 @@ class Capture:
         self._child_handles = []
 
     def _maybe_detach_children(self) -> None:
-        if not self._lazy_children or self._forward is not None:
+        if not self._lazy_children or self._forward is not None or self._structure is not None:
             return
         # Keep hooks while a sampled backward may still run (a checkpoint recompute needs
         # them), unless a newer forward began first: then the step is not hook-free otherwise.
@@ -215,7 +227,7 @@ class Capture:
             if self._root_depth:
                 if _call_depth(module) > 1:  # the root calls itself: one step, not several
                     self._root_depth += 1
-                    if self._forward is not None:
+                    if self._forward is not None or self._structure is not None:
                         self._pre(module, args, kwargs)
                     return
                 self._recover_interrupted()
@@ -228,7 +240,13 @@ class Capture:
                 self._drop_stale_sessions()
                 for pending in self._sessions:
                     pending.superseded = True
+            if self._stale_structures:
+                self._stale_structures = [s for s in self._stale_structures if not s.pop_modes()]
             step = self._should_sample(module)
+            if self._structure_due and self._structure_eligible(module):
+                # A structure pass is never timed: this step's sample (if it was one) is skipped.
+                self._start_structure(module, args, kwargs)
+                return
             if step is None:
                 if self._child_handles:
                     self._maybe_detach_children()
@@ -244,6 +262,9 @@ class Capture:
                 self._post(module, args, kwargs, result)  # a checkpoint recompute of the root
                 return
             self._root_depth = max(0, self._root_depth - 1)
+            if self._structure is not None:
+                self._structure_exit(module, result)
+                return
             if session is None:
                 return
             session.exit(id(module), result)
@@ -252,6 +273,7 @@ class Capture:
             self._forward = None
             if not session.closed:
                 self._sessions.append(session)
+                self._check_structure(session)
             self._maybe_detach_children()
         except Exception as error:
             self._forward = None
@@ -259,6 +281,57 @@ class Capture:
                 self._end_failed_forward(session)
             self._internal_error(ROOT_NAME, error)
             self._maybe_detach_children()
+
+    # ---- structure pass ----------------------------------------------------------------
+    def _start_structure(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+        index = self.index()
+        if self._child_handles and self._hooked_index is not index:
+            self._detach_children()
+        self._attach_children()
+        structure = StructurePass(training=module.training)
+        structure.push_modes()
+        self._structure = structure
+        name, module_type = self._names.get(id(module), (ROOT_NAME, type(module).__name__))
+        structure.enter(module, name, module_type, args, kwargs)
+
+    def _structure_exit(self, module: nn.Module, result: Any) -> None:
+        structure = self._structure
+        assert structure is not None
+        structure.exit(module, result)
+        if not structure.forward_done and not structure.failed:
+            return  # the root was re-entered; its outer call is still open
+        self._end_structure()
+        self._structure_due = False
+        if structure.failed:
+            raise RuntimeError("forward hooks fired out of order during the structure pass")
+        self.profile._add_structure(structure.finish())
+
+    def _end_structure(self) -> None:
+        structure, self._structure = self._structure, None
+        if structure is not None and not structure.pop_modes():
+            self._stale_structures.append(structure)  # someone's mode is on top of ours
+        self._maybe_detach_children()
+
+    def _check_structure(self, session: StepSession) -> None:
+        """A timed step whose call sequence was never captured asks for a structure pass."""
+        if not self.options.structure or self._structure_due:
+            return
+        signature = call_signature((inv.name, inv.call_index) for inv in session.invocations)
+        if self.profile._has_structure(signature):
+            return
+        # Failed passes count too, so a model the pass cannot follow is not retried forever.
+        self._structure_attempts += 1
+        if self._structure_attempts <= MAX_STRUCTURES:
+            self._structure_due = True
+        elif not self._warned_structures:
+            self._warned_structures = True
+            warnings.warn(
+                f"wandb_modprof: the model called a different sequence of modules in more "
+                f"than {MAX_STRUCTURES} steps; the graph shows the first {MAX_STRUCTURES} "
+                "variants (statistics still cover every module).",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def _end_failed_forward(self, session: StepSession) -> None:
         session.end_forward_after_error()
@@ -269,6 +342,8 @@ class Capture:
         """A forward ended without our root exit hook: `Module._call_impl` runs always-call
         hooks on `Exception` only, so a KeyboardInterrupt or SystemExit skips them."""
         self._root_depth = 0
+        if self._structure is not None:
+            self._end_structure()
         session, self._forward = self._forward, None
         if session is not None:
             self._end_failed_forward(session)
@@ -280,6 +355,10 @@ class Capture:
                 running = self._backward_session()
                 if running is not None:
                     running.recompute_enter(id(module))
+                return
+            if self._structure is not None:
+                name, module_type = self._names.get(id(module), ("?", type(module).__name__))
+                self._structure.enter(module, name, module_type, args, kwargs)
                 return
             session = self._forward
             if session is None:
@@ -295,6 +374,9 @@ class Capture:
                 running = self._backward_session()
                 if running is not None:
                     running.recompute_exit(id(module), result)
+                return
+            if self._structure is not None:
+                self._structure.exit(module, result)
                 return
             session = self._forward
             if session is not None:
@@ -381,6 +463,10 @@ class Capture:
             if session is not None:
                 session.abandon()
         self._sessions = []
+        if self._structure is not None:
+            self._structure.failed = True  # stop following tensors; ended at the root's exit
+            if where == ROOT_NAME:
+                self._end_structure()
         self._warn_once(where, error)
 
     def _warn_once(self, where: str, error: Exception) -> None:

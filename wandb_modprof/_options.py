@@ -22,6 +22,7 @@ class Options:
     activations: bool = True  # saved-tensor hooks during sampled forwards
     norms: bool = True  # parameter and gradient norms per module
     device_memory: bool = True  # allocator deltas and peaks on accelerators
+    structure: bool = True  # a structure pass (graph, FLOPs) on its own, untimed step
 
 
 def parse_timing(value: object) -> Timing:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ModProfError
@@ -17,6 +19,7 @@ from ._summary import format_summary
 if TYPE_CHECKING:
     from ._session import StepSession
     from ._static_memory import PendingGradientState, StaticMemory
+    from ._structure import Structure
 
 _MAX_UNRESOLVED = 8
 StaticFn = Callable[[set[str]], Mapping[str, "StaticMemory"]]
@@ -42,6 +45,25 @@ class Profile:
         self._num_samples = 0
         self._pending: deque[tuple[StepSession, PendingGradientState | None, StaticFn]] = deque()
         self._lock = threading.Lock()
+        self._structures: dict[str, Structure] = {}  # by call-sequence signature, in order
+        self._loaded_stats: dict[str, ModuleStats] | None = None  # set by `load()`
+
+    @classmethod
+    def _restore(
+        cls,
+        model_name: str,
+        num_samples: int,
+        stats: dict[str, ModuleStats],
+        last: Sample | None,
+        structures: list[Structure],
+    ) -> Profile:
+        """A read-only profile rebuilt from a saved file (`wandb_modprof.load`)."""
+        prof = cls(model_name)
+        prof._num_samples = num_samples
+        prof._loaded_stats = dict(stats)
+        prof._last = last
+        prof._structures = {s.signature: s for s in structures}
+        return prof
 
     # ---- filled by the capture -----------------------------------------------------------
     def _add(
@@ -57,6 +79,15 @@ class Profile:
         # backlog is resolved here so memory stays bounded in loops that never read results.
         if backlog:
             self._resolve_pending(force=False)
+
+    def _add_structure(self, structure: Structure) -> None:
+        self._structures[structure.signature] = structure
+
+    def _has_structure(self, signature: str) -> bool:
+        return signature in self._structures
+
+    def _num_structures(self) -> int:
+        return len(self._structures)
 
     def _resolve_pending(self, force: bool) -> None:
         """Resolve finished samples; unless forced, only those whose device events completed."""
@@ -98,8 +129,13 @@ class Profile:
     def stats(self) -> dict[str, ModuleStats]:
         """Running statistics per invocation key, in forward order of their last sample."""
         self._resolve_pending(force=True)
-        snap = self._acc.snapshot()
+        snap = self._acc.snapshot() if self._loaded_stats is None else self._loaded_stats
         return dict(sorted(snap.items(), key=lambda kv: kv[1].order))
+
+    def structures(self) -> list[Structure]:
+        """The captured structure passes (call tree, dataflow edges, FLOPs), oldest first: one
+        per distinct sequence of module calls seen."""
+        return list(self._structures.values())
 
     def top(
         self, metric: str = "bwd_self_ms", n: int = 10, include_root: bool = False
@@ -138,6 +174,16 @@ class Profile:
                 for key, s in self.stats().items()
             },
         }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the profile to a versioned JSON file (`*.modprof.json`); `load` reads it back.
+
+        >>> prof.save("run.modprof.json")                     # doctest: +SKIP
+        >>> wandb_modprof.load("run.modprof.json").summary()  # doctest: +SKIP
+        """
+        from ._profile_file import save_profile
+
+        return save_profile(self, path)
 
     def __str__(self) -> str:
         return self.summary()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from types import TracebackType
 
 import torch
@@ -48,6 +49,15 @@ class ProfileBlock:
     ) -> None:
         self._capture.detach()
         _registry.release(self.model, self)
+        prof = self._capture.profile
+        if exc_type is None and 0 < self._forwards <= prof._num_structures():
+            warnings.warn(
+                "wandb_modprof.profile(): the block ran one forward and it was the structure "
+                "pass (module graph, FLOPs), which is never timed. Run at least two steps "
+                "inside the block, or pass structure=False to time every forward.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 def profile(
@@ -57,6 +67,7 @@ def profile(
     timing: str = "auto",
     activations: bool = True,
     norms: bool = True,
+    structure: bool = True,
 ) -> ProfileBlock:
     """Measure every forward of `model` (and its backward) inside a `with` block.
 
@@ -66,11 +77,19 @@ def profile(
 
     Every forward inside the block is one sample, train or eval, with or without grad; its
     backward is measured when it runs inside the block. Options as for `watch`.
+
+    With `structure=True` (the default) the first forward inside the block is a structure
+    pass: it records the module graph and FLOPs and is not timed (it doubles as the warm-up
+    step, which is unrepresentative anyway: lazy initialisation, allocator growth, kernel
+    selection). Run at least two steps inside the block. A later forward that calls a new
+    sequence of modules triggers one more structure pass. `structure=False` times every forward
+    and the graph has no dataflow edges.
     """
     check_model(model, "profile()")
     options = Options(
         timing=parse_timing(timing),
         activations=check_bool("activations", activations),
         norms=check_bool("norms", norms),
+        structure=check_bool("structure", structure),
     )
     return ProfileBlock(model, check_optimizer(optimizer), options)

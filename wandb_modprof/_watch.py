@@ -41,8 +41,16 @@ class _StepCounter:
     def steps(self) -> int:
         return self.optimizer_steps if self._handle is not None else self.forwards
 
+    @staticmethod
+    def is_training_forward(module: nn.Module) -> bool:
+        return (
+            module.training
+            and torch.is_grad_enabled()
+            and not torch.is_inference_mode_enabled()
+        )
+
     def __call__(self, module: nn.Module) -> int | None:
-        if not module.training or not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+        if not self.is_training_forward(module):
             return None
         self.forwards += 1
         step = self.optimizer_steps + 1 if self._handle is not None else self.forwards
@@ -74,7 +82,12 @@ class WatchHandle:
         self.run = run  # W&B logging arrives with the panel; the run is kept for it
         self._counter = _StepCounter(log_freq, optimizer)
         self._capture = Capture(
-            model, options, optimizer, self._counter, hooks_only_when_sampling=True
+            model,
+            options,
+            optimizer,
+            self._counter,
+            hooks_only_when_sampling=True,
+            structure_eligible=self._counter.is_training_forward,
         )
         self._capture.owner = self
 
@@ -117,6 +130,7 @@ def watch(
     timing: str = "auto",
     activations: bool = True,
     norms: bool = True,
+    structure: bool = True,
 ) -> WatchHandle:
     """Measure every module of `model` on every `log_freq`-th training step.
 
@@ -138,12 +152,16 @@ def watch(
         timing: "auto" (host clock on CPU, device events on accelerators), "cpu" or "device".
         activations: measure bytes saved for backward (saved-tensor hooks on sampled steps).
         norms: measure parameter and gradient norms per module.
+        structure: capture the module graph (dataflow between calls) and FLOPs on the first
+            training step, and again after a sampled step that called a new sequence of
+            modules. That step is never timed (if it was due for sampling, it is skipped).
     """
     check_model(model, "watch()")
     options = Options(
         timing=parse_timing(timing),
         activations=check_bool("activations", activations),
         norms=check_bool("norms", norms),
+        structure=check_bool("structure", structure),
     )
     handle = WatchHandle(
         model, check_log_freq(log_freq), check_run(run), check_optimizer(optimizer), options

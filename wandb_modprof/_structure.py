@@ -1,0 +1,429 @@
+"""Structure capture: the dataflow graph inside every module invocation, and FLOPs per call.
+
+Runs on its own step (never a timed one): the first eligible forward after `watch`/`profile`
+starts, and again after a timed sample whose sequence of invocations was not seen before
+(dynamic control flow). Two modes are pushed for that one forward:
+
+* a `TorchFunctionMode` follows tensors through the Python-level torch calls of each
+  invocation's own code (a residual `+`, `cat`, `chunk`, views, in-place ops). Each open
+  invocation ("frame") maps the tensors it has seen to the sources they derive from: its own
+  inputs and the child calls that produced them. Working at the Python level (not by walking
+  the autograd graph) makes it work under `no_grad`/eval and for integer tensors such as token
+  ids, and keeps the tensor objects users see.
+* a `TorchDispatchMode` counts FLOPs of every ATen op with `torch.utils.flop_counter`'s
+  formulas and charges them to the innermost open call.
+
+Neither mode holds a tensor beyond the forward: frames map tensors through weak references and
+are dropped when their call returns.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
+from torch.utils.weak import WeakIdKeyDictionary
+
+_MAX_DEPTH = 6  # nesting of output containers that is searched for tensors
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    """One module invocation as seen by the structure pass.
+
+    `inputs` / `outputs` name the argument slots and output fields that carried tensors: the
+    input and output nodes of this call's own view. `fwd_flops` includes children's FLOPs,
+    `fwd_self_flops` only those of ops in the call's own code.
+    """
+
+    key: str
+    module_name: str
+    module_type: str
+    call_index: int
+    parent_key: str | None
+    depth: int
+    order: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    fwd_flops: int
+    fwd_self_flops: int
+
+
+@dataclass(frozen=True)
+class DataEdge:
+    """Inside view `view_key`, a tensor from `src_key` reaches `dst_key` (node keys as in
+    `_graph.GraphNode`)."""
+
+    view_key: str
+    src_key: str
+    dst_key: str
+
+
+@dataclass(frozen=True)
+class Structure:
+    """The call tree and dataflow of one forward; `signature` identifies its call sequence."""
+
+    signature: str
+    training: bool
+    calls: tuple[CallInfo, ...]
+    edges: tuple[DataEdge, ...]
+
+
+def input_key(view_key: str, slot: str) -> str:
+    return f"{view_key}|in:{slot}"
+
+
+def output_key(view_key: str, slot: str) -> str:
+    return f"{view_key}|out:{slot}"
+
+
+def self_key(view_key: str) -> str:
+    return f"{view_key}|self"
+
+
+def call_signature(calls: Iterator[tuple[str, int]]) -> str:
+    """A stable digest of a call sequence `(module name, call index)`, equal for two steps
+    that called the same modules in the same order."""
+    digest = hashlib.blake2b(digest_size=12)
+    for name, call_index in calls:
+        digest.update(f"{name}#{call_index}\n".encode())
+    return digest.hexdigest()
+
+
+# ---- flattening ----------------------------------------------------------------------------
+def tensors_in(value: Any, depth: int = 0) -> Iterator[torch.Tensor]:
+    """Tensors inside a module argument or output (tuple/list, dict and ModelOutput,
+    dataclass), depth-limited."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif depth > _MAX_DEPTH:
+        return
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from tensors_in(item, depth + 1)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from tensors_in(item, depth + 1)
+    elif is_dataclass(value) and not isinstance(value, type):
+        for f in fields(value):
+            yield from tensors_in(getattr(value, f.name, None), depth + 1)
+
+
+def output_slots(result: Any) -> list[tuple[str, list[torch.Tensor]]]:
+    """A module output split into named fields, each with its tensors."""
+    if isinstance(result, torch.Tensor):
+        return [("output", [result])]
+    if isinstance(result, Mapping):  # dict, OrderedDict, transformers' ModelOutput
+        items: list[tuple[str, Any]] = [(str(k), v) for k, v in result.items()]
+    elif is_dataclass(result) and not isinstance(result, type):
+        items = [(f.name, getattr(result, f.name, None)) for f in fields(result)]
+    elif isinstance(result, (list, tuple)):
+        names = getattr(result, "_fields", None)  # namedtuple
+        items = [
+            (str(names[i]) if names else f"output[{i}]", v) for i, v in enumerate(result)
+        ]
+    else:
+        return []
+    slots = [(name, list(tensors_in(v))) for name, v in items]
+    return [(name, ts) for name, ts in slots if ts]
+
+
+@functools.lru_cache(maxsize=1024)
+def _parameters(forward: Callable[..., Any]) -> tuple[list[str], str | None]:
+    """Names of `forward`'s positional parameters (without `self`) and of its `*args`."""
+    try:
+        params = list(inspect.signature(forward).parameters.values())[1:]
+    except (TypeError, ValueError):  # builtins / C extensions without a signature
+        return [], None
+    positional = [
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    var = next((p.name for p in params if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
+    return positional, var
+
+
+def input_slots(
+    module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> list[tuple[str, list[torch.Tensor]]]:
+    """Arguments of a call named after `forward`'s parameters (`x`, `input_ids`, `args[2]`)."""
+    positional, var = _parameters(type(module).forward)
+    slots: list[tuple[str, list[torch.Tensor]]] = []
+    for i, value in enumerate(args):
+        if i < len(positional):
+            name = positional[i]
+        elif var is not None:
+            name = f"{var}[{i - len(positional)}]"
+        else:
+            name = f"args[{i}]"
+        slots.append((name, list(tensors_in(value))))
+    for key, value in kwargs.items():
+        slots.append((str(key), list(tensors_in(value))))
+    return [(name, ts) for name, ts in slots if ts]
+
+
+# ---- the pass ------------------------------------------------------------------------------
+class _Frame:
+    """One open invocation: where its tensors came from, and the edges found in its view."""
+
+    __slots__ = ("index", "key", "sources")
+
+    def __init__(self, index: int, key: str) -> None:
+        self.index = index
+        self.key = key
+        # tensor -> the node keys (of this view) it derives from
+        self.sources: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+    def sources_of(self, tensors: Iterator[torch.Tensor] | list[torch.Tensor]) -> set[str]:
+        found: set[str] = set()
+        for t in tensors:
+            s = self.sources.get(t)
+            if s:
+                found |= s
+        return found
+
+
+class _Builder:
+    __slots__ = (
+        "call_index",
+        "depth",
+        "flops",
+        "inputs",
+        "key",
+        "module_id",
+        "module_name",
+        "module_type",
+        "outputs",
+        "parent",
+    )
+
+    def __init__(
+        self, module_id: int, name: str, module_type: str, call_index: int, parent: int, depth: int
+    ) -> None:
+        self.module_id = module_id
+        self.module_name = name
+        self.module_type = module_type
+        self.call_index = call_index
+        self.key = f"{name}#{call_index}"
+        self.parent = parent
+        self.depth = depth
+        self.inputs: tuple[str, ...] = ()
+        self.outputs: tuple[str, ...] = ()
+        self.flops = 0
+
+
+class _Dataflow(TorchFunctionMode):
+    def __init__(self, pass_: StructurePass) -> None:
+        super().__init__()
+        self.pass_ = pass_
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        out = func(*args, **(kwargs or {}))
+        frame = self.pass_.frame()
+        if frame is not None:
+            found = frame.sources_of(tensors_in((args, kwargs)))
+            if found:
+                for t in tensors_in(out):
+                    old = frame.sources.get(t)
+                    frame.sources[t] = found | old if old else found
+        return out
+
+
+_SHAPE_QUERIES = frozenset(
+    {
+        torch.ops.aten.is_contiguous.default,
+        torch.ops.aten.is_contiguous.memory_format,
+        torch.ops.aten.size.default,
+        torch.ops.aten.sym_size.default,
+        torch.ops.aten.stride.default,
+        torch.ops.aten.sym_stride.default,
+        torch.ops.aten.storage_offset.default,
+        torch.ops.aten.sym_storage_offset.default,
+        torch.ops.aten.numel.default,
+        torch.ops.aten.sym_numel.default,
+        torch.ops.aten.dim.default,
+        torch.ops.prim.layout.default,
+    }
+)
+
+
+class _Flops(TorchDispatchMode):
+    """FLOPs per ATen op, as `torch.utils.flop_counter.FlopCounterMode` counts them (its
+    formulas and its decomposition of ops without one), charged to the innermost call."""
+
+    def __init__(self, pass_: StructurePass) -> None:
+        super().__init__()
+        self.pass_ = pass_
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func in _SHAPE_QUERIES:
+            return NotImplemented
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **kwargs)  # (torch.cond and friends): not counted
+        packet = func._overloadpacket
+        formula = flop_registry.get(packet)
+        if formula is None and func is not torch.ops.prim.device.default:
+            with self:
+                decomposed = func.decompose(*args, **kwargs)
+            if decomposed is not NotImplemented:
+                return decomposed
+        out = func(*args, **kwargs)
+        if formula is not None:
+            self.pass_.add_flops(int(formula(*args, **kwargs, out_val=out)))
+        return out
+
+
+class StructurePass:
+    """One forward seen by the structure capture; `finish()` returns the `Structure`."""
+
+    def __init__(self, training: bool) -> None:
+        self.training = training
+        self._calls: list[_Builder] = []
+        self._counts: dict[str, int] = {}
+        self._stack: list[_Frame] = []
+        self._edges: set[DataEdge] = set()
+        self._dataflow = _Dataflow(self)
+        self._flops = _Flops(self)
+        self._modes_on = False
+        self.failed = False
+        self.forward_done = False
+
+    # ---- modes -------------------------------------------------------------------------
+    def push_modes(self) -> None:
+        self._dataflow.__enter__()
+        try:
+            self._flops.__enter__()
+        except BaseException:
+            self._dataflow.__exit__(None, None, None)
+            raise
+        self._modes_on = True
+
+    def pop_modes(self) -> bool:
+        """Pop our modes if they are the innermost ones; True once they are gone."""
+        if not self._modes_on:
+            return True
+        from torch.overrides import _get_current_function_mode_stack
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        fstack = _get_current_function_mode_stack()
+        dstack = _get_current_dispatch_mode_stack()
+        if not fstack or fstack[-1] is not self._dataflow:
+            return False
+        if not dstack or dstack[-1] is not self._flops:
+            return False
+        self._flops.__exit__(None, None, None)
+        self._dataflow.__exit__(None, None, None)
+        self._modes_on = False
+        return True
+
+    # ---- called by the capture's hooks -------------------------------------------------
+    def frame(self) -> _Frame | None:
+        return self._stack[-1] if self._stack and not self.failed else None
+
+    def add_flops(self, count: int) -> None:
+        if self._stack and not self.failed:
+            self._calls[self._stack[-1].index].flops += count
+
+    def enter(
+        self,
+        module: torch.nn.Module,
+        name: str,
+        module_type: str,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        if self.failed:
+            return
+        call_index = self._counts.get(name, 0)
+        self._counts[name] = call_index + 1
+        parent = self._stack[-1] if self._stack else None
+        call = _Builder(
+            id(module),
+            name,
+            module_type,
+            call_index,
+            -1 if parent is None else parent.index,
+            len(self._stack),
+        )
+        self._calls.append(call)
+        slots = input_slots(module, args, kwargs)
+        call.inputs = tuple(slot for slot, _ in slots)
+        frame = _Frame(len(self._calls) - 1, call.key)
+        for slot, tensors in slots:
+            if parent is not None:
+                for src in sorted(parent.sources_of(tensors)):
+                    self._edges.add(DataEdge(parent.key, src, call.key))
+            node = input_key(call.key, slot)
+            for t in tensors:
+                old = frame.sources.get(t)
+                frame.sources[t] = {node} | old if old else {node}
+        self._stack.append(frame)
+
+    def exit(self, module: torch.nn.Module, result: Any) -> None:
+        if self.failed or not self._stack:
+            return
+        frame = self._stack.pop()
+        call = self._calls[frame.index]
+        if call.module_id != id(module):
+            self.failed = True
+            return
+        slots = output_slots(result)
+        call.outputs = tuple(slot for slot, _ in slots)
+        for slot, tensors in slots:
+            for src in sorted(frame.sources_of(tensors)):
+                self._edges.add(DataEdge(call.key, src, output_key(call.key, slot)))
+        if self._stack:
+            parent = self._stack[-1]
+            produced = {call.key}
+            for t in tensors_in(result):
+                parent.sources[t] = produced  # what leaves a call is that call's output
+        else:
+            self.forward_done = True
+
+    def finish(self) -> Structure:
+        assert self.forward_done and not self.failed
+        inclusive = [c.flops for c in self._calls]
+        for i in range(len(self._calls) - 1, 0, -1):  # children come after their parent
+            parent = self._calls[i].parent
+            inclusive[parent] += inclusive[i]
+        calls = tuple(
+            CallInfo(
+                key=c.key,
+                module_name=c.module_name,
+                module_type=c.module_type,
+                call_index=c.call_index,
+                parent_key=None if c.parent < 0 else self._calls[c.parent].key,
+                depth=c.depth,
+                order=i,
+                inputs=c.inputs,
+                outputs=c.outputs,
+                fwd_flops=inclusive[i],
+                fwd_self_flops=c.flops,
+            )
+            for i, c in enumerate(self._calls)
+        )
+        edges = tuple(sorted(self._edges, key=lambda e: (e.view_key, e.src_key, e.dst_key)))
+        signature = call_signature((c.module_name, c.call_index) for c in self._calls)
+        return Structure(signature, self.training, calls, edges)
