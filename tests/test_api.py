@@ -14,7 +14,7 @@ from wandb_modprof import ModProfError
 
 def _profiled():
     model = TinyGPT()
-    with wandb_modprof.profile(model) as prof:
+    with wandb_modprof.profile(model, structure=False) as prof:
         model(gpt_input()).float().pow(2).mean().backward()
     return model, prof
 
@@ -68,7 +68,7 @@ def test_top_rejects_unknown_metric_and_bad_n():
 
 def test_empty_profile_summary():
     model = TinyGPT()
-    with wandb_modprof.profile(model) as prof:
+    with wandb_modprof.profile(model, structure=False) as prof:
         pass
     assert prof.num_samples == 0
     assert "no sampled steps yet" in prof.summary()
@@ -77,7 +77,7 @@ def test_empty_profile_summary():
 
 def test_eval_forward_in_profile_has_forward_only():
     model = TinyGPT().eval()
-    with wandb_modprof.profile(model) as prof, torch.no_grad():
+    with wandb_modprof.profile(model, structure=False) as prof, torch.no_grad():
         model(gpt_input())
     rec = prof.invocations()[0]
     assert rec.fwd_ms > 0 and rec.bwd_ms is None and rec.grad_bytes is None
@@ -86,7 +86,7 @@ def test_eval_forward_in_profile_has_forward_only():
 
 def test_watch_handle_repr_and_steps():
     model = TinyGPT()
-    handle = wandb_modprof.watch(model, log_freq=3)
+    handle = wandb_modprof.watch(model, log_freq=3, structure=False)
     for _ in range(4):
         model(gpt_input()).float().mean().backward()
     assert handle.steps == 4
@@ -100,14 +100,14 @@ def test_run_and_flag_arguments_are_validated():
 
     model = TinyGPT()
     with pytest.raises(ModProfError, match=r"run must be a wandb Run .* got str"):
-        wandb_modprof.watch(model, run="my-run")
+        wandb_modprof.watch(model, run="my-run", structure=False)
     with pytest.raises(ModProfError, match=r"activations must be True or False; got 1"):
-        wandb_modprof.watch(model, activations=1)
+        wandb_modprof.watch(model, activations=1, structure=False)
     with pytest.raises(ModProfError, match=r"norms must be True or False; got 'no'"):
-        wandb_modprof.profile(model, norms="no")
+        wandb_modprof.profile(model, norms="no", structure=False)
     run = wandb.init(mode="disabled")
     try:
-        handle = wandb_modprof.watch(model, log_freq=1, run=run)
+        handle = wandb_modprof.watch(model, log_freq=1, run=run, structure=False)
         assert handle.run is run  # kept for W&B logging (the panel issue)
         handle.unwatch()
     finally:
@@ -116,7 +116,7 @@ def test_run_and_flag_arguments_are_validated():
 
 def test_options_switch_measurements_off():
     model = TinyGPT()
-    with wandb_modprof.profile(model, activations=False, norms=False) as prof:
+    with wandb_modprof.profile(model, activations=False, norms=False, structure=False) as prof:
         model(gpt_input()).float().pow(2).mean().backward()
     rec = prof.invocations()[0]
     assert rec.act_bytes is None and rec.param_norm is None and rec.grad_norm is None
@@ -132,7 +132,7 @@ def test_user_saved_tensor_hooks_are_not_shadowed():
         return t
 
     with (
-        wandb_modprof.profile(model) as prof,
+        wandb_modprof.profile(model, structure=False) as prof,
         torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
     ):
         model(gpt_input()).float().pow(2).mean().backward()
@@ -144,7 +144,7 @@ def test_model_changes_between_samples_are_seen():
     from torch import nn
 
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
-    handle = wandb_modprof.watch(model, log_freq=1)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
     x = torch.randn(4, 8)
     model(x).sum().backward()
     assert handle.profile().invocations()[-1].param_bytes == (8 * 2 + 2) * 4
@@ -162,7 +162,7 @@ def test_model_changes_between_samples_are_seen():
 def test_device_timing_on_a_cpu_model_is_a_clear_error():
     model = TinyGPT()
     with pytest.raises(ModProfError, match=r"timing='device' needs a model on an accelerator"):
-        wandb_modprof.watch(model, timing="device")
-    with wandb_modprof.profile(model, timing="cpu") as prof:  # explicit host clock works
+        wandb_modprof.watch(model, timing="device", structure=False)
+    with wandb_modprof.profile(model, timing="cpu", structure=False) as prof:  # explicit host clock works
         model(gpt_input()).float().mean().backward()
     assert prof.invocations()[0].bwd_ms > 0

@@ -22,7 +22,7 @@ import wandb_modprof
 def _profile_one_step(model, x, loss_fn=None):
     train_step(model, x, loss_fn)  # warm-up outside the profile
     model.zero_grad(set_to_none=True)
-    with wandb_modprof.profile(model) as prof:
+    with wandb_modprof.profile(model, structure=False) as prof:
         train_step(model, x, loss_fn)
     return prof
 

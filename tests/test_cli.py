@@ -19,7 +19,7 @@ def test_demo_trains_and_prints_top_modules():
             "wandb_modprof",
             "demo",
             "--steps",
-            "2",
+            "3",
             "--log-freq",
             "1",
             "--top",
@@ -36,6 +36,7 @@ def test_demo_trains_and_prints_top_modules():
     assert "2 sampled step(s)" in out
     assert "Top modules by backward time" in out
     assert out.count("(sampled)") == 2
+    assert out.count("(structure pass)") == 1
 
 
 def test_cli_rejects_bad_arguments():

@@ -20,7 +20,7 @@ def test_event_timing_and_memory_on_cuda():
     x = resnet_input(32, 64).cuda()
     model(x).sum().backward()
     torch.cuda.synchronize()
-    with wandb_modprof.profile(model) as prof:
+    with wandb_modprof.profile(model, structure=False) as prof:
         model(x).sum().backward()
     recs = prof.invocations()
     root = recs[0]
@@ -35,7 +35,7 @@ def test_event_timing_and_memory_on_cuda():
 def test_sampled_step_never_synchronises_the_device():
     model = TinyGPT(dim=256, layers=4).cuda()
     x = gpt_input(8, 32).cuda()
-    handle = wandb_modprof.watch(model, log_freq=1)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
     model(x).float().mean().backward()  # warm-up sample
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -56,7 +56,7 @@ def test_bitwise_identical_on_cuda():
     x = gpt_input().cuda()
     la = a(x).float().mean()
     la.backward()
-    with wandb_modprof.profile(b):
+    with wandb_modprof.profile(b, structure=False):
         lb = b(x).float().mean()
         lb.backward()
     assert torch.equal(la, lb)
@@ -67,6 +67,6 @@ def test_bitwise_identical_on_cuda():
 @pytest.mark.parametrize("mode", ["auto", "cpu"])
 def test_timing_modes_on_cuda(mode):
     model = TinyGPT().cuda()
-    with wandb_modprof.profile(model, timing=mode) as prof:
+    with wandb_modprof.profile(model, timing=mode, structure=False) as prof:
         model(gpt_input().cuda()).float().mean().backward()
     assert prof.invocations()[0].bwd_ms > 0

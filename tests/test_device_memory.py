@@ -76,7 +76,7 @@ class Pair(nn.Module):
 
 def test_forward_delta_and_nested_peaks():
     model = Pair()
-    block = wandb_modprof.profile(model)
+    block = wandb_modprof.profile(model, structure=False)
     block._capture.memory = ALLOC
     with block as prof:
         model(torch.ones(3)).sum().backward()
@@ -95,7 +95,7 @@ def test_forward_delta_and_nested_peaks():
 
 def test_cpu_models_report_no_device_memory():
     model = Pair()
-    with wandb_modprof.profile(model) as prof:
+    with wandb_modprof.profile(model, structure=False) as prof:
         model(torch.ones(3)).sum().backward()
     rec = prof.invocations()[0]
     assert rec.fwd_mem_delta_bytes is None and rec.fwd_mem_peak_bytes is None

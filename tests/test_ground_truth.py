@@ -54,7 +54,7 @@ def _profiled_step(model, make_loss, with_stack):
     try:
         with (
             torch_profile(activities=[ProfilerActivity.CPU], with_stack=with_stack) as tp,
-            wandb_modprof.profile(model) as prof,
+            wandb_modprof.profile(model, structure=False) as prof,
         ):
             make_loss().backward()
     finally:

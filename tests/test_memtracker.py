@@ -36,7 +36,7 @@ def _run(model, step):
     model.zero_grad(set_to_none=True)
     tracker = MemTracker()
     tracker.track_external(model)
-    with tracker, wandb_modprof.profile(model) as prof:
+    with tracker, wandb_modprof.profile(model, structure=False) as prof:
         out = step()
         _loss(out).backward()
     return tracker, {r.key: r for r in prof.invocations()}, out

@@ -101,11 +101,11 @@ def test_sampled_step_frees_outputs_and_activations(case, backward, how):
     model = make_model()
     x = make_input()
     if how == "watch":
-        handle = wandb_modprof.watch(model, log_freq=1)
+        handle = wandb_modprof.watch(model, log_freq=1, structure=False)
         refs = _run_and_track(model, x, loss_fn, inner, backward)
         prof = handle.profile()
     else:
-        with wandb_modprof.profile(model) as prof:
+        with wandb_modprof.profile(model, structure=False) as prof:
             refs = _run_and_track(model, x, loss_fn, inner, backward)
     assert len(refs) >= 2  # the tracking hook did fire
     gc.collect()
@@ -122,7 +122,7 @@ def test_sampled_step_frees_outputs_and_activations(case, backward, how):
         if how == "watch":
             refs = _run_and_track(model, x, loss_fn, inner, backward)
         else:
-            with wandb_modprof.profile(model):
+            with wandb_modprof.profile(model, structure=False):
                 refs = _run_and_track(model, x, loss_fn, inner, backward)
         assert _alive(refs) == [], "tensors only freed by the cyclic GC (reference cycle)"
     finally:
@@ -131,7 +131,7 @@ def test_sampled_step_frees_outputs_and_activations(case, backward, how):
 
 def test_forward_that_raises_frees_what_it_created():
     model = RaisingModel()
-    wandb_modprof.watch(model, log_freq=1)
+    wandb_modprof.watch(model, log_freq=1, structure=False)
     refs: list[weakref.ref] = []
     handle = model.lin.register_forward_hook(lambda m, a, out: refs.append(weakref.ref(out)))
     model.boom.armed = True
@@ -145,7 +145,7 @@ def test_forward_that_raises_frees_what_it_created():
 def test_model_is_collectable_after_unwatch_and_when_never_unwatched():
     """The registry holds models weakly; a forgotten watch does not keep the model alive."""
     model = Small()
-    handle = wandb_modprof.watch(model, log_freq=1)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
     model(torch.randn(4, 16)).sum().backward()
     model_ref = weakref.ref(model)
     handle.unwatch()
@@ -154,7 +154,7 @@ def test_model_is_collectable_after_unwatch_and_when_never_unwatched():
     assert model_ref() is None
 
     model = Small()
-    wandb_modprof.watch(model, log_freq=1)  # never unwatched
+    wandb_modprof.watch(model, log_freq=1, structure=False)  # never unwatched
     model(torch.randn(4, 16)).sum().backward()
     model_ref = weakref.ref(model)
     del model
@@ -199,7 +199,7 @@ def _assert_flat(step_fn: Callable[[], None]) -> None:
 def test_memory_flat_over_300_sampled_training_steps():
     model = Small()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    handle = wandb_modprof.watch(model, log_freq=1, optimizer=opt)
+    handle = wandb_modprof.watch(model, log_freq=1, optimizer=opt, structure=False)
     x = torch.randn(8, 16)
 
     def step() -> None:
@@ -215,7 +215,7 @@ def test_memory_flat_over_300_sampled_forwards_without_backward():
     """Training-mode forwards whose loss is never backpropagated (a skipped step, metrics
     computed with grad enabled): each is sampled, and its sample is dropped, not kept."""
     model = Small()
-    handle = wandb_modprof.watch(model, log_freq=1)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
     x = torch.randn(8, 16)
 
     def step() -> None:

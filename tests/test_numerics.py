@@ -49,7 +49,7 @@ def _instrumented(
     if mode == "plain":
         yield None
     elif mode == "watch":
-        handle = wandb_modprof.watch(model, log_freq=1, optimizer=optimizer)
+        handle = wandb_modprof.watch(model, log_freq=1, optimizer=optimizer, structure=False)
         try:
             yield handle
             if samples is not None:
@@ -57,7 +57,7 @@ def _instrumented(
         finally:
             handle.unwatch()
     else:
-        with wandb_modprof.profile(model, optimizer=optimizer) as prof:
+        with wandb_modprof.profile(model, optimizer=optimizer, structure=False) as prof:
             yield prof
             if samples is not None:
                 assert prof.num_samples == samples

@@ -37,7 +37,7 @@ class Interruptible(nn.Module):
 
 def test_keyboard_interrupt_in_a_sampled_forward_does_not_stick():
     model, x = Interruptible(), torch.randn(4, 8)
-    handle = wandb_modprof.watch(model, log_freq=2)
+    handle = wandb_modprof.watch(model, log_freq=2, structure=False)
     model(x).sum().backward()
     model.interrupt = True
     with pytest.raises(KeyboardInterrupt):
@@ -53,7 +53,7 @@ def test_keyboard_interrupt_in_a_sampled_forward_does_not_stick():
 def test_keyboard_interrupt_inside_a_profile_block():
     model, x = Interruptible(), torch.randn(4, 8)
     model.interrupt = True
-    with pytest.raises(KeyboardInterrupt), wandb_modprof.profile(model):
+    with pytest.raises(KeyboardInterrupt), wandb_modprof.profile(model, structure=False):
         model(x)
     assert not ap.saved_tensors_hooks_active()
     assert all(v == 0 for v in hook_counts(model).values())
@@ -73,7 +73,7 @@ class Pyramid(nn.Module):
 
 def test_a_root_that_calls_itself_is_one_step():
     model = Pyramid()
-    handle = wandb_modprof.watch(model, log_freq=3)
+    handle = wandb_modprof.watch(model, log_freq=3, structure=False)
     for _ in range(6):
         model(torch.randn(2, 3, 32, 32)).backward()
     assert handle.steps == 6
@@ -85,7 +85,7 @@ def test_a_root_that_calls_itself_is_one_step():
 
 def test_copies_of_a_watched_model_are_plain_models():
     model = _mlp()
-    handle = wandb_modprof.watch(model, log_freq=1)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
     model(torch.randn(2, 8)).sum().backward()
     clone = copy.deepcopy(model)
     AveragedModel(model)
@@ -98,7 +98,7 @@ def test_copies_of_a_watched_model_are_plain_models():
 
 def test_forward_inside_an_except_block_is_measured():
     model, x = _mlp(), torch.randn(4, 8)
-    with wandb_modprof.profile(model) as prof:
+    with wandb_modprof.profile(model, structure=False) as prof:
         try:
             raise MemoryError("batch too large")
         except MemoryError:
@@ -131,7 +131,7 @@ class ProbeKeep(nn.Module):
 
 def test_activation_bytes_count_what_is_still_saved_when_addresses_are_reused():
     model = ProbeKeep()
-    with wandb_modprof.profile(model) as prof:
+    with wandb_modprof.profile(model, structure=False) as prof:
         model(torch.randn(8, 256, requires_grad=True)).sum().backward()
     recs = prof.invocations()
     assert [r.act_self_bytes for r in recs if r.module_type == "Keep"] == [8 * 256 * 4] * 16
@@ -173,7 +173,7 @@ def test_sampled_steps_do_not_keep_discarded_graphs_alive():
     model(h0).sum().backward()
     plain = model.peak
     model.peak = 0
-    handle = wandb_modprof.watch(model, log_freq=1)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
     model(h0).sum().backward()
     assert model.peak == plain == 4
     assert handle.unwatch().num_samples == 1
@@ -182,7 +182,7 @@ def test_sampled_steps_do_not_keep_discarded_graphs_alive():
 def test_sparse_gradients_are_sized_and_normed():
     model = nn.Sequential(nn.Embedding(10_000, 16, sparse=True))
     ids = torch.tensor([[1, 5, 5, 9]])
-    with wandb_modprof.profile(model) as prof:
+    with wandb_modprof.profile(model, structure=False) as prof:
         model(ids).sum().backward()
     grad = model[0].weight.grad
     rec = prof.invocations()[0]
@@ -199,7 +199,7 @@ def test_gradients_in_one_flat_buffer_are_charged_by_slice():
     for p in params:  # what DDP's gradient_as_bucket_view does
         p.grad = flat[offset : offset + p.numel()].view_as(p)
         offset += p.numel()
-    with wandb_modprof.profile(model) as prof:
+    with wandb_modprof.profile(model, structure=False) as prof:
         model(torch.randn(4, 64)).sum().backward()
     keys = {r.key: r for r in prof.invocations()}
     assert keys["0#0"].grad_bytes == (64 * 64 + 64) * 4
@@ -232,7 +232,7 @@ def test_a_backward_that_raised_leaves_no_hooks_after_unwatch(monkeypatch):
 
     monkeypatch.setattr(_session.StepSession, "_node_pre", counting)
     model, x = _mlp(), torch.randn(4, 8)
-    handle = wandb_modprof.watch(model, log_freq=2)
+    handle = wandb_modprof.watch(model, log_freq=2, structure=False)
     model(x).sum().backward()
     loss = model(FailingBackward.apply(x.clone().requires_grad_())).sum()  # sampled
     with pytest.raises(RuntimeError, match="boom"):
@@ -249,7 +249,7 @@ def test_a_backward_that_raised_leaves_no_hooks_after_unwatch(monkeypatch):
 
 def test_modules_replaced_inside_a_profile_block_are_measured():
     model, x = _mlp(), torch.randn(4, 8)
-    with wandb_modprof.profile(model) as prof:
+    with wandb_modprof.profile(model, structure=False) as prof:
         model(x).sum().backward()
         model[2] = nn.Linear(8, 2)
         model(x).sum().backward()

@@ -35,7 +35,7 @@ def test_profile_stats_fold_every_sample():
 
     model = Reused()
     x = torch.randn(16, 32)
-    handle = wandb_modprof.watch(model, log_freq=2)
+    handle = wandb_modprof.watch(model, log_freq=2, structure=False)
     fwd = []
     for _ in range(10):
         model(x).sum().backward()

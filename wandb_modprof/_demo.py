@@ -47,7 +47,9 @@ def run_demo(steps: int, log_freq: int, top: int, out: TextIO) -> int:
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        sampled = " (sampled)" if step % log_freq == 0 else ""
+        # watch() spends the first training step on the structure pass (graph, FLOPs).
+        sampled = " (structure pass)" if step == 1 else ""
+        sampled = sampled or (" (sampled)" if step % log_freq == 0 else "")
         print(f"  step {step:3d}/{steps}  loss {loss.item():.4f}{sampled}", file=out)
     elapsed = time.perf_counter() - start
     profile = handle.unwatch()

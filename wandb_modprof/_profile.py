@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ._session import StepSession
     from ._static_memory import PendingGradientState, StaticMemory
     from ._structure import Structure
+    from ._table import ProfileTable
 
 _MAX_UNRESOLVED = 8
 StaticFn = Callable[[set[str]], Mapping[str, "StaticMemory"]]
@@ -174,6 +175,18 @@ class Profile:
                 for key, s in self.stats().items()
             },
         }
+
+    def table(self, max_rows: int = 10_000) -> ProfileTable:
+        """The flat table every view draws: node / edge / meta rows, at most `max_rows`.
+
+        >>> table = prof.table()                                       # doctest: +SKIP
+        >>> [r for r in table.records() if r["row_kind"] == "meta"]   # doctest: +SKIP
+        """
+        from ._table import build_table
+
+        if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 100:
+            raise ModProfError(f"max_rows must be an int >= 100; got {max_rows!r}")
+        return build_table(self, max_rows)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the profile to a versioned JSON file (`*.modprof.json`); `load` reads it back.

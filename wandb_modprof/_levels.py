@@ -1,0 +1,139 @@
+"""From captured structures (and the statistics' call tree) to one `LevelGraph` per view.
+
+A view is a module invocation that has child invocations; drilling into a node opens its
+view. Several structure passes (dynamic control flow) are merged: a view shows every call and
+edge any pass saw, so both branches of an `if` appear. Calls the statistics know but no pass
+saw (structure capture off, or a variant beyond the cap) still get a node in their parent's
+view, without edges: nothing measured is left out of the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ._graph import GraphEdge, GraphNode, LevelGraph
+from ._records import ModuleStats
+from ._structure import CallInfo, DataEdge, Structure, input_key, output_key, self_key
+
+
+@dataclass(frozen=True)
+class CallTree:
+    """Every known call (forward order) and every dataflow edge, merged over passes.
+
+    `unstructured` holds the keys no structure pass saw (their FLOPs and slots are unknown).
+    """
+
+    calls: tuple[CallInfo, ...]
+    edges: tuple[DataEdge, ...]
+    unstructured: frozenset[str]
+
+
+def merge(structures: Sequence[Structure], stats: Iterable[ModuleStats] = ()) -> CallTree:
+    """Union of the passes; the newest pass wins for a call's attributes (its FLOPs, slots)."""
+    calls: dict[str, CallInfo] = {}
+    edges: set[DataEdge] = set()
+    for structure in structures:
+        for call in structure.calls:
+            old = calls.get(call.key)
+            if old is not None and (old.inputs != call.inputs or old.outputs != call.outputs):
+                # A call whose arguments differ between passes keeps every slot seen.
+                call = _with_slots(
+                    call,
+                    _union(old.inputs, call.inputs),
+                    _union(old.outputs, call.outputs),
+                )
+            calls[call.key] = call
+        edges.update(structure.edges)
+    unstructured: set[str] = set()
+    for stat in stats:
+        if stat.key not in calls:
+            unstructured.add(stat.key)
+            calls[stat.key] = CallInfo(
+                key=stat.key,
+                module_name=stat.module_name,
+                module_type=stat.module_type,
+                call_index=stat.call_index,
+                parent_key=stat.parent_key,
+                depth=stat.depth,
+                order=len(calls),
+                inputs=(),
+                outputs=(),
+                fwd_flops=0,
+                fwd_self_flops=0,
+            )
+    ordered = tuple(calls.values())
+    return CallTree(
+        calls=ordered,
+        edges=tuple(sorted(edges, key=lambda e: (e.view_key, e.src_key, e.dst_key))),
+        unstructured=frozenset(unstructured),
+    )
+
+
+def _union(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    return a + tuple(x for x in b if x not in a)
+
+
+def _with_slots(call: CallInfo, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> CallInfo:
+    return CallInfo(
+        key=call.key,
+        module_name=call.module_name,
+        module_type=call.module_type,
+        call_index=call.call_index,
+        parent_key=call.parent_key,
+        depth=call.depth,
+        order=call.order,
+        inputs=inputs,
+        outputs=outputs,
+        fwd_flops=call.fwd_flops,
+        fwd_self_flops=call.fwd_self_flops,
+    )
+
+
+def short_name(call: CallInfo, parent: CallInfo | None) -> str:
+    """The name shown in the parent's view: relative to the parent module when nested in it."""
+    if parent is None:
+        return call.module_name
+    prefix = parent.module_name + "."
+    if call.module_name.startswith(prefix):
+        return call.module_name[len(prefix) :]
+    return call.module_name
+
+
+def level_graphs(tree: CallTree) -> list[LevelGraph]:
+    """One graph per call that has children, parents before children (forward order)."""
+    by_key = {c.key: c for c in tree.calls}
+    children: dict[str, list[CallInfo]] = {}
+    for call in tree.calls:
+        if call.parent_key is not None and call.parent_key in by_key:
+            children.setdefault(call.parent_key, []).append(call)
+    calls_per_name: dict[str, int] = {}
+    for call in tree.calls:
+        calls_per_name[call.module_name] = calls_per_name.get(call.module_name, 0) + 1
+    edges_per_view: dict[str, list[GraphEdge]] = {}
+    for e in tree.edges:
+        edges_per_view.setdefault(e.view_key, []).append(GraphEdge(e.src_key, e.dst_key))
+
+    graphs: list[LevelGraph] = []
+    for view in tree.calls:
+        kids = children.get(view.key)
+        if not kids:
+            continue
+        nodes = [GraphNode(input_key(view.key, s), "input", s, "input") for s in view.inputs]
+        for kid in kids:
+            label = short_name(kid, view)
+            if calls_per_name[kid.module_name] > 1:
+                label = f"{label} #{kid.call_index}"
+            nodes.append(GraphNode(kid.key, "module", label, kid.module_type))
+        nodes.append(GraphNode(self_key(view.key), "self", "self", "own ops"))
+        nodes.extend(
+            GraphNode(output_key(view.key, s), "output", s, "output") for s in view.outputs
+        )
+        known = {n.node_key for n in nodes}
+        edges = tuple(
+            e
+            for e in edges_per_view.get(view.key, [])
+            if e.src_key in known and e.dst_key in known and e.src_key != e.dst_key
+        )
+        graphs.append(LevelGraph(view.key, tuple(nodes), edges))
+    return graphs
