@@ -277,6 +277,19 @@ class Branchy(nn.Module):
         return self.b(x) if self.use_b else self.a(x)
 
 
+class TwoBranchCat(nn.Module):
+    """Two branches from one input, joined by `torch.cat` in the parent's own code."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.left = nn.Linear(dim, dim)
+        self.right = nn.Sequential(nn.Linear(dim, dim), nn.ReLU())
+        self.merge = nn.Linear(2 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.merge(torch.cat([self.left(x), self.right(x)], dim=-1))
+
+
 # ---- real third-party models, from config (random weights, nothing downloaded) ---------------
 def gpt2_from_config(vocab: int = 512, ctx: int = 64, dim: int = 128, layers: int = 2) -> nn.Module:
     """A small GPT-2 from Hugging Face transformers, dropout off so steps are deterministic."""

@@ -297,6 +297,12 @@ class Capture:
     def _structure_exit(self, module: nn.Module, result: Any) -> None:
         structure = self._structure
         assert structure is not None
+        raised = sys.exc_info()[1]
+        if raised is not None and raised is not structure.exception_at_start:
+            # The forward raised (always-call hooks run on exceptions): a partial graph is
+            # not kept; the next eligible step tries again.
+            self._end_structure()
+            return
         structure.exit(module, result)
         if not structure.forward_done and not structure.failed:
             return  # the root was re-entered; its outer call is still open

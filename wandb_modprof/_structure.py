@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry
+from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 from torch.utils.weak import WeakIdKeyDictionary
 
 _MAX_DEPTH = 6  # nesting of output containers that is searched for tensors
@@ -262,6 +263,20 @@ _SHAPE_QUERIES = frozenset(
 )
 
 
+def _cpu_sdpa_flops(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args: Any, **kwargs: Any
+) -> int:
+    return int(sdpa_flop_count(query.shape, key.shape, value.shape))
+
+
+# torch.utils.flop_counter has no formula for the CPU kernel of scaled_dot_product_attention
+# (torch 2.13); it is the flash formula on the same shapes.
+_FORMULAS: dict[Any, Any] = {
+    **flop_registry,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops,
+}
+
+
 class _Flops(TorchDispatchMode):
     """FLOPs per ATen op, as `torch.utils.flop_counter.FlopCounterMode` counts them (its
     formulas and its decomposition of ops without one), charged to the innermost call."""
@@ -283,7 +298,7 @@ class _Flops(TorchDispatchMode):
         if isinstance(func, torch._ops.HigherOrderOperator):
             return func(*args, **kwargs)  # (torch.cond and friends): not counted
         packet = func._overloadpacket
-        formula = flop_registry.get(packet)
+        formula = _FORMULAS.get(packet)
         if formula is None and func is not torch.ops.prim.device.default:
             with self:
                 decomposed = func.decompose(*args, **kwargs)
@@ -309,6 +324,8 @@ class StructurePass:
         self._modes_on = False
         self.failed = False
         self.forward_done = False
+        # An exception being handled when the pass starts is not one raised by the forward.
+        self.exception_at_start = sys.exc_info()[1]
 
     # ---- modes -------------------------------------------------------------------------
     def push_modes(self) -> None:

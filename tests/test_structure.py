@@ -1,0 +1,307 @@
+"""Structure pass: exact dataflow edges per view for small zoo models, FLOPs, and the rules for
+when the pass runs (its own untimed step, again after the call sequence changes)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from models import (
+    BasicBlock,
+    Branchy,
+    KwargsDictModel,
+    Reused,
+    TinyGPT,
+    TwoBranchCat,
+    gpt_input,
+)
+from torch import nn
+from torch.overrides import _get_current_function_mode_stack
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+from torch.utils.flop_counter import FlopCounterMode
+
+import wandb_modprof
+from wandb_modprof import Structure
+from wandb_modprof._levels import level_graphs, merge
+from wandb_modprof._structure import tensors_in
+
+ROOT = "<root>#0"
+
+
+def edges(structure: Structure, view: str = ROOT) -> set[tuple[str, str]]:
+    """Edges of one view, with the view's own input/output/self keys shortened to `in:x`."""
+    prefix = view + "|"
+    short = lambda k: k[len(prefix) :] if k.startswith(prefix) else k  # noqa: E731
+    return {(short(e.src_key), short(e.dst_key)) for e in structure.edges if e.view_key == view}
+
+
+def structure_of(model: nn.Module, *args: object, **kwargs: object) -> Structure:
+    """The structure pass of a profile block of two forwards (the second one is timed)."""
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(2):
+            out = list(tensors_in(model(*args, **kwargs)))
+            loss = sum(t.float().sum() for t in out if t.requires_grad)
+            if isinstance(loss, torch.Tensor):
+                loss.backward()
+    (structure,) = prof.structures()  # the timed forward called the same modules
+    assert prof.num_samples == 1
+    return structure
+
+
+def chain(*keys: str) -> set[tuple[str, str]]:
+    return set(zip(keys, keys[1:], strict=False))
+
+
+def test_residual_block_edges() -> None:
+    s = structure_of(BasicBlock(8, 8), torch.randn(2, 8, 6, 6))
+    expected = chain("in:x", "conv1#0", "bn1#0", "relu#0", "conv2#0", "bn2#0", "relu#1")
+    expected |= {("in:x", "relu#1"), ("relu#1", "out:output")}  # the in-place `out += x`
+    assert edges(s) == expected
+
+
+def test_residual_block_with_downsample_edges() -> None:
+    s = structure_of(BasicBlock(8, 16, stride=2), torch.randn(2, 8, 6, 6))
+    expected = chain("in:x", "conv1#0", "bn1#0", "relu#0", "conv2#0", "bn2#0", "relu#1")
+    expected |= {("in:x", "downsample#0"), ("downsample#0", "relu#1"), ("relu#1", "out:output")}
+    assert edges(s) == expected
+    assert edges(s, "downsample#0") == chain("in:input", "downsample.0#0", "downsample.1#0") | {
+        ("downsample.1#0", "out:output")
+    }
+
+
+def test_two_branches_joined_by_cat() -> None:
+    s = structure_of(TwoBranchCat(), torch.randn(3, 16))
+    assert edges(s) == {
+        ("in:x", "left#0"),
+        ("in:x", "right#0"),
+        ("left#0", "merge#0"),
+        ("right#0", "merge#0"),
+        ("merge#0", "out:output"),
+    }
+    assert edges(s, "right#0") == {
+        ("in:input", "right.0#0"),
+        ("right.0#0", "right.1#0"),
+        ("right.1#0", "out:output"),
+    }
+
+
+def test_module_reused_three_times_appears_once_per_call() -> None:
+    s = structure_of(Reused(), torch.randn(4, 32))
+    expected = chain(
+        "in:x", "inp#0", "shared#0", "act#0", "shared#1", "act#1", "shared#2", "act#2"
+    )
+    assert edges(s) == expected | {("act#2", "out:output")}
+    graph = level_graphs(merge([s]))[0]
+    labels = [n.label for n in graph.nodes if n.kind == "module"]
+    assert labels == ["inp", "shared #0", "act #0", "shared #1", "act #1", "shared #2", "act #2"]
+
+
+def test_kwargs_inputs_dict_and_dataclass_outputs() -> None:
+    s = structure_of(KwargsDictModel(), torch.randn(4, 32))
+    calls = {c.key: c for c in s.calls}
+    assert calls["inner#0"].inputs == ("hidden",)  # passed as a keyword; `scale` is a float
+    assert calls["branches#0"].outputs == ("a", "b")  # a dict
+    assert calls[ROOT].outputs == ("logits", "aux")  # a dataclass
+    assert edges(s) == {
+        ("in:x", "embed#0"),
+        ("embed#0", "inner#0"),
+        ("inner#0", "branches#0"),
+        ("branches#0", "out:logits"),
+        ("branches#0", "out:aux"),
+    }
+    assert edges(s, "inner#0") == {("in:hidden", "inner.lin#0"), ("inner.lin#0", "out:output")}
+    assert edges(s, "branches#0") == {
+        ("in:h", "branches.a#0"),
+        ("in:h", "branches.b#0"),
+        ("branches.a#0", "out:a"),
+        ("branches.b#0", "out:b"),
+    }
+
+
+TINY_GPT_ROOT = {
+    ("in:idx", "wte#0"),  # `wpe` reads positions made by `arange`: no edge into it
+    ("wte#0", "blocks.0#0"),
+    ("wpe#0", "blocks.0#0"),
+    ("blocks.0#0", "blocks.1#0"),
+    ("blocks.1#0", "ln_f#0"),
+    ("ln_f#0", "head#0"),
+    ("head#0", "out:output"),
+}
+TINY_GPT_BLOCK = {
+    ("in:x", "blocks.0.ln1#0"),
+    ("blocks.0.ln1#0", "blocks.0.attn#0"),
+    ("in:x", "blocks.0.ln2#0"),  # residual `x + attn(...)` then ln2
+    ("blocks.0.attn#0", "blocks.0.ln2#0"),
+    ("blocks.0.ln2#0", "blocks.0.mlp#0"),
+    ("in:x", "out:output"),
+    ("blocks.0.attn#0", "out:output"),
+    ("blocks.0.mlp#0", "out:output"),
+}
+TINY_GPT_ATTENTION = {  # chunk, view, transpose, scaled_dot_product_attention in between
+    ("in:x", "blocks.0.attn.qkv#0"),
+    ("blocks.0.attn.qkv#0", "blocks.0.attn.proj#0"),
+    ("blocks.0.attn.proj#0", "out:output"),
+}
+
+
+def test_eval_no_grad_forward_has_the_training_graph() -> None:
+    model = TinyGPT()
+    model.eval()
+    with torch.no_grad():
+        s_eval = structure_of(model, gpt_input())
+    assert not s_eval.training
+    model.train()
+    s_train = structure_of(model, gpt_input())
+    assert s_train.training
+    for s in (s_eval, s_train):
+        assert edges(s) == TINY_GPT_ROOT
+        assert edges(s, "blocks.0#0") == TINY_GPT_BLOCK
+        assert edges(s, "blocks.0.attn#0") == TINY_GPT_ATTENTION
+
+
+def test_branch_change_between_steps_captures_a_second_structure() -> None:
+    model = Branchy()
+    handle = wandb_modprof.watch(model, log_freq=1)
+    x = torch.randn(2, 16)
+    for step in range(1, 6):
+        model.use_b = step >= 3
+        model(x).sum().backward()
+    prof = handle.unwatch()
+    first, second = prof.structures()
+    assert edges(first) == {("in:x", "a#0"), ("a#0", "out:output")}
+    assert edges(second) == {("in:x", "b#0"), ("b#0", "out:output")}
+    # Step 1 and step 4 (after step 3 called `b` for the first time) were structure passes.
+    assert prof.num_samples == 3
+    assert set(prof.stats()) == {ROOT, "a#0", "b#0"}
+    (graph,) = level_graphs(merge(prof.structures(), prof.stats().values()))
+    assert {(e.src_key, e.dst_key) for e in graph.edges} == {
+        (f"{ROOT}|in:x", "a#0"),
+        (f"{ROOT}|in:x", "b#0"),
+        ("a#0", f"{ROOT}|out:output"),
+        ("b#0", f"{ROOT}|out:output"),
+    }
+
+
+def test_flops_per_call_match_flop_counter_mode() -> None:
+    model = TinyGPT()
+    x = gpt_input()
+    s = structure_of(model, x)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(x)
+    calls = {c.key: c for c in s.calls}
+    # torch's counter has no formula for the CPU attention kernel; we add the flash formula.
+    b, t = x.shape
+    heads, dim = 4, 64
+    sdpa = 4 * b * heads * t * t * (dim // heads)  # two matmuls of 2*b*h*t*t*d each
+    assert calls[ROOT].fwd_flops == counter.get_total_flops() + 2 * sdpa > 0
+    per_module = counter.get_flop_counts()
+    assert calls["blocks.0.mlp.up#0"].fwd_flops == sum(per_module["TinyGPT.blocks.0.mlp.up"].values())
+    assert calls["blocks.0.mlp.up#0"].fwd_flops == 2 * b * t * 64 * 256
+    # inclusive = own ops + children
+    kids = [c for c in s.calls if c.parent_key == "blocks.0.attn#0"]
+    attn = calls["blocks.0.attn#0"]
+    assert attn.fwd_flops == attn.fwd_self_flops + sum(c.fwd_flops for c in kids)
+    assert attn.fwd_self_flops == sdpa  # scaled_dot_product_attention in its own code
+
+
+def test_structure_pass_is_untimed_and_first_step_of_watch() -> None:
+    model = TinyGPT()
+    handle = wandb_modprof.watch(model, log_freq=2)
+    x = gpt_input()
+    model.eval()
+    with torch.no_grad():
+        model(x)  # not a training step: no structure pass
+    assert handle.profile().structures() == []
+    model.train()
+    for _ in range(4):
+        model(x).sum().backward()
+    prof = handle.unwatch()
+    assert len(prof.structures()) == 1
+    assert prof.num_samples == 2  # steps 2 and 4; step 1 was the structure pass
+    assert not _get_current_function_mode_stack()
+    assert not _get_current_dispatch_mode_stack()
+
+
+def test_profile_block_of_one_step_warns_that_nothing_was_timed() -> None:
+    model = Reused()
+    with pytest.warns(RuntimeWarning, match="structure pass"), wandb_modprof.profile(model) as prof:
+        model(torch.randn(2, 32)).sum().backward()
+    assert prof.num_samples == 0
+    assert len(prof.structures()) == 1
+
+
+def test_structure_pass_does_not_change_numerics() -> None:
+    def run(watched: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = TinyGPT()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        if watched:
+            wandb_modprof.watch(model, log_freq=2, optimizer=opt)
+        out = []
+        for _ in range(3):
+            loss = F.cross_entropy(model(gpt_input()).flatten(0, 1), gpt_input().flatten())
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            out.append(loss.detach())
+        out.extend(p.detach().clone() for p in model.parameters())
+        if watched:
+            wandb_modprof.unwatch(model)
+        return out
+
+    for a, b in zip(run(False), run(True), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_forward_that_raises_during_the_pass_keeps_no_partial_graph() -> None:
+    from models import RaisingModel
+
+    model = RaisingModel()
+    handle = wandb_modprof.watch(model, log_freq=1)
+    model.boom.armed = True
+    with pytest.raises(ValueError, match="boom"):
+        model(torch.randn(2, 16))
+    assert handle.profile().structures() == []
+    assert not _get_current_function_mode_stack()
+    model.boom.armed = False
+    model(torch.randn(2, 16)).sum().backward()  # the pass is retried on the next step
+    (s,) = handle.unwatch().structures()
+    assert edges(s) == chain("in:x", "lin#0", "boom#0", "out#0") | {("out#0", "out:output")}
+
+
+def test_keyboard_interrupt_during_the_pass_leaves_no_mode_behind() -> None:
+    class Interrupting(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.interrupt = True
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.lin(x)
+            if self.interrupt:
+                raise KeyboardInterrupt
+            return x
+
+    model = Interrupting()
+    handle = wandb_modprof.watch(model, log_freq=1)
+    with pytest.raises(KeyboardInterrupt):
+        model(torch.randn(2, 4))
+    model.interrupt = False
+    model(torch.randn(2, 4)).sum().backward()  # recovers: the stale pass is ended first
+    assert not _get_current_function_mode_stack()
+    assert not _get_current_dispatch_mode_stack()
+    assert len(handle.unwatch().structures()) == 1
+
+
+@pytest.mark.parametrize("checkpointing", ["reentrant", "non_reentrant"])
+def test_structure_pass_with_activation_checkpointing(checkpointing: str) -> None:
+    model = TinyGPT(checkpointing=checkpointing)
+    handle = wandb_modprof.watch(model, log_freq=1)
+    for _ in range(3):
+        model(gpt_input()).sum().backward()
+    prof = handle.unwatch()
+    (s,) = prof.structures()  # recomputes during backward are not a new call sequence
+    assert edges(s) == TINY_GPT_ROOT
+    assert edges(s, "blocks.0#0") == TINY_GPT_BLOCK
+    assert prof.num_samples == 2
+    assert all(r.bwd_ms is not None for r in prof.invocations() if r.key.startswith("blocks.0"))
