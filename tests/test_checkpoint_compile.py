@@ -224,3 +224,41 @@ def test_whole_model_compiled(compile_counter):
     handle.unwatch()
     assert sum(hook_counts(compiled).values()) == 0
     assert sum(hook_counts(model).values()) == 0
+
+
+# ---- the structure pass around compiled code --------------------------------------------------
+class InPlaceCompiled(nn.Module):
+    def __init__(self, backend, dim: int = 16) -> None:
+        super().__init__()
+        self.pre = nn.Linear(dim, dim)
+        self.sub = Sub(dim)
+        self.sub.compile(backend=backend)  # Module.compile(): compiled in place, not hooked
+        self.post = nn.Linear(dim, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.post(self.sub(torch.relu(self.pre(x))))
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_structure_pass_runs_compiled_code_eagerly_without_recompiles(compile_counter, in_place):
+    import torch._dynamo
+    import torch._dynamo.eval_frame
+
+    model = InPlaceCompiled(compile_counter) if in_place else WithCompiledSub(compile_counter)
+    x = torch.randn(8, 16)
+    _train(model, x, 1)
+    assert compile_counter.frame_count == 1
+    handle = wandb_modprof.watch(model, log_freq=2)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        _train(model, x, 5)  # step 1: structure pass; 2 and 4 sampled
+    assert compile_counter.frame_count == 1
+    assert torch._dynamo.eval_frame._stance.stance == "default"  # restored after the pass
+    prof = handle.unwatch()
+    assert prof.num_samples == 2
+    (structure,) = prof.structures()
+    root_edges = {(e.src_key, e.dst_key) for e in structure.edges if e.view_key == "<root>#0"}
+    middle = [("pre#0", "post#0")] if in_place else [("pre#0", "sub#0"), ("sub#0", "post#0")]
+    assert root_edges == {("<root>#0|in:x", "pre#0"), *middle, ("post#0", "<root>#0|out:output")}
+    calls = {c.key: c for c in structure.calls}
+    # the compiled code ran eagerly under the FLOP counter: its matmuls are counted
+    assert calls["<root>#0"].fwd_flops == 2 * 8 * (16 * 16 + 16 * 32 + 32 * 16 + 16 * 1)

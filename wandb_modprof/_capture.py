@@ -288,7 +288,11 @@ class Capture:
         if self._child_handles and self._hooked_index is not index:
             self._detach_children()
         self._attach_children()
-        structure = StructurePass(training=module.training)
+        has_compiled = any(
+            type(m).__name__ == "OptimizedModule" or getattr(m, "_compiled_call_impl", None)
+            for m in self.model.modules()
+        )
+        structure = StructurePass(training=module.training, has_compiled=has_compiled)
         structure.push_modes()
         self._structure = structure
         name, module_type = self._names.get(id(module), (ROOT_NAME, type(module).__name__))

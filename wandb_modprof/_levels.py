@@ -61,6 +61,7 @@ def merge(structures: Sequence[Structure], stats: Iterable[ModuleStats] = ()) ->
                 outputs=(),
                 fwd_flops=0,
                 fwd_self_flops=0,
+                flops_known=False,
             )
     ordered = tuple(calls.values())
     return CallTree(
@@ -87,6 +88,7 @@ def _with_slots(call: CallInfo, inputs: tuple[str, ...], outputs: tuple[str, ...
         outputs=outputs,
         fwd_flops=call.fwd_flops,
         fwd_self_flops=call.fwd_self_flops,
+        flops_known=call.flops_known,
     )
 
 

@@ -42,7 +42,8 @@ class CallInfo:
 
     `inputs` / `outputs` name the argument slots and output fields that carried tensors: the
     input and output nodes of this call's own view. `fwd_flops` includes children's FLOPs,
-    `fwd_self_flops` only those of ops in the call's own code.
+    `fwd_self_flops` only those of ops in the call's own code. `flops_known` is False for
+    calls no structure pass saw (their node comes from the statistics alone).
     """
 
     key: str
@@ -56,6 +57,7 @@ class CallInfo:
     outputs: tuple[str, ...]
     fwd_flops: int
     fwd_self_flops: int
+    flops_known: bool
 
 
 @dataclass(frozen=True)
@@ -313,8 +315,12 @@ class _Flops(TorchDispatchMode):
 class StructurePass:
     """One forward seen by the structure capture; `finish()` returns the `Structure`."""
 
-    def __init__(self, training: bool) -> None:
+    def __init__(self, training: bool, has_compiled: bool = False) -> None:
         self.training = training
+        # Compiled regions run eagerly during the pass: dynamo guards on the mode stack, so
+        # running them under our modes would recompile them (and again after the pass).
+        self._stance: Any = None
+        self._has_compiled = has_compiled
         self._calls: list[_Builder] = []
         self._counts: dict[str, int] = {}
         self._stack: list[_Frame] = []
@@ -329,6 +335,8 @@ class StructurePass:
 
     # ---- modes -------------------------------------------------------------------------
     def push_modes(self) -> None:
+        if self._has_compiled:
+            self._stance = torch.compiler.set_stance("force_eager")
         self._dataflow.__enter__()
         try:
             self._flops.__enter__()
@@ -353,6 +361,9 @@ class StructurePass:
         self._flops.__exit__(None, None, None)
         self._dataflow.__exit__(None, None, None)
         self._modes_on = False
+        if self._stance is not None:
+            self._stance.__exit__(None, None, None)  # back to the stance from before the pass
+            self._stance = None
         return True
 
     # ---- called by the capture's hooks -------------------------------------------------
@@ -422,9 +433,11 @@ class StructurePass:
     def finish(self) -> Structure:
         assert self.forward_done and not self.failed
         inclusive = [c.flops for c in self._calls]
+        known = [True] * len(self._calls)
         for i in range(len(self._calls) - 1, 0, -1):  # children come after their parent
             parent = self._calls[i].parent
             inclusive[parent] += inclusive[i]
+            known[parent] = known[parent] and known[i]
         calls = tuple(
             CallInfo(
                 key=c.key,
@@ -438,6 +451,7 @@ class StructurePass:
                 outputs=c.outputs,
                 fwd_flops=inclusive[i],
                 fwd_self_flops=c.flops,
+                flops_known=known[i],
             )
             for i, c in enumerate(self._calls)
         )

@@ -308,7 +308,8 @@ def _group_values(
 ) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in members:
-        values = _module_values(stats.get(key), None if key in tree.unstructured else calls[key])
+        call = calls[key]
+        values = _module_values(stats.get(key), call if call.flops_known else None)
         for column, value in values.items():
             if column in ADDITIVE:
                 out[column] = out.get(column, 0.0) + value
@@ -342,7 +343,7 @@ def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
     for metric in ("fwd_ms", "bwd_ms", "act_bytes", "param_bytes", "grad_bytes", "optim_bytes"):
         meta.append((f"total_{metric}", "", total(metric)))
     flops = None
-    if root is not None and root.key not in tree.unstructured:
+    if root is not None and root.flops_known:
         flops = float(root.fwd_flops)
     meta.append(("total_fwd_flops", "", flops))
     budget = max_rows - len(meta) - 2  # the `reduced` and `views` rows
@@ -403,15 +404,14 @@ def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
                     has_view=call.key in views,
                     group_count=1,
                 )
-                values = _module_values(
-                    count_from, None if call.key in tree.unstructured else call
-                )
+                values = _module_values(count_from, call if call.flops_known else None)
             elif node.kind == "self":
                 view_call = calls[graph.view_key]
                 count_from = stats.get(graph.view_key)
                 cells.update(module_name=view_call.module_name, module_type=view_call.module_type)
-                structured = graph.view_key not in tree.unstructured
-                values = _self_values(count_from, kids, view_call if structured else None)
+                values = _self_values(
+                    count_from, kids, view_call if view_call.flops_known else None
+                )
             elif node.kind == "group":
                 members = groups.get(node.node_key, [])
                 cells["group_count"] = len(members)
