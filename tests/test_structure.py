@@ -3,9 +3,11 @@ when the pass runs (its own untimed step, again after the call sequence changes)
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: N812 (the usual alias)
 from models import (
     BasicBlock,
     Branchy,
@@ -49,7 +51,7 @@ def structure_of(model: nn.Module, *args: object, **kwargs: object) -> Structure
 
 
 def chain(*keys: str) -> set[tuple[str, str]]:
-    return set(zip(keys, keys[1:], strict=False))
+    return set(itertools.pairwise(keys))
 
 
 def test_residual_block_edges() -> None:
@@ -87,9 +89,7 @@ def test_two_branches_joined_by_cat() -> None:
 
 def test_module_reused_three_times_appears_once_per_call() -> None:
     s = structure_of(Reused(), torch.randn(4, 32))
-    expected = chain(
-        "in:x", "inp#0", "shared#0", "act#0", "shared#1", "act#1", "shared#2", "act#2"
-    )
+    expected = chain("in:x", "inp#0", "shared#0", "act#0", "shared#1", "act#1", "shared#2", "act#2")
     assert edges(s) == expected | {("act#2", "out:output")}
     graph = level_graphs(merge([s]))[0]
     labels = [n.label for n in graph.nodes if n.kind == "module"]
@@ -195,7 +195,9 @@ def test_flops_per_call_match_flop_counter_mode() -> None:
     sdpa = 4 * b * heads * t * t * (dim // heads)  # two matmuls of 2*b*h*t*t*d each
     assert calls[ROOT].fwd_flops == counter.get_total_flops() + 2 * sdpa > 0
     per_module = counter.get_flop_counts()
-    assert calls["blocks.0.mlp.up#0"].fwd_flops == sum(per_module["TinyGPT.blocks.0.mlp.up"].values())
+    assert calls["blocks.0.mlp.up#0"].fwd_flops == sum(
+        per_module["TinyGPT.blocks.0.mlp.up"].values()
+    )
     assert calls["blocks.0.mlp.up#0"].fwd_flops == 2 * b * t * 64 * 256
     # inclusive = own ops + children
     kids = [c for c in s.calls if c.parent_key == "blocks.0.attn#0"]

@@ -25,7 +25,6 @@ from ._errors import ModProfError
 from ._options import Options, Timing
 from ._profile import Profile
 from ._session import StepSession
-from ._structure import StructurePass, call_signature
 from ._static_memory import (
     ROOT_NAME,
     ModelIndex,
@@ -33,6 +32,7 @@ from ._static_memory import (
     gradient_state,
     static_memory,
 )
+from ._structure import StructurePass, call_signature
 
 _MAX_PENDING = 4
 MAX_STRUCTURES = 8  # distinct call sequences captured; beyond that the graph stops growing

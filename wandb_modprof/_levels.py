@@ -36,14 +36,13 @@ def merge(structures: Sequence[Structure], stats: Iterable[ModuleStats] = ()) ->
     for structure in structures:
         for call in structure.calls:
             old = calls.get(call.key)
+            merged = call
             if old is not None and (old.inputs != call.inputs or old.outputs != call.outputs):
                 # A call whose arguments differ between passes keeps every slot seen.
-                call = _with_slots(
-                    call,
-                    _union(old.inputs, call.inputs),
-                    _union(old.outputs, call.outputs),
+                merged = _with_slots(
+                    call, _union(old.inputs, call.inputs), _union(old.outputs, call.outputs)
                 )
-            calls[call.key] = call
+            calls[call.key] = merged
         edges.update(structure.edges)
     unstructured: set[str] = set()
     for stat in stats:

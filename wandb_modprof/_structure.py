@@ -130,9 +130,7 @@ def output_slots(result: Any) -> list[tuple[str, list[torch.Tensor]]]:
         items = [(f.name, getattr(result, f.name, None)) for f in fields(result)]
     elif isinstance(result, (list, tuple)):
         names = getattr(result, "_fields", None)  # namedtuple
-        items = [
-            (str(names[i]) if names else f"output[{i}]", v) for i, v in enumerate(result)
-        ]
+        items = [(str(names[i]) if names else f"output[{i}]", v) for i, v in enumerate(result)]
     else:
         return []
     slots = [(name, list(tensors_in(v))) for name, v in items]

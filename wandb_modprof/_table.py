@@ -14,6 +14,7 @@ its cheapest modules merge into one `group` node that carries their sums and cou
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -98,7 +99,8 @@ class ProfileTable:
     """`columns` and `rows` as W&B's table JSON has them; `reduced` is "" or what was reduced.
 
     >>> table = prof.table()                                   # doctest: +SKIP
-    >>> wandb.Table(columns=list(table.columns), data=[list(r) for r in table.rows])  # doctest: +SKIP
+    >>> rows = [list(r) for r in table.rows]                    # doctest: +SKIP
+    >>> wandb.Table(columns=list(table.columns), data=rows)    # doctest: +SKIP
     """
 
     columns: tuple[str, ...]
@@ -177,9 +179,7 @@ def _size(graph: LevelGraph) -> int:
 
 def _group(graph: LevelGraph, keep: set[str], group_key: str, label: str) -> LevelGraph:
     """Merge the module nodes not in `keep` into one node; edges follow, deduplicated."""
-    merged = {
-        n.node_key for n in graph.nodes if n.kind == "module" and n.node_key not in keep
-    }
+    merged = {n.node_key for n in graph.nodes if n.kind == "module" and n.node_key not in keep}
     nodes: list[GraphNode] = []
     for n in graph.nodes:
         if n.node_key not in merged:
@@ -274,9 +274,7 @@ def _ancestors(key: str, calls: dict[str, CallInfo]) -> list[CallInfo]:
 
 
 def _view_labels(chain: list[CallInfo]) -> str:
-    labels = [chain[0].module_type] + [
-        short_name(c, p) for p, c in zip(chain, chain[1:], strict=False)
-    ]
+    labels = [chain[0].module_type] + [short_name(c, p) for p, c in itertools.pairwise(chain)]
     return " / ".join(labels)
 
 
@@ -375,9 +373,7 @@ def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
             "view_h_px": layout.height_px,
         }
         kids = [
-            stats[n.node_key]
-            for n in graph.nodes
-            if n.kind == "module" and n.node_key in stats
+            stats[n.node_key] for n in graph.nodes if n.kind == "module" and n.node_key in stats
         ]
         for node, box in zip(graph.nodes, layout.boxes, strict=True):
             cells = dict(view_cells)

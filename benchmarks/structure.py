@@ -1,0 +1,147 @@
+"""Cost of the structure pass and of turning a profile into its table, on CPU.
+
+Run (about a minute; ``--quick`` is the CI smoke run, a few seconds):
+
+    cd /work/main && .venv/bin/python benchmarks/structure.py [--quick]
+
+What is measured, side by side in one run (ratios, not absolute seconds: the machine is shared):
+
+* ``structure step / plain step``: one training step (forward, loss, backward) of a model with
+  the structure pass active (TorchFunctionMode following every tensor op, TorchDispatchMode
+  counting FLOPs, module hooks), over the same step without any hooks. This is the one-off
+  cost `watch` pays on the first training step, and again after the call sequence changes.
+  Steps alternate plain / structure so drift affects both alike; medians over the repeats.
+* ``table ms``: `prof.table()` for the same model: merge, level graphs, layout of every view,
+  rows. Also for a 2,000-invocation transformer (TinyGPT with 166 blocks), the issue's layout
+  target ("well under a second").
+
+Models: the test zoo's TinyGPT and ResNet (tests/models.py) and GPT-2 from `transformers`
+(built from a config, random weights).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from models import ResNet, TinyGPT, gpt2_from_config, gpt_input, resnet_input
+
+import wandb_modprof
+from wandb_modprof._capture import Capture
+from wandb_modprof._options import Options
+
+Step = Callable[[], None]
+
+
+def _loss(out: object) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out.float().pow(2).mean()
+    return out.loss  # type: ignore[attr-defined, no-any-return]
+
+
+def _models(quick: bool) -> list[tuple[str, nn.Module, Callable[[nn.Module], object]]]:
+    gpt_x = gpt_input(4, 32)
+    res_x = resnet_input(8, 32)
+    ids = torch.randint(0, 512, (4, 64))
+    models: list[tuple[str, nn.Module, Callable[[nn.Module], object]]] = [
+        ("TinyGPT (2 blocks)", TinyGPT(), lambda m: m(gpt_x)),
+        ("ResNet (3 stages)", ResNet(), lambda m: m(res_x)),
+    ]
+    if not quick:
+        models.append(
+            (
+                "GPT-2 (transformers, 4 layers)",
+                gpt2_from_config(layers=4),
+                lambda m: m(input_ids=ids, labels=ids),
+            )
+        )
+    return models
+
+
+def _time(fn: Step) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def structure_step_ratio(
+    model: nn.Module, forward: Callable[[nn.Module], object], repeats: int
+) -> tuple[float, float, float]:
+    """Median plain step ms, median structure step ms, their ratio."""
+
+    def plain() -> None:
+        _loss(forward(model)).backward()
+        model.zero_grad(set_to_none=True)
+
+    def structured() -> None:
+        # A fresh capture whose first forward is a structure pass, as `watch` runs it.
+        capture = Capture(model, Options(), None, lambda m: None, hooks_only_when_sampling=True)
+        capture.attach()
+        try:
+            _loss(forward(model)).backward()
+        finally:
+            capture.detach()
+        assert capture.profile._num_structures() == 1
+        model.zero_grad(set_to_none=True)
+
+    for _ in range(2):  # warm-up
+        plain()
+        structured()
+    plain_ms, structure_ms = [], []
+    for _ in range(repeats):
+        plain_ms.append(_time(plain))
+        structure_ms.append(_time(structured))
+    p, s = statistics.median(plain_ms), statistics.median(structure_ms)
+    return p, s, s / p
+
+
+def table_ms(
+    model: nn.Module, forward: Callable[[nn.Module], object], repeats: int
+) -> tuple[int, int, float]:
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(2):
+            _loss(forward(model)).backward()
+    prof.table()  # warm-up (imports)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        table = prof.table()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return len(prof.stats()), len(table.rows), statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="CI smoke run: tiny and fast")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    repeats = 2 if args.quick else 15
+    print(f"torch {torch.__version__}, 1 thread, {repeats} repeats, medians\n")
+    header = "model, plain step ms, structure step ms, ratio, invocations, table rows, table ms"
+    print("| " + " | ".join(header.split(", ")) + " |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, model, forward in _models(args.quick):
+        p, s, ratio = structure_step_ratio(model, forward, repeats)
+        calls, rows, t_ms = table_ms(model, forward, repeats)
+        print(f"| {name} | {p:.1f} | {s:.1f} | {ratio:.2f}x | {calls} | {rows} | {t_ms:.1f} |")
+    layers = 8 if args.quick else 166  # 12 invocations per block: ~2,000 invocations in all
+    big = TinyGPT(dim=32, heads=2, layers=layers)
+    big_x = gpt_input(2, 16)
+    calls, rows, t_ms = table_ms(big, lambda m: m(big_x), 3 if args.quick else 5)
+    print(f"| TinyGPT ({layers} blocks) | - | - | - | {calls} | {rows} | {t_ms:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

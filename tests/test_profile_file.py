@@ -1,0 +1,376 @@
+"""`prof.save(path)` / `wandb_modprof.load(path)`: exact round trip, strict and safe loading."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from models import ResNet, TinyGPT, gpt_input, resnet_input
+from torch import nn
+
+import wandb_modprof
+from wandb_modprof import (
+    METRICS,
+    CallInfo,
+    DataEdge,
+    InvocationRecord,
+    ModProfError,
+    ModuleStats,
+    Profile,
+    RunningStat,
+    Sample,
+    StepTotals,
+    Structure,
+)
+
+ROOT = "<root>#0"
+
+
+def _trained(model: nn.Module, x: torch.Tensor, steps: int = 3) -> Profile:
+    """A real profile: a structure pass, then timed training steps."""
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(steps):
+            model(x).float().pow(2).mean().backward()
+    return prof
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, NaN equal to NaN, and of the same types throughout (0.0 is not 0, () is not [])."""
+    if type(a) is not type(b):
+        return False
+    if is_dataclass(a):
+        a, b = [getattr(a, f.name) for f in fields(a)], [getattr(b, f.name) for f in fields(b)]
+    if isinstance(a, dict):
+        if list(a) != list(b):
+            return False
+        a, b = list(a.values()), list(b.values())
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float):  # NaN == NaN, and -0.0 is not 0.0
+        return math.isnan(a) == math.isnan(b) and (math.isnan(a) or f"{a}" == f"{b}")
+    return bool(a == b)
+
+
+def _assert_round_trip(prof: Profile, tmp_path: Path, summary: bool = True) -> Profile:
+    first = prof.save(tmp_path / "a.modprof.json")
+    back = wandb_modprof.load(first)
+    assert back.model_name == prof.model_name and back.num_samples == prof.num_samples
+    for getter in ("stats", "invocations", "structures", "to_dict"):
+        assert _same(getattr(back, getter)(), getattr(prof, getter)()), getter
+    assert _same(back.last_sample, prof.last_sample)
+    if summary:
+        assert back.summary() == prof.summary()
+    second = back.save(tmp_path / "b.modprof.json")
+    assert second.read_bytes() == first.read_bytes()
+    return back
+
+
+# ---- round trip of real profiles -----------------------------------------------------------
+@pytest.mark.parametrize(
+    "make",
+    [lambda: (ResNet(), resnet_input()), lambda: (TinyGPT(), gpt_input())],
+    ids=["ResNet", "TinyGPT"],
+)
+def test_real_profile_round_trips_exactly(
+    make: Callable[[], tuple[nn.Module, torch.Tensor]], tmp_path: Path
+) -> None:
+    prof = _trained(*make())
+    assert prof.num_samples == 2 and prof.stats() and prof.last_sample is not None
+    assert prof.structures() and prof.structures()[0].edges
+    back = _assert_round_trip(prof, tmp_path)
+    # plain equality too, where no NaN is involved
+    assert back.stats() == prof.stats() and back.last_sample == prof.last_sample
+    assert back.structures() == prof.structures() and back.to_dict() == prof.to_dict()
+
+
+def test_empty_profile_round_trips(tmp_path: Path) -> None:
+    model = TinyGPT()
+    with wandb_modprof.profile(model, structure=False) as prof:
+        pass
+    back = _assert_round_trip(prof, tmp_path)
+    assert back.num_samples == 0 and back.last_sample is None
+    assert back.stats() == {} and back.structures() == [] and back.invocations() == []
+
+
+def test_non_finite_norms_round_trip_as_strings(tmp_path: Path) -> None:
+    model = TinyGPT()
+    with torch.no_grad():  # a diverged model: an inf weight and a NaN weight
+        model.ln_f.weight[0] = math.inf
+        model.wpe.weight[0, 0] = math.nan
+    prof = _trained(model, gpt_input())
+    norms = {r.key: r.param_norm for r in prof.invocations()}
+    assert norms["ln_f#0"] == math.inf and math.isnan(norms["wpe#0"] or 0.0)
+    back = _assert_round_trip(prof, tmp_path)
+    loaded = {r.key: r.param_norm for r in back.invocations()}
+    assert loaded["ln_f#0"] == math.inf and math.isnan(loaded["wpe#0"] or 0.0)
+    text = (tmp_path / "a.modprof.json").read_text()
+    assert '"param_norm": "inf"' in text and '"param_norm": "nan"' in text
+    assert not re.search(r"\b(NaN|Infinity)\b", text)
+
+
+def test_file_header_paths_and_determinism(tmp_path: Path) -> None:
+    prof = _trained(TinyGPT(), gpt_input())
+    written = prof.save(str(tmp_path / "run.json"))  # str path, name kept as given
+    assert written == tmp_path / "run.json" and sorted(os.listdir(tmp_path)) == ["run.json"]
+    doc = json.loads(written.read_text(encoding="utf-8"))
+    assert list(doc)[:3] == ["format", "version", "wandb_modprof_version"]
+    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 1
+    assert doc["wandb_modprof_version"] == wandb_modprof.__version__
+    assert set(doc) - {"format", "version", "wandb_modprof_version"} == {
+        "model_name",
+        "num_samples",
+        "stats",
+        "last_sample",
+        "structures",
+    }
+    again = prof.save(tmp_path / "run.json")  # overwritten in place, same bytes
+    assert again.read_bytes() == written.read_bytes()
+
+
+def test_int_in_float_field_loads_as_float_and_odd_strings_survive(tmp_path: Path) -> None:
+    prof = _trained(TinyGPT(), gpt_input())
+    path = prof.save(tmp_path / "p.modprof.json")
+    doc = json.loads(path.read_text())
+    doc["last_sample"]["invocations"][0]["fwd_ms"] = 0
+    doc["model_name"] = "\ud800 nan \u00e9"  # lone surrogate, a float-like word, non-ASCII
+    path.write_text(json.dumps(doc))
+    back = wandb_modprof.load(path)
+    assert back.invocations()[0].fwd_ms == 0.0 and type(back.invocations()[0].fwd_ms) is float
+    assert back.model_name == "\ud800 nan \u00e9"
+    assert back.save(tmp_path / "q.modprof.json").read_text().isascii()
+    assert wandb_modprof.load(tmp_path / "q.modprof.json").model_name == back.model_name
+
+
+# ---- save errors ---------------------------------------------------------------------------
+def test_save_errors_name_the_path_and_leave_nothing_behind(tmp_path: Path) -> None:
+    prof = _trained(TinyGPT(), gpt_input())
+    with pytest.raises(ModProfError, match=r"cannot save profile to .*nope.*does not exist"):
+        prof.save(tmp_path / "nope" / "p.modprof.json")
+    (tmp_path / "dir.modprof.json").mkdir()
+    with pytest.raises(ModProfError, match=r"cannot save profile to .*dir\.modprof\.json"):
+        prof.save(tmp_path / "dir.modprof.json")
+    assert os.listdir(tmp_path) == ["dir.modprof.json"]  # no temporary file left
+
+
+def test_save_permission_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prof = _trained(TinyGPT(), gpt_input())
+
+    def denied(*args: object, **kwargs: object) -> int:  # as root, chmod would not stop us
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "open", denied)
+    with pytest.raises(
+        ModProfError, match=r"cannot save profile to '.*p\.json': Permission denied"
+    ):
+        prof.save(tmp_path / "p.json")
+
+
+# ---- load errors ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def saved_text(tmp_path_factory: pytest.TempPathFactory) -> str:
+    torch.manual_seed(0)
+    path = _trained(TinyGPT(), gpt_input()).save(tmp_path_factory.mktemp("f") / "p.modprof.json")
+    return path.read_text()
+
+
+def _load_text(tmp_path: Path, text: str | bytes) -> Profile:
+    path = tmp_path / "bad.modprof.json"
+    if isinstance(text, str):
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    else:
+        path.write_bytes(text)
+    return wandb_modprof.load(path)
+
+
+_DELETE = object()
+_M = ("stats", ROOT, "metrics", "fwd_ms")
+_INV = ("last_sample", "invocations", 1)
+_CALL = ("structures", 0, "calls", 1)
+_EDGE = ("structures", 0, "edges", 0)
+_STATS_ROOT = re.escape('stats["<root>#0"]')
+_MEAN_NON_FINITE = _STATS_ROOT + re.escape('.metrics["fwd_ms"].mean: a non-finite number literal')
+_VERSION = re.escape(wandb_modprof.__version__)
+_STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        (("format",), "other.profile", r"not a wandb_modprof profile: expected format .*other"),
+        (("format",), _DELETE, r"not a wandb_modprof profile: .*got no format field"),
+        (
+            ("version",),
+            999,
+            rf"version 999 \(written by wandb_modprof {_VERSION}\); .* reads version 1; upgrade",
+        ),
+        (("version",), 0, r"unsupported file format version 0 .*reads version 1$"),
+        (("version",), True, r"version: expected an integer, got true"),
+        (("version",), "1", r'version: expected an integer, got "1"'),
+        (("wandb_modprof_version",), 1, r"wandb_modprof_version: expected a string, got 1"),
+        (
+            (*_M, "mean"),
+            _DELETE,
+            _STATS_ROOT + re.escape('.metrics["fwd_ms"]: missing field "mean"'),
+        ),
+        (("num_samples",), "2", r'^cannot load .*: num_samples: expected an integer, got "2"$'),
+        (("num_samples",), 2.0, r"num_samples: expected an integer, got 2\.0"),
+        (("model_name",), None, r"model_name: expected a string, got null"),
+        (("last_sample",), [], r"last_sample: expected an object \(Sample\), got an array"),
+        ((*_INV, "depth"), True, r"invocations\[1\]\.depth: expected an integer, got true"),
+        (
+            (*_INV, "fwd_ms"),
+            "fast",
+            r'fwd_ms: expected a number or "nan", "inf", "-inf", got "fast"',
+        ),
+        ((*_INV, "bwd_ms"), True, r"bwd_ms: expected a number .* or null, got true"),
+        ((*_INV, "fwd_ms"), 10**400, r"invocations\[1\]\.fwd_ms: integer too large for a float"),
+        ((*_INV, "extra"), 1, r'last_sample\.invocations\[1\]: unknown field "extra"'),
+        (("extra",), 1, r'^cannot load .*: unknown field "extra"$'),
+        ((*_CALL, "inputs"), "x", r"structures\[0\]\.calls\[1\]\.inputs: expected an array"),
+        ((*_CALL, "inputs"), [1], r"calls\[1\]\.inputs\[0\]: expected a string, got 1"),
+        ((*_EDGE, "view_key"), "ghost#0", r'edges\[0\]\.view_key: "ghost#0" is not a call'),
+        ((*_EDGE, "src_key"), "ghost#0|in:x", r'edges\[0\]\.src_key: "ghost#0\|in:x" is not'),
+        (("stats", ROOT, "key"), "head#0", _STATS_ROOT + r'\.key: "head#0" does not match'),
+        ((*_M[:-1], "evil"), _STAT, re.escape('.metrics["evil"]: unknown metric (known: fwd_ms')),
+        (("stats",), [[[[[[]]]]]], r"stats: expected an object, got an array"),
+    ],
+)
+def test_corrupted_field_fails_with_its_json_path(
+    where: tuple[str | int, ...], value: object, message: str, saved_text: str, tmp_path: Path
+) -> None:
+    doc = json.loads(saved_text)
+    parent = doc
+    for step in where[:-1]:
+        parent = parent[step]
+    if value is _DELETE:
+        del parent[where[-1]]
+    else:
+        parent[where[-1]] = value
+    with pytest.raises(ModProfError, match=message):
+        _load_text(tmp_path, json.dumps(doc))
+
+
+def _replace_first_float(text: str, literal: str) -> str:
+    return re.sub(r'("mean": )[-0-9.e]+', lambda m: m.group(1) + literal, text, count=1)
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "message"),
+    [
+        (lambda t: t[: len(t) // 2], r"not valid JSON: .* at line \d+, column \d+"),
+        (lambda t: "", r"not valid JSON: Expecting value at line 1, column 1"),
+        (lambda t: "[]", r"not a wandb_modprof profile: expected a JSON object, got an array"),
+        (lambda t: '"hi"', r'not a wandb_modprof profile: expected a JSON object, got "hi"'),
+        (lambda t: _replace_first_float(t, "NaN"), _MEAN_NON_FINITE),
+        (lambda t: _replace_first_float(t, "-Infinity"), _MEAN_NON_FINITE),
+        (lambda t: _replace_first_float(t, "1e999"), _MEAN_NON_FINITE),
+        (lambda t: _replace_first_float(t, "9" * 5000), r"not valid JSON: .*digits"),
+        (lambda t: "[" * 100_000 + "]" * 100_000, r"not valid JSON: nested too deeply"),
+    ],
+    ids=[
+        "truncated",
+        "empty",
+        "array",
+        "string",
+        "NaN",
+        "-Infinity",
+        "1e999",
+        "5000 digits",
+        "deep",
+    ],
+)
+def test_corrupted_text_fails_cleanly(
+    corrupt: Callable[[str], str], message: str, saved_text: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ModProfError, match=r"^cannot load '.*bad\.modprof\.json': " + message):
+        _load_text(tmp_path, corrupt(saved_text))
+
+
+def test_not_utf8_missing_file_and_directory(saved_text: str, tmp_path: Path) -> None:
+    with pytest.raises(ModProfError, match=r"not UTF-8 text \(byte 1\)"):
+        _load_text(tmp_path, b"{\xff}")
+    with pytest.raises(ModProfError, match=r"cannot load '.*missing\.modprof\.json': No such file"):
+        wandb_modprof.load(tmp_path / "missing.modprof.json")
+    with pytest.raises(ModProfError, match=r"cannot load '.*': Is a directory"):
+        wandb_modprof.load(str(tmp_path))
+
+
+def test_loading_runs_no_code_from_the_file(
+    saved_text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("code from the file ran")
+
+    monkeypatch.setattr(os, "system", forbidden)
+    monkeypatch.setattr(os, "popen", forbidden)
+    payload = f"__import__('os').system('touch {tmp_path / 'pwned'}')"
+    doc = json.loads(saved_text)
+    doc["model_name"] = payload
+    doc["last_sample"]["invocations"][0]["module_type"] = "!!python/object:os.system"
+    back = _load_text(tmp_path, json.dumps(doc))
+    assert back.model_name == payload and back.invocations()[0].module_type.startswith("!!")
+    for where in (doc, doc["last_sample"], doc["stats"][ROOT]["metrics"]["fwd_ms"]):
+        where["__class__"] = "os.system"
+        with pytest.raises(ModProfError, match=r'unknown field "__class__"'):
+            _load_text(tmp_path, json.dumps(doc))
+        del where["__class__"]
+    doc["stats"][ROOT]["metrics"]["__class__"] = doc["stats"][ROOT]["metrics"]["fwd_ms"]
+    with pytest.raises(ModProfError, match=r"unknown metric"):
+        _load_text(tmp_path, json.dumps(doc))
+    assert not (tmp_path / "pwned").exists()
+
+
+# ---- property: any record values round-trip ------------------------------------------------
+# Hypothesis infers the other fields from the type hints; its floats include NaN, +-inf, -0.0.
+_floats = st.floats() | st.sampled_from([0.0, -0.0, math.nan, math.inf, -math.inf, 1e308])
+_ints = st.integers(-(2**200), 2**200)
+_strs = st.text(max_size=8) | st.sampled_from(["nan", "-inf", "__class__", "a|in:x", "\ud800"])
+_stat = st.builds(RunningStat, _ints, _floats, _floats, _floats, _floats, _floats)
+_record = st.builds(
+    InvocationRecord, key=_strs, call_index=_ints, fwd_ms=_floats, param_norm=_floats
+)
+_module_stats = st.builds(
+    ModuleStats, key=_strs, metrics=st.dictionaries(st.sampled_from(METRICS), _stat, max_size=4)
+)
+_sample = st.builds(Sample, _ints, st.lists(_record, max_size=3).map(tuple), st.builds(StepTotals))
+
+
+@st.composite
+def _structure(draw: st.DrawFn) -> Structure:
+    keys = draw(st.lists(_strs, min_size=1, max_size=4, unique=True))
+    calls = tuple(draw(st.builds(CallInfo, key=st.just(k), fwd_flops=_ints)) for k in keys)
+    call = st.sampled_from(keys)
+    node = call | st.builds(lambda k, s: f"{k}|in:{s}", call, _strs)
+    edges = draw(st.lists(st.builds(DataEdge, call, node, node), max_size=4))
+    return Structure(draw(_strs), draw(st.booleans()), calls, tuple(edges))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=_strs,
+    num_samples=_ints,
+    stats=st.lists(_module_stats, max_size=3, unique_by=lambda s: s.key),
+    last=st.none() | _sample,
+    structures=st.lists(_structure(), max_size=2, unique_by=lambda s: s.signature),
+)
+def test_any_values_round_trip(
+    name: str,
+    num_samples: int,
+    stats: list[ModuleStats],
+    last: Sample | None,
+    structures: list[Structure],
+) -> None:
+    prof = Profile._restore(name, num_samples, {s.key: s for s in stats}, last, structures)
+    with tempfile.TemporaryDirectory() as tmp:
+        _assert_round_trip(prof, Path(tmp), summary=False)

@@ -1,0 +1,279 @@
+"""The flat table: golden tables for two zoo models, invariants on real and synthetic profiles
+(never more than 10,000 rows, never NaN/inf/None where a number is expected), and the
+deliberate reduction of large models."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from models import ResNet, TinyGPT, gpt_input, resnet_input
+
+import wandb_modprof
+from wandb_modprof import ModuleStats, Profile, RunningStat, Structure
+from wandb_modprof._structure import CallInfo, DataEdge, input_key, output_key
+from wandb_modprof._table import (
+    BOOL_COLUMNS,
+    COLUMNS,
+    INT_COLUMNS,
+    MAX_ROWS,
+    METRIC_COLUMNS,
+    NUMBER_COLUMNS,
+    TEXT_COLUMNS,
+    ProfileTable,
+)
+
+GOLDEN = Path(__file__).parent / "golden"
+# Columns that hold measured times or values that depend on them: masked in goldens.
+MEASURED = {c for c in NUMBER_COLUMNS if "_ms" in c or "flop_per_s" in c or "norm" in c}
+MEASURED_META = {"total_fwd_ms", "total_bwd_ms"}
+
+
+def check_table(table: ProfileTable, max_rows: int = MAX_ROWS) -> None:
+    """Every invariant a sink relies on."""
+    assert table.columns == COLUMNS
+    assert not {"id", "name", "color"} & set(table.columns)  # W&B adds these
+    assert len(table.rows) <= max_rows
+    kinds = dict.fromkeys(TEXT_COLUMNS, str) | dict.fromkeys(INT_COLUMNS, int)
+    kinds |= dict.fromkeys(BOOL_COLUMNS, bool) | dict.fromkeys(NUMBER_COLUMNS, float)
+    records = table.records()
+    for row in records:
+        for column, value in row.items():
+            assert type(value) is kinds[column], (column, value)  # no None, no int/float mix
+            if isinstance(value, float):
+                assert math.isfinite(value), (column, row)
+    meta = {r["meta_key"]: r for r in records if r["row_kind"] == "meta"}
+    assert meta["table_format"]["meta_value"] == "wandb_modprof.table"
+    assert meta["reduced"]["meta_value"] == table.reduced
+    views = {r["view_key"] for r in records if r["row_kind"] != "meta"}
+    nodes = {(r["view_key"], r["node_key"]): r for r in records if r["row_kind"] == "node"}
+    assert len(nodes) == sum(1 for r in records if r["row_kind"] == "node")  # keys unique
+    for r in nodes.values():
+        assert r["x_px"] >= 0 and r["x_px"] + r["w_px"] <= r["view_w_px"] + 1e-6
+        assert r["y_px"] >= 0 and r["y_px"] + r["h_px"] <= r["view_h_px"] + 1e-6
+        if r["has_view"]:
+            assert r["node_key"] in views  # drill-down always lands on a drawn view
+        if r["node_kind"] in ("input", "output"):
+            assert r["missing"] == "*"
+        missing = set(r["missing"].split(",")) if r["missing"] not in ("", "*") else set()
+        assert missing <= set(METRIC_COLUMNS)
+        for column in missing:
+            assert r[column] == 0.0
+    for r in records:
+        if r["row_kind"] == "edge":
+            assert (r["view_key"], r["src_key"]) in nodes
+            assert (r["view_key"], r["dst_key"]) in nodes
+            assert r["edge_path"].startswith("M")
+    # every drawn view but the top one is reachable from a node of its parent view
+    for view in views - {meta["root_view"]["meta_value"]}:
+        assert any(key == view for (_, key) in nodes), view
+
+
+def _profile(model: torch.nn.Module, x: torch.Tensor, steps: int = 3) -> Profile:
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(steps):
+            model(x).float().pow(2).mean().backward()
+    return prof
+
+
+def _masked(table: ProfileTable) -> dict[str, object]:
+    rows = []
+    for record in table.records():
+        for column in MEASURED:
+            if column not in record["missing"].split(",") and record["missing"] != "*":
+                record[column] = "<measured>"
+        if record["meta_key"] in MEASURED_META:
+            record["meta_number"] = "<measured>"
+        rows.append([record[c] for c in table.columns])
+    return {"columns": list(table.columns), "rows": rows}
+
+
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [
+        ("resnet", lambda: (ResNet(), resnet_input(2, 16))),
+        ("tiny_gpt", lambda: (TinyGPT(), gpt_input(2, 16))),
+    ],
+)
+def test_golden_table(name, make, update_goldens: bool) -> None:
+    """Structure, layout, static memory, activations and FLOPs are deterministic; measured
+    times are masked. Regenerate with `pytest tests/test_table.py --update-goldens`."""
+    model, x = make()
+    table = _profile(model, x).table()
+    check_table(table)
+    got = _masked(table)
+    path = GOLDEN / f"{name}.table.json"
+    if update_goldens:
+        path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    expected = json.loads(path.read_text())
+    assert got["columns"] == expected["columns"]
+    for i, (g, e) in enumerate(zip(got["rows"], expected["rows"], strict=False)):
+        assert g == e, f"row {i} differs: {dict(zip(got['columns'], g, strict=True))}"
+    assert len(got["rows"]) == len(expected["rows"])
+
+
+def test_real_model_table_invariants_and_self_node() -> None:
+    prof = _profile(TinyGPT(), gpt_input(2, 16))
+    table = prof.table()
+    check_table(table)
+    records = table.records()
+    stats = prof.stats()
+    block = [r for r in records if r["row_kind"] == "node" and r["view_key"] == "blocks.0#0"]
+    own = next(r for r in block if r["node_kind"] == "self")
+    # the self node carries the block's own work: its residual adds
+    assert own["fwd_ms"] == stats["blocks.0#0"].metrics["fwd_self_ms"].mean
+    assert own["bwd_ms"] == stats["blocks.0#0"].metrics["bwd_self_ms"].mean
+    # a level's module nodes plus its self node account for the whole view's forward time
+    kids = sum(r["fwd_ms"] for r in block if r["node_kind"] == "module")
+    assert kids + own["fwd_ms"] == pytest.approx(stats["blocks.0#0"].metrics["fwd_ms"].mean)
+    up = next(r for r in records if r["node_key"] == "blocks.0.mlp.up#0")
+    assert up["fwd_flops"] == 2 * 2 * 16 * 64 * 256
+    assert up["fwd_flop_per_s"] == pytest.approx(up["fwd_flops"] / (up["fwd_ms"] / 1e3))
+    assert up["samples"] == 2
+
+
+def test_structure_off_still_draws_every_module_without_edges() -> None:
+    model = ResNet()
+    with wandb_modprof.profile(model, structure=False) as prof:
+        model(resnet_input(2, 16)).sum().backward()
+    table = prof.table()
+    check_table(table)
+    records = table.records()
+    drawn = {r["node_key"] for r in records if r["node_kind"] == "module"}
+    assert drawn == set(prof.stats()) - {"<root>#0"}
+    assert not [r for r in records if r["row_kind"] == "edge"]
+    node = next(r for r in records if r["node_key"] == "fc#0")
+    assert "fwd_flops" in node["missing"].split(",")  # unknown, not zero
+
+
+# ---- synthetic profiles: any size, any shape ---------------------------------------------------
+def synthetic(
+    fanouts: list[int], seed: int = 0, edges_per_view: int = 3, structured: bool = True
+) -> Profile:
+    """A profile whose call tree has `fanouts[d]` children per call at depth d, with random
+    dataflow edges and statistics."""
+    rng = random.Random(seed)
+    calls: list[CallInfo] = []
+    stats: dict[str, ModuleStats] = {}
+    edges: list[DataEdge] = []
+
+    def add(name: str, parent: str | None, depth: int) -> None:
+        key = f"{name}#0"
+        kids_n = fanouts[depth] if depth < len(fanouts) else 0
+        calls.append(
+            CallInfo(
+                key,
+                name,
+                f"Type{depth}",
+                0,
+                parent,
+                depth,
+                len(calls),
+                ("x",),
+                ("output",),
+                rng.randrange(10**9),
+                rng.randrange(10**6),
+                True,
+            )
+        )
+        fwd = rng.uniform(0.001, 50.0)
+        metrics = {
+            m: RunningStat(3, v, v / 10, v / 2, v * 2, v)
+            for m, v in {
+                "fwd_ms": fwd,
+                "fwd_self_ms": fwd / 3,
+                "bwd_ms": 2 * fwd,
+                "bwd_self_ms": fwd / 2,
+                "act_bytes": float(rng.randrange(10**8)),
+                "param_bytes": float(rng.randrange(10**7)),
+            }.items()
+        }
+        stats[key] = ModuleStats(key, name, f"Type{depth}", 0, parent, depth, len(stats), metrics)
+        kid_keys = []
+        for i in range(kids_n):
+            kid = f"{name}.{i}" if parent is not None else f"m{i}"
+            kid_keys.append(f"{kid}#0")
+            add(kid, key, depth + 1)
+        nodes = [input_key(key, "x"), *kid_keys, output_key(key, "output")]
+        if kid_keys:
+            for a, b in itertools.pairwise(nodes):
+                edges.append(DataEdge(key, a, b))
+            for _ in range(edges_per_view):
+                a, b = sorted(rng.sample(range(len(nodes)), 2))
+                edges.append(DataEdge(key, nodes[a], nodes[b]))
+
+    add("<root>", None, 0)
+    structure = Structure("sig", True, tuple(calls), tuple(sorted(set(edges), key=str)))
+    return Profile._restore("Synthetic", 3, stats, None, [structure] if structured else [])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    fanouts=st.lists(st.integers(1, 9), min_size=1, max_size=4),
+    seed=st.integers(0, 1000),
+    max_rows=st.sampled_from([100, 300, 2_000]),
+    structured=st.booleans(),
+)
+def test_any_profile_fits_and_holds_only_finite_numbers(
+    fanouts: list[int], seed: int, max_rows: int, structured: bool
+) -> None:
+    prof = synthetic(fanouts, seed, structured=structured)
+    table = prof.table(max_rows=max_rows)
+    check_table(table, max_rows)
+    invocations = len(prof.stats())
+    meta = {r["meta_key"]: r for r in table.records() if r["row_kind"] == "meta"}
+    drawn = {r["node_key"] for r in table.records() if r["node_kind"] == "module"}
+    grouped = sum(r["group_count"] for r in table.records() if r["node_kind"] == "group")
+    if table.reduced:
+        # nothing silently lost: what is not drawn is counted in the meta row
+        assert len(drawn) + meta["reduced"]["meta_number"] == invocations - 1
+        assert grouped <= meta["reduced"]["meta_number"]
+    else:
+        assert len(drawn) == invocations - 1
+
+
+def test_twenty_thousand_invocations_are_reduced_by_depth() -> None:
+    prof = synthetic([20, 20, 50])  # 1 + 20 + 400 + 20,000 calls
+    table = prof.table()
+    check_table(table)
+    assert "views below depth 1 are not drawn" in table.reduced
+    records = table.records()
+    assert {r["view_depth"] for r in records if r["row_kind"] == "node"} == {0, 1}
+    assert not any(r["has_view"] for r in records if r["view_depth"] == 1)
+
+
+def test_one_huge_flat_view_merges_its_cheapest_modules_into_a_group() -> None:
+    prof = synthetic([12_000], edges_per_view=0)
+    table = prof.table()
+    check_table(table)
+    records = table.records()
+    (group,) = [r for r in records if r["node_kind"] == "group"]
+    modules = [r for r in records if r["node_kind"] == "module"]
+    assert group["group_count"] + len(modules) == 12_000
+    assert "merged into one group node" in table.reduced
+    stats = prof.stats()
+    cheapest_kept = min(
+        stats[r["node_key"]].metrics["fwd_ms"].mean + stats[r["node_key"]].metrics["bwd_ms"].mean
+        for r in modules
+    )
+    grouped_keys = set(stats) - {r["node_key"] for r in modules} - {"<root>#0"}
+    assert all(
+        stats[k].metrics["fwd_ms"].mean + stats[k].metrics["bwd_ms"].mean <= cheapest_kept
+        for k in grouped_keys
+    )
+    # the group carries the sums of what it merged
+    assert group["fwd_ms"] == pytest.approx(
+        sum(stats[k].metrics["fwd_ms"].mean for k in grouped_keys)
+    )
+
+
+def test_table_rejects_a_bad_row_limit() -> None:
+    with pytest.raises(wandb_modprof.ModProfError, match="max_rows must be an int >= 100; got 5"):
+        synthetic([2]).table(max_rows=5)
