@@ -8,9 +8,12 @@ import sys
 
 import pytest
 
+import wandb_modprof
 
-def test_demo_trains_and_prints_top_modules():
+
+def test_demo_trains_and_prints_top_modules(tmp_path):
     pytest.importorskip("transformers")
+    saved = tmp_path / "sub" / "demo.modprof.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc = subprocess.run(
         [
@@ -24,6 +27,8 @@ def test_demo_trains_and_prints_top_modules():
             "1",
             "--top",
             "3",
+            "--save",
+            str(saved),
         ],
         capture_output=True,
         text=True,
@@ -37,6 +42,11 @@ def test_demo_trains_and_prints_top_modules():
     assert "Top modules by backward time" in out
     assert out.count("(sampled)") == 2
     assert out.count("(structure pass)") == 1
+    assert f"Profile written to {saved}" in out
+    prof = wandb_modprof.load(saved)
+    assert prof.num_samples == 2
+    assert len(prof.structures()) == 1
+    assert any(r["node_kind"] == "self" for r in prof.table().records())
 
 
 def test_cli_rejects_bad_arguments():

@@ -26,6 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-freq", type=_positive, default=4, help="sample every Nth step (default 4)"
     )
     demo.add_argument("--top", type=_positive, default=8, help="modules per table (default 8)")
+    demo.add_argument(
+        "--save",
+        default="out/demo.modprof.json",
+        help="where to write the profile file (default out/demo.modprof.json)",
+    )
     return parser
 
 
@@ -35,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             from ._demo import run_demo
 
-            return run_demo(args.steps, args.log_freq, args.top, sys.stdout)
+            return run_demo(args.steps, args.log_freq, args.top, args.save, sys.stdout)
     except ModProfError as error:
         print(f"wandb-modprof: error: {error}", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import TextIO
 
 import torch
@@ -28,7 +29,7 @@ def _gpt2(layers: int, dim: int) -> tuple[torch.nn.Module, int]:
     return transformers.GPT2LMHeadModel(config), config.vocab_size
 
 
-def run_demo(steps: int, log_freq: int, top: int, out: TextIO) -> int:
+def run_demo(steps: int, log_freq: int, top: int, save: str, out: TextIO) -> int:
     torch.manual_seed(0)
     model, vocab = _gpt2(layers=4, dim=256)
     model.train()
@@ -55,4 +56,12 @@ def run_demo(steps: int, log_freq: int, top: int, out: TextIO) -> int:
     profile = handle.unwatch()
     print(f"Done in {elapsed:.1f} s.\n", file=out)
     print(profile.summary(n=top), file=out)
+    Path(save).parent.mkdir(parents=True, exist_ok=True)
+    path = profile.save(save)
+    table = profile.table()
+    print(
+        f"Profile written to {path} ({len(table.rows)} table rows; "
+        f"load it with wandb_modprof.load({str(path)!r})).",
+        file=out,
+    )
     return 0

@@ -1,11 +1,5 @@
-"""Layout stage: place the boxes and route the edges of one view (`LevelGraph`) in pixels.
-
-    >>> from wandb_modprof._graph import GraphEdge, GraphNode, LevelGraph
-    >>> a = GraphNode("v|in:x", "input", "x", "input")
-    >>> b = GraphNode("fc#0", "module", "fc", "Linear")
-    >>> lay = layout_level(LevelGraph("v", (a, b), (GraphEdge("v|in:x", "fc#0"),)))
-    >>> [box.node_key for box in lay.boxes], len(lay.edges[0].points) >= 2
-    (['v|in:x', 'fc#0'], True)
+"""Layout stage: place the boxes and route the edges of one view (`LevelGraph`) in pixels,
+for the Vega spec to draw (`layout_level`, `box_size`, and the font and spacing constants).
 
 A layered (Sugiyama) layout, top to bottom:
 
@@ -13,28 +7,33 @@ A layered (Sugiyama) layout, top to bottom:
    cycles are broken by reversing the back edges of a depth-first search in node order, then
    longest-path layering; sources that are not inputs move down to just above their first
    consumer (a positional embedding sits beside its use, not beside the inputs). Inputs get
-   the first layer, outputs the last. Nodes without edges (usually the `self` node) go to the
-   first layer, right of everything else there, so they never lengthen an edge.
-2. igraph's `layout_sugiyama` orders each layer (barycenter crossing reduction) and gives grid
-   positions to the nodes and to the dummy vertices of edges spanning several layers.
+   the first layer to themselves, outputs the last. Nodes without edges (usually the `self`
+   node) go to the first layer, right of everything else there (unused inputs first), so
+   they never lengthen an edge.
+2. Edges spanning several layers get dummy vertices, one per crossed layer; the edges of one
+   source share them (a lane that branches off above each target). igraph's
+   `layout_sugiyama` orders each layer (barycenter crossing reduction) and gives every
+   vertex, box or dummy, a grid x.
 3. Pixels are ours: igraph's grid assumes equal-width vertices, our boxes fit their labels.
-   Each layer keeps igraph's order; centres are the least-squares fit to igraph's positions
-   (scaled by a typical box width) that keeps neighbours apart, so one wide label moves its
-   neighbours, not the whole level. Dummies are narrow slots: an edge crosses a layer band
-   vertically through its slot, and only runs diagonally in the box-free gaps between bands,
-   so no edge crosses a box.
+   Grid columns map to pixels by one increasing function, each column as narrow as the
+   widest thing in it allows, so one wide label widens one column, not the whole level, and
+   what igraph lined up stays lined up. Dummies are narrow slots: an edge crosses a layer
+   band vertically through its slot, and runs diagonally only in the box-free gaps between
+   bands, so no edge crosses a box.
 
-Limits: an input used by every one of n layered calls makes O(n^2) dummies (igraph and this
-module both pay for them); edges drawn against the flow (only in cycles) run from the source's
-top-centre to the destination's bottom-centre, and edges inside one layer (input to input,
-output to output) from top-centre to top-centre over the layer.
+Edges drawn against the flow (only in cycles) run from the source's top-centre to the
+destination's bottom-centre; edges inside one layer (input to input, output to output) from
+top-centre to top-centre, over the layer. Limit: a view whose own code adds every call's
+output to a residual stream has an edge from every call to every later one: O(n^2) edges and
+lane dummies (80 calls: 0.1 s, 200 calls: 1.3 s).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from statistics import median
 
 import igraph
 
@@ -96,17 +95,26 @@ def box_size(node: GraphNode) -> tuple[float, float]:
     """Width and height in pixels of a box holding the label line over the sublabel line.
 
     >>> box_size(GraphNode("fc#0", "module", "fc", "Linear"))
-    (56, 40)
+    (54.0, 40.0)
     """
     text_w = max(len(node.label) * CHAR_W_PX, len(node.sublabel) * SUBLABEL_CHAR_W_PX)
     # Whole pixels: crisp box edges, and sizes that read well in a spec.
     w = max(MIN_BOX_W_PX, math.ceil(text_w + 2 * PAD_X_PX))
     h = math.ceil((FONT_PX + SUBLABEL_FONT_PX) * LINE_HEIGHT + 2 * PAD_Y_PX)
-    return w, h
+    return float(w), float(h)
 
 
 def layout_level(graph: LevelGraph) -> LevelLayout:
     """Lay out one view; deterministic (same graph, same layout). See the module docstring.
+
+    >>> from wandb_modprof._graph import GraphEdge
+    >>> x = GraphNode("v|in:x", "input", "x", "input")
+    >>> fc = GraphNode("fc#0", "module", "fc", "Linear")
+    >>> lay = layout_level(LevelGraph("v", (x, fc), (GraphEdge("v|in:x", "fc#0"),)))
+    >>> [(b.node_key, b.x_px, b.y_px, b.w_px, b.h_px) for b in lay.boxes]
+    [('v|in:x', 19.5, 16.0, 47.0, 40.0), ('fc#0', 16.0, 96.0, 54.0, 40.0)]
+    >>> lay.edges[0].points  # bottom-centre of x to top-centre of fc
+    ((43.0, 56.0), (43.0, 96.0))
 
     Raises ValueError when node keys repeat or an edge names a node not in the graph.
     """
@@ -115,17 +123,18 @@ def layout_level(graph: LevelGraph) -> LevelLayout:
     if len(index) != len(nodes):
         raise ValueError(f"view {graph.view_key!r}: node keys are not unique")
     edges = _unique_edges(graph, index)
+    if not nodes:
+        return LevelLayout(graph.view_key, 2.0 * MARGIN_PX, 2.0 * MARGIN_PX, (), ())
     kinds = [node.kind for node in nodes]
     down, flipped = _orient(kinds, edges)
-    layer = _layers(kinds, [down[i] for i in range(len(edges)) if down[i] is not None])
+    layer = _layers(kinds, [e for e in down if e is not None])
     sizes = [box_size(node) for node in nodes]
 
-    # igraph gets only the downward edges (same-layer ones are routed by hand); its routing is
-    # per igraph edge, so remember which of our edges each one is.
+    # Only the downward edges are placed; same-layer ones are routed by hand below.
     ig_edges = [(i, e) for i, e in enumerate(down) if e is not None]
-    centres, dummy_x = _place(layer, sizes, [e for _, e in ig_edges])
+    centres, dummy_x = _place(kinds, layer, sizes, [e for _, e in ig_edges])
 
-    n_layers = max(layer, default=-1) + 1
+    n_layers = max(layer) + 1
     band_h = [0.0] * n_layers
     for i, (_, h) in enumerate(sizes):
         band_h[layer[i]] = max(band_h[layer[i]], h)
@@ -134,11 +143,12 @@ def layout_level(graph: LevelGraph) -> LevelLayout:
     for k in range(n_layers):
         band_top[k] = y
         y += band_h[k] + LAYER_GAP_PX
-    height = y - LAYER_GAP_PX + MARGIN_PX if n_layers else 2.0 * MARGIN_PX
-    left = min([c - w / 2 for c, (w, _) in zip(centres, sizes)] + [x for xs in dummy_x for x in xs])
-    shift = MARGIN_PX - left if nodes else 0.0
-    rights = [c + w / 2 for c, (w, _) in zip(centres, sizes)]
-    width = max(rights, default=MARGIN_PX - shift) + shift + MARGIN_PX
+    height = y - LAYER_GAP_PX + MARGIN_PX
+    dummies = [x for xs in dummy_x for x in xs]
+    left = min([c - w / 2 for c, (w, _) in zip(centres, sizes, strict=True)] + dummies)
+    right = max([c + w / 2 for c, (w, _) in zip(centres, sizes, strict=True)] + dummies)
+    shift = MARGIN_PX - left
+    width = right - left + 2 * MARGIN_PX
 
     boxes: list[NodeBox] = []
     for i, node in enumerate(nodes):
@@ -157,8 +167,8 @@ def layout_level(graph: LevelGraph) -> LevelLayout:
         (ux, uy), (vx, vy) = centre_bottom(u), centre_top(v)
         a, b = layer[u], layer[v]
         pts = [(ux, uy), (ux, band_top[a] + band_h[a])]
-        for k, x in zip(range(a + 1, b), dummy_x[j]):
-            x = round(x + shift, 2)
+        for k, dx in zip(range(a + 1, b), dummy_x[j], strict=True):
+            x = round(dx + shift, 2)
             pts += [(x, band_top[k]), (x, band_top[k] + band_h[k])]
         pts += [(vx, band_top[b]), (vx, vy)]
         paths[i] = _simplify(pts[::-1] if flipped[i] else pts)
@@ -199,7 +209,7 @@ def _unique_edges(graph: LevelGraph, index: dict[str, int]) -> list[tuple[int, i
 
 
 def _orient(
-    kinds: list[str], edges: list[tuple[int, int]]
+    kinds: Sequence[str], edges: list[tuple[int, int]]
 ) -> tuple[list[tuple[int, int] | None], list[bool]]:
     """Each edge as (upper, lower) for the layering, or None if it stays inside one layer
     (input to input, output to output), plus whether it was turned against its direction."""
@@ -215,10 +225,10 @@ def _orient(
             flipped.append(turn)
     # Break the remaining cycles: reverse the back edges of an iterative DFS in node order.
     # Inputs are sources and outputs sinks by now, so they are never on a cycle.
-    adj: list[list[int]] = [[] for _ in kinds]
+    adj: list[list[tuple[int, int]]] = [[] for _ in kinds]  # (head, edge index) per tail
     for i, e in enumerate(down):
         if e is not None:
-            adj[e[0]].append(i)
+            adj[e[0]].append((e[1], i))
     state = [0] * len(kinds)  # 0 new, 1 on the stack, 2 done
     for root in range(len(kinds)):
         if state[root]:
@@ -232,8 +242,7 @@ def _orient(
                 stack.pop()
                 continue
             stack[-1] = (u, pos + 1)
-            i = adj[u][pos]
-            v = down[i][1]  # type: ignore[index]  # adj only holds edges that are not None
+            v, i = adj[u][pos]
             if state[v] == 1:
                 down[i] = (v, u)
                 flipped[i] = not flipped[i]
@@ -243,7 +252,7 @@ def _orient(
     return down, flipped
 
 
-def _layers(kinds: list[str], edges: list[tuple[int, int]]) -> list[int]:
+def _layers(kinds: Sequence[str], edges: list[tuple[int, int]]) -> list[int]:
     """Layer index per node for a DAG given as (upper, lower) pairs; compact, 0 at the top."""
     n = len(kinds)
     succ: list[list[int]] = [[] for _ in range(n)]
@@ -258,13 +267,18 @@ def _layers(kinds: list[str], edges: list[tuple[int, int]]) -> list[int]:
             if indeg[v] == 0:
                 order.append(v)
     assert len(order) == n, "cycle left after orientation"
-    layer = [0] * n
-    for u in order:
-        for v in succ[u]:
-            layer[v] = max(layer[v], layer[u] + 1)
     has_pred = [False] * n
     for _, v in edges:
         has_pred[v] = True
+    # The first layer belongs to the inputs (and nodes without edges): the rest start below.
+    below = 1 if "input" in kinds else 0
+    layer = [
+        0 if kind == "input" or not (out or into) else below
+        for kind, out, into in zip(kinds, succ, has_pred, strict=True)
+    ]
+    for u in order:
+        for v in succ[u]:
+            layer[v] = max(layer[v], layer[u] + 1)
     for u in reversed(order):  # successors are final when a source is reached
         if not has_pred[u] and succ[u] and kinds[u] != "input":
             layer[u] = min(layer[v] for v in succ[u]) - 1
@@ -273,89 +287,113 @@ def _layers(kinds: list[str], edges: list[tuple[int, int]]) -> list[int]:
     for i in range(n):
         if kinds[i] == "output":
             layer[i] = bottom
-    # Compact: igraph adds no dummy vertices in empty layers (seen with igraph 1.0.0).
+    # Compact: no empty bands.
     rank = {v: r for r, v in enumerate(sorted(set(layer)))}
     return [rank[v] for v in layer]
 
 
 def _place(
-    layer: list[int], sizes: list[tuple[float, float]], edges: list[tuple[int, int]]
+    kinds: Sequence[str],
+    layer: list[int],
+    sizes: list[tuple[float, float]],
+    edges: list[tuple[int, int]],
 ) -> tuple[list[float], list[list[float]]]:
     """Box centres (x, px) and per edge the x of its dummy slots, one per crossed layer."""
     n = len(layer)
-    if n == 0:
-        return [], []
     touched = [False] * n
     for u, v in edges:
         touched[u] = touched[v] = True
-    g = igraph.Graph(n=n, edges=edges, directed=True)
-    result = g.layout_sugiyama(layers=layer, hgap=1, vgap=1, maxiter=SUGIYAMA_MAXITER)
-    coords: list[list[float]] = result.coords
-    routing: list[list[list[float]]] = result.edge_routing
-    # One grid unit of igraph is one typical box plus a gap: wide boxes push neighbours aside.
-    unit = median(w for w, _ in sizes) + NODE_GAP_PX
-    # Per layer: (grid x, tie-break, width, node index or -1 - slot id of a dummy).
-    slots: list[list[tuple[float, int, float, int]]] = [[] for _ in range(max(layer) + 1)]
-    for i in range(n):
-        if touched[i]:
-            slots[layer[i]].append((coords[i][0], i, sizes[i][0], i))
-    dummy_ref: list[tuple[int, int]] = []
-    for j, (u, v) in enumerate(edges):
-        points = routing[j]
-        assert len(points) == layer[v] - layer[u] - 1, "igraph: one dummy per crossed layer"
-        for k, (x, _) in enumerate(points):
-            slots[layer[u] + 1 + k].append((x, n + len(dummy_ref), 0.0, -1 - len(dummy_ref)))
-            dummy_ref.append((j, k))
+    # igraph's vertices: the nodes with edges (the others would take grid places among them,
+    # holes once moved to the end of their layer), then the dummies. The dummies are ours,
+    # not igraph's: igraph 1.0.0 scrambles `Layout.edge_routing` when the graph has several
+    # components, and adds no dummies in layers where none of its vertices lie.
+    ids = [i for i in range(n) if touched[i]]
+    vid = {i: k for k, i in enumerate(ids)}
+    v_layer = [layer[i] for i in ids]
+    v_width = [sizes[i][0] for i in ids]
+    # Edges from one node share its dummies (a "lane" down to its deepest target) and leave
+    # the lane above their targets: a residual stream is one line with branches, not one line
+    # per edge, which would make a view whose own code adds every call's output to the stream
+    # O(n) lanes wide and O(n^3) dummies big.
+    reach: dict[int, int] = {}
+    for u, v in edges:
+        reach[u] = max(reach.get(u, 0), layer[v])
+    lane: dict[int, int] = {}  # node -> its dummy vertex in the layer below it
+    chain: list[tuple[int, int]] = []
+    for u, deepest in reach.items():
+        lane[u] = len(v_layer)
+        for k in range(layer[u] + 1, deepest):
+            v_layer.append(k)
+            v_width.append(0.0)
+            chain.append((vid[u] if k == layer[u] + 1 else len(v_layer) - 2, len(v_layer) - 1))
+    dummies: list[range] = []
+    for u, v in edges:
+        dummies.append(range(lane[u], lane[u] + layer[v] - layer[u] - 1))
+        chain.append((dummies[-1][-1] if dummies[-1] else vid[u], vid[v]))
+    grid_x: list[float] = [0.0] * len(v_layer)
+    if chain:
+        g = igraph.Graph(n=len(v_layer), edges=chain, directed=True)
+        coords = g.layout_sugiyama(layers=v_layer, hgap=1, vgap=1, maxiter=SUGIYAMA_MAXITER)
+        grid_x = [x for x, _ in coords]
+    rows: list[list[int]] = [[] for _ in range(max(layer) + 1)]
+    for v in sorted(range(len(v_layer)), key=lambda v: (grid_x[v], v)):
+        rows[v_layer[v]].append(v)
+
+    def sep(a: int, b: int) -> float:  # least distance of neighbouring centres in a layer
+        gap = NODE_GAP_PX if a < len(ids) and b < len(ids) else EDGE_GAP_PX
+        return (v_width[a] + v_width[b]) / 2 + gap
+
+    px = _columns(grid_x, rows, sep)
+    loose: list[list[int]] = [[] for _ in rows]
+    # Unused inputs first: they belong with the inputs; then node order.
+    for i in sorted(range(n), key=lambda i: (kinds[i] != "input", i)):
+        if not touched[i]:
+            loose[layer[i]].append(i)
     centres = [0.0] * n
-    dummy_x: list[list[float]] = [[0.0] * len(routing[j]) for j in range(len(edges))]
-    for k, row in enumerate(slots):
-        row.sort()
-        seps = [
-            (a[2] + b[2]) / 2 + (NODE_GAP_PX if a[3] >= 0 and b[3] >= 0 else EDGE_GAP_PX)
-            for a, b in zip(row, row[1:])
-        ]
-        xs = _fit_ordered([s[0] * unit for s in row], seps)
-        for (_, _, _, ref), x in zip(row, xs):
-            if ref >= 0:
-                centres[ref] = x
-            else:
-                j, d = dummy_ref[-1 - ref]
-                dummy_x[j][d] = x
-        # Nodes without edges: right of everything in their layer, in node order.
-        right = xs[-1] + row[-1][2] / 2 + NODE_GAP_PX if row else 0.0
-        for i in range(n):
-            if layer[i] == k and not touched[i]:
-                centres[i] = right + sizes[i][0] / 2
-                right += sizes[i][0] + NODE_GAP_PX
-    return centres, dummy_x
+    for row, extra in zip(rows, loose, strict=True):
+        # Nodes without edges: right of everything in their layer.
+        right = px[row[-1]] + v_width[row[-1]] / 2 + NODE_GAP_PX if row else 0.0
+        for i in extra:
+            centres[i] = right + sizes[i][0] / 2
+            right += sizes[i][0] + NODE_GAP_PX
+    for i in ids:
+        centres[i] = px[vid[i]]
+    return centres, [[px[d] for d in ds] for ds in dummies]
 
 
-def _fit_ordered(desired: list[float], seps: list[float]) -> list[float]:
-    """Positions closest to `desired` (least squares) with `x[i+1] - x[i] >= seps[i]`.
+def _columns(
+    grid_x: list[float], rows: list[list[int]], sep: Callable[[int, int], float]
+) -> list[float]:
+    """Pixel x per vertex: igraph's grid x mapped to pixels by one increasing function.
 
-    With offsets o[i] = sum(seps[:i]) the constraint is that x[i] - o[i] never decreases:
-    an isotonic regression of desired[i] - o[i], solved by pool-adjacent-violators in O(n).
+    Each grid column sits as far right of the previous ones as the layers it shares with them
+    demand (`sep` between neighbours in a row, rows sorted by grid x), then moves to the middle
+    of its slack. One function for all layers keeps every vertical run igraph lined up
+    straight; a column holding only edge lanes is EDGE_GAP_PX wide, not a box wide.
     """
-    offsets = [0.0]
-    for s in seps:
-        offsets.append(offsets[-1] + s)
-    sums: list[float] = []
-    counts: list[int] = []
-    for d, o in zip(desired, offsets):
-        s, c = d - o, 1
-        while sums and sums[-1] / counts[-1] > s / c:
-            s += sums.pop()
-            c += counts.pop()
-        sums.append(s)
-        counts.append(c)
-    fit: list[float] = []
-    for s, c in zip(sums, counts):
-        fit += [s / c] * c
-    # Float rounding may eat a few ulps of a separation; never let it eat into a gap.
-    out = [f + o for f, o in zip(fit, offsets)]
-    for i in range(1, len(out)):
-        out[i] = max(out[i], out[i - 1] + seps[i - 1])
-    return out
+    cols = sorted(set(grid_x))
+    col = {x: c for c, x in enumerate(cols)}
+    before: list[list[tuple[int, float]]] = [[] for _ in cols]
+    after: list[list[tuple[int, float]]] = [[] for _ in cols]
+    for row in rows:
+        for a, b in itertools.pairwise(row):
+            ca, cb = col[grid_x[a]], col[grid_x[b]]
+            if ca < cb:
+                before[cb].append((ca, sep(a, b)))
+                after[ca].append((cb, sep(a, b)))
+    lo = [0.0] * len(cols)  # leftmost place of each column
+    for c in range(1, len(cols)):
+        lo[c] = max([lo[c - 1]] + [lo[a] + s for a, s in before[c]])
+    hi = lo[:]  # rightmost place, the total width kept
+    for c in range(len(cols) - 2, -1, -1):
+        hi[c] = min([hi[c + 1]] + [hi[b] - s for b, s in after[c]])
+    px = [(lo[col[x]] + hi[col[x]]) / 2 for x in grid_x]
+    # igraph gives the vertices of one layer distinct grid x; should two ever share one (or
+    # rounding eat an ulp of a gap), push the right one over rather than overlap.
+    for row in rows:
+        for a, b in itertools.pairwise(row):
+            px[b] = max(px[b], px[a] + sep(a, b))
+    return px
 
 
 def _simplify(points: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
@@ -364,9 +402,7 @@ def _simplify(points: list[tuple[float, float]]) -> tuple[tuple[float, float], .
     for p in points:
         if out and out[-1] == p:
             continue
-        if len(out) >= 2 and (
-            out[-2][0] == out[-1][0] == p[0] or out[-2][1] == out[-1][1] == p[1]
-        ):
+        if len(out) >= 2 and (out[-2][0] == out[-1][0] == p[0] or out[-2][1] == out[-1][1] == p[1]):
             out[-1] = p
         else:
             out.append(p)
