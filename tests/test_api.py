@@ -163,6 +163,8 @@ def test_device_timing_on_a_cpu_model_is_a_clear_error():
     model = TinyGPT()
     with pytest.raises(ModProfError, match=r"timing='device' needs a model on an accelerator"):
         wandb_modprof.watch(model, timing="device", structure=False)
-    with wandb_modprof.profile(model, timing="cpu", structure=False) as prof:  # explicit host clock works
+    with wandb_modprof.profile(
+        model, timing="cpu", structure=False
+    ) as prof:  # explicit host clock works
         model(gpt_input()).float().mean().backward()
     assert prof.invocations()[0].bwd_ms > 0

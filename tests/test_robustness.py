@@ -575,7 +575,10 @@ def test_watching_twice_and_profiling_a_watched_model():
     _step(model, torch.randn(4, 16))
     assert handle.profile().num_samples == 1
 
-    with wandb_modprof.profile(other := Probed(), structure=False), pytest.raises(ModProfError) as excinfo:
+    with (
+        wandb_modprof.profile(other := Probed(), structure=False),
+        pytest.raises(ModProfError) as excinfo,
+    ):
         wandb_modprof.watch(other, structure=False)
     _assert_error(excinfo, "already being profiled")
     assert hook_counts(other) == _no_hooks(other)

@@ -43,11 +43,7 @@ class _StepCounter:
 
     @staticmethod
     def is_training_forward(module: nn.Module) -> bool:
-        return (
-            module.training
-            and torch.is_grad_enabled()
-            and not torch.is_inference_mode_enabled()
-        )
+        return module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
 
     def __call__(self, module: nn.Module) -> int | None:
         if not self.is_training_forward(module):
