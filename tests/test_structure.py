@@ -307,3 +307,32 @@ def test_structure_pass_with_activation_checkpointing(checkpointing: str) -> Non
     assert edges(s, "blocks.0#0") == TINY_GPT_BLOCK
     assert prof.num_samples == 2
     assert all(r.bwd_ms is not None for r in prof.invocations() if r.key.startswith("blocks.0"))
+
+
+class ParentResidualStream(nn.Module):
+    """The residual stream lives in the parent: every layer's output reaches every later one."""
+
+    def __init__(self, n: int = 12, dim: int = 8) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(dim, dim) for _ in range(n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = x + layer(x)
+        return x
+
+
+def test_dense_parent_residual_view_is_drawn_as_its_transitive_reduction() -> None:
+    s = structure_of(ParentResidualStream(), torch.randn(2, 8))
+    n = 12
+    assert len(edges(s)) == n * (n + 1) // 2 + n + 1  # captured: every earlier source, O(n^2)
+    (graph,) = level_graphs(merge([s]))
+    drawn = {(e.src_key.split("|")[-1], e.dst_key.split("|")[-1]) for e in graph.edges}
+    layers = [f"layers.{i}#0" for i in range(n)]
+    assert drawn == chain("in:x", *layers, "out:output")
+
+
+def test_sparse_views_keep_their_skip_edges() -> None:
+    s = structure_of(BasicBlock(8, 8), torch.randn(2, 8, 6, 6))
+    (graph,) = level_graphs(merge([s]))
+    assert (f"{ROOT}|in:x", "relu#1") in {(e.src_key, e.dst_key) for e in graph.edges}

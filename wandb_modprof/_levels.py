@@ -131,10 +131,59 @@ def level_graphs(tree: CallTree) -> list[LevelGraph]:
             GraphNode(output_key(view.key, s), "output", s, "output") for s in view.outputs
         )
         known = {n.node_key for n in nodes}
-        edges = tuple(
+        edges = [
             e
             for e in edges_per_view.get(view.key, [])
             if e.src_key in known and e.dst_key in known and e.src_key != e.dst_key
-        )
-        graphs.append(LevelGraph(view.key, tuple(nodes), edges))
+        ]
+        if len(edges) > DENSE_EDGES_PER_NODE * len(nodes):
+            edges = thin(nodes, edges)
+        graphs.append(LevelGraph(view.key, tuple(nodes), tuple(edges)))
     return graphs
+
+
+# A view whose own code keeps a running sum over many children (`x = x + layer(x)` in the
+# parent) links every call to every later one: O(n^2) edges that no one can read. Such views
+# (more edges per node than this) are drawn with their transitive reduction.
+DENSE_EDGES_PER_NODE = 3
+
+
+def thin(nodes: Sequence[GraphNode], edges: list[GraphEdge]) -> list[GraphEdge]:
+    """Drop every edge implied by a longer path (the transitive reduction of a DAG); a
+    residual edge next to a chain is kept in sparse views, where it is worth seeing."""
+    index = {n.node_key: i for i, n in enumerate(nodes)}
+    succ: dict[int, set[int]] = {}
+    for e in edges:
+        succ.setdefault(index[e.src_key], set()).add(index[e.dst_key])
+    order = _topological(len(nodes), succ)
+    if order is None:
+        return edges  # a cycle: leave the view as captured
+    reach: dict[int, int] = {}  # node -> bitset of nodes reachable through one or more edges
+    for v in reversed(order):
+        bits = 0
+        for w in succ.get(v, ()):
+            bits |= reach[w] | (1 << w)
+        reach[v] = bits
+    kept = []
+    for e in edges:
+        u, v = index[e.src_key], index[e.dst_key]
+        if not any(w != v and (reach[w] >> v) & 1 for w in succ[u]):
+            kept.append(e)
+    return kept
+
+
+def _topological(n: int, succ: dict[int, set[int]]) -> list[int] | None:
+    indegree = [0] * n
+    for targets in succ.values():
+        for w in targets:
+            indegree[w] += 1
+    ready = [v for v in range(n) if indegree[v] == 0]
+    order: list[int] = []
+    while ready:
+        v = ready.pop()
+        order.append(v)
+        for w in succ.get(v, ()):
+            indegree[w] -= 1
+            if indegree[w] == 0:
+                ready.append(w)
+    return order if len(order) == n else None
