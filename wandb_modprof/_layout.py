@@ -162,9 +162,24 @@ def layout_level(graph: LevelGraph) -> LevelLayout:
     def centre_bottom(i: int) -> tuple[float, float]:
         return boxes[i].x_px + boxes[i].w_px / 2, boxes[i].y_px + boxes[i].h_px
 
+    # Edges into one box end at ports spread over its top, in the order they arrive from
+    # (left to right), so arrowheads do not pile up on one point and no two edges cross there.
+    arrivals: dict[int, list[tuple[float, int]]] = {}
+    for j, (i, (u, v)) in enumerate(ig_edges):
+        if not flipped[i]:
+            before = dummy_x[j][-1] + shift if dummy_x[j] else centre_bottom(u)[0]
+            arrivals.setdefault(v, []).append((before, j))
+    port_x: dict[int, float] = {}
+    for v, incoming in arrivals.items():
+        incoming.sort()
+        box = boxes[v]
+        for k, (_, j) in enumerate(incoming):
+            port_x[j] = round(box.x_px + box.w_px * (0.15 + 0.7 * (k + 0.5) / len(incoming)), 2)
+
     paths: list[tuple[tuple[float, float], ...]] = [()] * len(edges)
     for j, (i, (u, v)) in enumerate(ig_edges):
         (ux, uy), (vx, vy) = centre_bottom(u), centre_top(v)
+        vx = port_x.get(j, vx)
         a, b = layer[u], layer[v]
         pts = [(ux, uy), (ux, band_top[a] + band_h[a])]
         for k, dx in zip(range(a + 1, b), dummy_x[j], strict=True):
