@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck unit bench bench-smoke
+.PHONY: demo test lint typecheck unit bench bench-smoke pictures
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,8 @@ demo: $(VENV)/.installed
 	$(PY) -m wandb_modprof demo
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check wandb_modprof tests benchmarks
+	$(VENV)/bin/ruff check wandb_modprof tests benchmarks tools
+	$(VENV)/bin/ruff format --check wandb_modprof tests benchmarks tools
 
 typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy
@@ -27,8 +28,15 @@ unit: $(VENV)/.installed
 
 bench-smoke: $(VENV)/.installed
 	$(PY) benchmarks/overhead.py --quick
+	$(PY) benchmarks/structure.py --quick
+	$(PY) benchmarks/layout.py --quick
 
 test: lint typecheck unit bench-smoke
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/structure.py
+	$(PY) benchmarks/layout.py
+
+pictures: $(VENV)/.installed
+	$(PY) tools/render_layout.py --out docs/images

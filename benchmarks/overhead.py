@@ -204,11 +204,14 @@ def check_sampling(configs: list[Config], expected_steps: int) -> None:
     for config in configs:
         if config.handle is None:
             continue
-        samples = config.handle.profile().num_samples
-        expected = expected_steps if config.name == "sampled" else 0
-        if samples != expected:
+        prof = config.handle.profile()
+        samples = prof.num_samples
+        # The first training step is the structure pass (untimed, during warm-up).
+        expected = expected_steps - 1 if config.name == "sampled" else 0
+        if samples != expected or len(prof.structures()) != 1:
             raise SystemExit(
-                f"{config.name}: expected {expected} sampled steps, the profile has {samples}"
+                f"{config.name}: expected {expected} sampled steps and one structure pass, "
+                f"the profile has {samples} and {len(prof.structures())}"
             )
 
 
