@@ -12,7 +12,7 @@ What is measured, side by side in one run (ratios, not absolute seconds: the mac
   cost `watch` pays on the first training step, and again after the call sequence changes.
   Steps alternate plain / structure so drift affects both alike; medians over the repeats.
 * ``table ms``: `prof.table()` for the same model: merge, level graphs, layout of every view,
-  rows. Also for a 2,000-invocation transformer (TinyGPT with 166 blocks), the issue's layout
+  rows. Also for a 2,000-invocation transformer (TinyGPT with 200 blocks), the issue's layout
   target ("well under a second").
 
 Models: the test zoo's TinyGPT and ResNet (tests/models.py) and GPT-2 from `transformers`
@@ -136,7 +136,7 @@ def main() -> None:
         p, s, ratio = structure_step_ratio(model, forward, repeats)
         calls, rows, t_ms = table_ms(model, forward, repeats)
         print(f"| {name} | {p:.1f} | {s:.1f} | {ratio:.2f}x | {calls} | {rows} | {t_ms:.1f} |")
-    layers = 8 if args.quick else 166  # 12 invocations per block: ~2,000 invocations in all
+    layers = 8 if args.quick else 200  # 10 invocations per block: ~2,000 invocations in all
     big = TinyGPT(dim=32, heads=2, layers=layers)
     big_x = gpt_input(2, 16)
     calls, rows, t_ms = table_ms(big, lambda m: m(big_x), 3 if args.quick else 5)

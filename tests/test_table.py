@@ -277,3 +277,25 @@ def test_one_huge_flat_view_merges_its_cheapest_modules_into_a_group() -> None:
 def test_table_rejects_a_bad_row_limit() -> None:
     with pytest.raises(wandb_modprof.ModProfError, match="max_rows must be an int >= 100; got 5"):
         synthetic([2]).table(max_rows=5)
+
+
+def test_table_goes_through_a_real_wandb_table_unchanged(tmp_path: Path) -> None:
+    """Real W&B SDK, offline: the table builds (no mixed column types), logs, and reads back
+    equal, with no NaN/Infinity/null in the written JSON."""
+    import wandb
+
+    prof = _profile(TinyGPT(), gpt_input(2, 16))
+    table = prof.table()
+    run = wandb.init(project="modprof-test", dir=str(tmp_path))
+    try:
+        wb = wandb.Table(columns=list(table.columns), data=[list(r) for r in table.rows])
+        run.log({"modprof": wb})
+    finally:
+        run.finish()
+    (written,) = list(tmp_path.rglob("modprof_*.table.json"))
+    text = written.read_text()
+    for literal in ("NaN", "Infinity", "null"):
+        assert literal not in text
+    data = json.loads(text)
+    assert data["columns"] == list(table.columns)
+    assert [tuple(r) for r in data["data"]] == list(table.rows)

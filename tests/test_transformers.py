@@ -64,3 +64,65 @@ def test_watch_trains_real_models_and_measures_every_module(build):
     assert root.grad_norm > 0 and root.param_norm > 0
     summary = prof.summary()
     assert "Top modules by backward time" in summary and type(model).__name__ in summary
+
+
+def _views(prof: wandb_modprof.Profile) -> dict[str, set[tuple[str, str]]]:
+    out: dict[str, set[tuple[str, str]]] = {}
+    (structure,) = prof.structures()
+    for e in structure.edges:
+        strip = lambda k: k.removeprefix(e.view_key + "|")  # noqa: E731
+        out.setdefault(e.view_key, set()).add((strip(e.src_key), strip(e.dst_key)))
+    return out
+
+
+def test_gpt2_graph_from_kwargs_to_model_output_fields():
+    torch.manual_seed(0)
+    model, _ = _gpt2()
+    ids = torch.randint(0, 256, (2, 16))
+    labels = ids.clone()  # a separate tensor: one tensor passed twice is one tensor to us
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(2):
+            model(input_ids=ids, labels=labels).loss.backward()
+    calls = {c.key: c for c in prof.structures()[0].calls}
+    assert calls["<root>#0"].inputs == ("input_ids", "labels")
+    assert calls["<root>#0"].outputs == ("loss", "logits")  # ModelOutput fields
+    views = _views(prof)
+    assert views["<root>#0"] == {
+        ("in:input_ids", "transformer#0"),
+        ("transformer#0", "lm_head#0"),
+        ("lm_head#0", "out:logits"),
+        ("lm_head#0", "out:loss"),
+        ("in:labels", "out:loss"),  # the loss is computed in the root's own code
+    }
+    assert ("transformer.h.0#0", "transformer.h.1#0") in views["transformer#0"]
+    # the block: ln_1 -> attn -> (residual) -> ln_2 -> mlp, residuals to the output
+    block = views["transformer.h.0#0"]
+    assert {
+        ("transformer.h.0.ln_1#0", "transformer.h.0.attn#0"),
+        ("transformer.h.0.attn#0", "transformer.h.0.ln_2#0"),
+        ("in:hidden_states", "transformer.h.0.ln_2#0"),
+        ("transformer.h.0.ln_2#0", "transformer.h.0.mlp#0"),
+        ("transformer.h.0.mlp#0", "out:output"),
+    } <= block
+    table = prof.table()
+    assert not table.reduced
+    attn = next(r for r in table.records() if r["node_key"] == "transformer.h.0.attn#0")
+    assert attn["fwd_flops"] > 0 and attn["has_view"]
+
+
+def test_bert_eval_graph_without_grad():
+    model, _ = _bert()
+    model.eval()
+    ids = torch.randint(0, 256, (2, 16))
+    with wandb_modprof.profile(model) as prof, torch.no_grad():
+        for _ in range(2):
+            model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    (structure,) = prof.structures()
+    assert not structure.training
+    views = _views(prof)
+    assert ("in:input_ids", "bert#0") in views["<root>#0"]
+    assert ("in:attention_mask", "bert#0") in views["<root>#0"]
+    assert ("classifier#0", "out:logits") in views["<root>#0"]
+    encoder = views["bert.encoder#0"]
+    assert ("bert.encoder.layer.0#0", "bert.encoder.layer.1#0") in encoder
+    assert prof.num_samples == 2 - 1  # the second forward was timed
