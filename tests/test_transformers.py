@@ -70,8 +70,10 @@ def _views(prof: wandb_modprof.Profile) -> dict[str, set[tuple[str, str]]]:
     out: dict[str, set[tuple[str, str]]] = {}
     (structure,) = prof.structures()
     for e in structure.edges:
-        strip = lambda k: k.removeprefix(e.view_key + "|")  # noqa: E731
-        out.setdefault(e.view_key, set()).add((strip(e.src_key), strip(e.dst_key)))
+        prefix = e.view_key + "|"
+        out.setdefault(e.view_key, set()).add(
+            (e.src_key.removeprefix(prefix), e.dst_key.removeprefix(prefix))
+        )
     return out
 
 
