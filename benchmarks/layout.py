@@ -35,14 +35,13 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import igraph
+from _revision import revision
 
 from wandb_modprof._graph import GraphEdge, GraphNode, LevelGraph
 from wandb_modprof._layout import layout_level
@@ -198,22 +197,6 @@ def markdown_table(rows: list[Row], judge: bool) -> str:
             cells += [f"< {TARGET_MS:.0f} ms", "yes" if median < TARGET_MS else "NO"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def revision() -> str:
-    """`git describe` of the checkout being measured (`-dirty`: uncommitted changes)."""
-    try:
-        done = subprocess.run(
-            ["git", "describe", "--always", "--dirty"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return done.stdout.strip() or "unknown"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

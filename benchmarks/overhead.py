@@ -58,7 +58,6 @@ import gc
 import os
 import platform
 import pstats
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -68,6 +67,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812 (the usual alias)
+from _revision import revision
 from torch import nn
 
 import wandb_modprof
@@ -368,22 +368,6 @@ def hotspots(workload: Workload, steps: int, top: int) -> str:
             for where, calls, own, cum in chosen
         ]
     return "\n".join(parts) + "\n"
-
-
-def revision() -> str:
-    """`git describe` of the checkout being measured (`-dirty`: uncommitted changes)."""
-    try:
-        done = subprocess.run(
-            ["git", "describe", "--always", "--dirty"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return done.stdout.strip() or "unknown"
 
 
 # ---- main ----------------------------------------------------------------------------------

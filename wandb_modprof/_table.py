@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from ._graph import GraphEdge, GraphNode, LevelGraph
 from ._layout import LevelLayout, layout_level
 from ._levels import CallTree, level_graphs, merge, short_name
-from ._records import METRICS, ModuleStats, RunningStat
+from ._records import MEMORY_METRICS, METRICS, TIME_METRICS, ModuleStats, RunningStat
 from ._structure import CallInfo
 
 if TYPE_CHECKING:
@@ -33,25 +33,10 @@ TABLE_FORMAT = "wandb_modprof.table"
 TABLE_VERSION = 1
 SPREAD_METRICS = ("fwd_ms", "fwd_self_ms", "bwd_ms", "bwd_self_ms")  # with std/min/max/last
 FLOP_COLUMNS = ("fwd_flops", "fwd_self_flops", "fwd_flop_per_s")
-# Summed when cheap modules merge into a group node; the rest are not additive.
-ADDITIVE = frozenset(
-    {
-        "fwd_ms",
-        "fwd_self_ms",
-        "bwd_ms",
-        "bwd_self_ms",
-        "recompute_ms",
-        "act_bytes",
-        "act_self_bytes",
-        "param_bytes",
-        "param_count",
-        "buffer_bytes",
-        "grad_bytes",
-        "optim_bytes",
-        "fwd_flops",
-        "fwd_self_flops",
-    }
-)
+# Summed when cheap modules merge into a group node; spans, peaks and norms are not additive.
+ADDITIVE = (
+    frozenset(TIME_METRICS) - {"bwd_span_ms"} | frozenset(MEMORY_METRICS) | frozenset(FLOP_COLUMNS)
+) - {"fwd_flop_per_s"}
 # A `self` node shows the view's own work: these metrics of the view, under these columns.
 _SELF_FROM = {
     "fwd_ms": "fwd_self_ms",
