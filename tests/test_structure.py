@@ -8,6 +8,7 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812 (the usual alias)
+from helpers import hook_counts
 from models import (
     BasicBlock,
     Branchy,
@@ -266,7 +267,8 @@ def test_forward_that_raises_during_the_pass_keeps_no_partial_graph() -> None:
     assert handle.profile().structures() == []
     assert not _get_current_function_mode_stack()
     model.boom.armed = False
-    model(torch.randn(2, 16)).sum().backward()  # the pass is retried on the next step
+    model(torch.randn(2, 16)).sum().backward()  # a timed step: its call sequence is unknown
+    model(torch.randn(2, 16)).sum().backward()  # so this one is a structure pass again
     (s,) = handle.unwatch().structures()
     assert edges(s) == chain("in:x", "lin#0", "boom#0", "out#0") | {("out#0", "out:output")}
 
@@ -290,6 +292,7 @@ def test_keyboard_interrupt_during_the_pass_leaves_no_mode_behind() -> None:
         model(torch.randn(2, 4))
     model.interrupt = False
     model(torch.randn(2, 4)).sum().backward()  # recovers: the stale pass is ended first
+    model(torch.randn(2, 4)).sum().backward()  # and the pass runs again after a timed step
     assert not _get_current_function_mode_stack()
     assert not _get_current_dispatch_mode_stack()
     assert len(handle.unwatch().structures()) == 1
@@ -336,3 +339,285 @@ def test_sparse_views_keep_their_skip_edges() -> None:
     s = structure_of(BasicBlock(8, 8), torch.randn(2, 8, 6, 6))
     (graph,) = level_graphs(merge([s]))
     assert (f"{ROOT}|in:x", "relu#1") in {(e.src_key, e.dst_key) for e in graph.edges}
+
+
+# ---- writes: __setitem__, in place through views, out= --------------------------------------
+class SetItem(nn.Module):
+    """A preallocated output filled by a child, RNN-style."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(2, 3, 4)
+        for t in range(3):
+            out[:, t] = self.cell(x[:, t])
+        return out
+
+
+class ViewInPlace(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        buf = torch.zeros(2, 8)
+        buf[:, :4].copy_(self.a(x))
+        buf.narrow(1, 4, 4).add_(self.b(x))
+        return buf
+
+
+class OutKwarg(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+        self.c = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tmp = self.c(self.a(x))
+        torch.mul(self.b(x), 2.0, out=tmp)  # overwritten: only b flows into tmp now
+        return tmp
+
+
+def test_writes_into_tensors_carry_their_sources() -> None:
+    with torch.no_grad():
+        s = structure_of(SetItem(), torch.randn(2, 3, 4))
+        cells = {(f"cell#{t}", "out:output") for t in range(3)}
+        assert edges(s) == {("in:x", f"cell#{t}") for t in range(3)} | cells
+        s = structure_of(ViewInPlace(), torch.randn(2, 4))
+        assert edges(s) == {
+            ("in:x", "a#0"),
+            ("in:x", "b#0"),
+            ("a#0", "out:output"),
+            ("b#0", "out:output"),
+        }
+        s = structure_of(OutKwarg(), torch.randn(2, 4))
+        assert edges(s) == {
+            ("in:x", "a#0"),
+            ("in:x", "b#0"),
+            ("a#0", "c#0"),
+            ("b#0", "out:output"),
+        }
+
+
+# ---- the pass never breaks training ----------------------------------------------------------
+def test_a_failing_flop_formula_warns_once_and_training_goes_on(monkeypatch) -> None:
+    from wandb_modprof import _structure
+
+    def broken(*args: object, **kwargs: object) -> int:
+        raise ValueError("formula exploded")
+
+    formulas = dict(_structure._FORMULAS)
+    formulas[torch.ops.aten.addmm] = broken
+    monkeypatch.setattr(_structure, "_FORMULAS", formulas)
+    torch.manual_seed(0)
+    model = Reused()
+    reference = [p.detach().clone() for p in model.parameters()]
+    handle = wandb_modprof.watch(model, log_freq=1)
+    x = torch.randn(4, 32)
+    with pytest.warns(RuntimeWarning, match="formula exploded") as caught:
+        for _ in range(4):
+            model(x).sum().backward()
+    assert len([w for w in caught if "wandb_modprof" in str(w.message)]) == 1
+    prof = handle.unwatch()
+    assert prof.structures() == []  # every pass failed; none is kept half-done
+    assert prof.num_samples == 2  # failed passes alternate with timed samples
+    assert not _get_current_function_mode_stack()
+    assert not _get_current_dispatch_mode_stack()
+    # training was not disturbed: the same steps without wandb_modprof give the same weights
+    torch.manual_seed(0)
+    plain = Reused()
+    for _ in range(4):
+        plain(x).sum().backward()
+    for a, b in zip(plain.parameters(), model.parameters(), strict=True):
+        assert torch.equal(a.grad, b.grad)
+    assert all(torch.equal(a, b) for a, b in zip(reference, plain.parameters(), strict=True))
+
+
+def test_failed_passes_are_retried_a_bounded_number_of_times(monkeypatch) -> None:
+    from wandb_modprof import _capture, _structure
+
+    monkeypatch.setattr(_structure, "_FORMULAS", {torch.ops.aten.addmm: lambda *a, **k: 1 // 0})
+    model = Reused()
+    handle = wandb_modprof.watch(model, log_freq=1)
+    with pytest.warns(RuntimeWarning):
+        for _ in range(3 * _capture.MAX_PASSES):
+            model(torch.randn(2, 32)).sum().backward()
+    capture = handle._capture
+    assert capture._structure_passes == _capture.MAX_PASSES
+    assert not capture._structure_due
+    handle.unwatch()
+
+
+def test_model_compiled_in_place_skips_the_pass_and_keeps_sampling() -> None:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    model = TwoBranchCat()
+    model.compile(backend="eager")  # the root's hooks run inside compiled code
+    x = torch.randn(3, 16)
+    handle = wandb_modprof.watch(model, log_freq=2)
+    with pytest.warns(RuntimeWarning, match="inside torch.compile"):
+        for _ in range(5):
+            model(x).sum().backward()
+    prof = handle.unwatch()
+    torch._dynamo.reset()
+    assert prof.structures() == []
+    assert prof.num_samples == 2
+    assert sum(hook_counts(model).values()) == 0
+
+
+def test_eval_forward_of_fast_path_modules_is_not_changed_by_the_pass() -> None:
+    """nn.TransformerEncoder's inference fast path turns off under a TorchFunctionMode, with
+    different results (padding positions): no structure pass on such eval forwards."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 4, 32, batch_first=True)
+    model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
+    x = torch.randn(2, 5, 16)
+    mask = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    with torch.no_grad():
+        expected = model(x, src_key_padding_mask=mask)
+        with wandb_modprof.profile(model) as prof:
+            outs = [model(x, src_key_padding_mask=mask) for _ in range(2)]
+    for out in outs:
+        assert torch.equal(out, expected)
+    assert prof.structures() == []
+    assert prof.num_samples == 2  # both forwards timed instead
+
+
+def test_keyboard_interrupt_during_the_pass_stops_tracking_without_the_next_forward() -> None:
+    import torch._dynamo.eval_frame
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+
+    def interrupt(module: nn.Module, args: object, out: object) -> None:
+        raise KeyboardInterrupt
+
+    hook = model[0].register_forward_hook(interrupt)
+    handle = wandb_modprof.watch(model, log_freq=1)
+    with pytest.raises(KeyboardInterrupt):
+        model(torch.randn(2, 4))
+    hook.remove()
+    for _ in range(300):  # the user's notebook carries on with other torch code
+        torch.ones(2).add(1)
+    (mode,) = _get_current_function_mode_stack()
+    assert mode.pass_.failed  # a pass-through now
+    assert torch._dynamo.eval_frame._stance.stance == "default"
+    handle.unwatch()
+    assert not _get_current_function_mode_stack()
+    assert not _get_current_dispatch_mode_stack()
+
+
+def test_compiled_function_inside_forward_is_not_recompiled() -> None:
+    import torch._dynamo
+    import torch._dynamo.testing
+
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounter()
+
+    @torch.compile(backend=counter)
+    def gelu(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x) * 2
+
+    class WithCompiledFn(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+            self.b = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(gelu(self.a(x)))
+
+    model = WithCompiledFn()
+    x = torch.randn(4, 8)
+    model(x).sum().backward()
+    assert counter.frame_count == 1
+    handle = wandb_modprof.watch(model, log_freq=2)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for _ in range(4):
+            model(x).sum().backward()
+    prof = handle.unwatch()
+    torch._dynamo.reset()
+    assert counter.frame_count == 1
+    assert edges(prof.structures()[0]) == {
+        ("in:x", "a#0"),
+        ("a#0", "b#0"),
+        ("b#0", "out:output"),
+    }
+
+
+def test_inner_capture_pass_never_lands_in_outer_timed_sample() -> None:
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = Reused(8)
+            self.head = nn.Linear(8, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.inner(x))
+
+    model = Outer()
+    x = torch.randn(2, 8)
+    outer = wandb_modprof.watch(model, log_freq=1)
+    for step in range(1, 7):
+        if step == 4:
+            inner = wandb_modprof.watch(model.inner, log_freq=1)
+        model(x).sum().backward()
+    # outer: step 1 its own pass, step 4 the inner model's pass (not timed), others sampled
+    assert outer.unwatch().num_samples == 4
+    inner_prof = inner.unwatch()
+    assert len(inner_prof.structures()) == 1
+    assert inner_prof.num_samples == 2
+
+
+def test_after_the_pass_unsampled_steps_are_hook_free_and_nothing_is_kept_alive() -> None:
+    import gc
+    import weakref
+
+    model = TinyGPT()
+    handle = wandb_modprof.watch(model, log_freq=1000)
+    gc.disable()
+    try:
+        x = gpt_input()
+        out = model(x)  # step 1: the structure pass
+        refs = [weakref.ref(x), weakref.ref(out)]
+        out.sum().backward()
+        del x, out
+        assert all(r() is None for r in refs)  # freed by refcount alone: no cycles
+    finally:
+        gc.enable()
+    counts = hook_counts(model)
+    assert counts.pop("<root>") == 2 and sum(counts.values()) == 0
+    model(gpt_input()).sum().backward()  # step 2: unsampled
+    assert sum(hook_counts(model).values()) == 2
+    assert len(handle.unwatch().structures()) == 1
+
+
+def test_structure_variants_are_capped_with_one_warning() -> None:
+    class Varying(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.calls = 1
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for _ in range(self.calls):
+                x = self.lin(x)
+            return x
+
+    from wandb_modprof._capture import MAX_STRUCTURES
+
+    model = Varying()
+    handle = wandb_modprof.watch(model, log_freq=1)
+    with pytest.warns(RuntimeWarning, match="different sequences of modules") as caught:
+        for step in range(60):
+            model.calls = 1 + step // 2  # a new sequence every other step
+            model(torch.randn(2, 4)).sum().backward()
+    assert len([w for w in caught if "different sequences" in str(w.message)]) == 1
+    prof = handle.unwatch()
+    assert len(prof.structures()) == MAX_STRUCTURES
+    assert prof.num_samples > 30
+    assert {f"lin#{i}" for i in range(30)} <= set(prof.stats())  # statistics cover all calls

@@ -19,6 +19,8 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from . import _autograd_private as ap
+from . import _registry
+from ._callstack import call_depth
 from ._clock import Clock, CpuClock, EventClock
 from ._device_memory import AcceleratorMemory, DeviceMemory
 from ._errors import ModProfError
@@ -32,10 +34,19 @@ from ._static_memory import (
     gradient_state,
     static_memory,
 )
-from ._structure import StructurePass, call_signature
+from ._structure import StructurePass, call_signature, prepare, structure_pass_active
 
 _MAX_PENDING = 4
 MAX_STRUCTURES = 8  # distinct call sequences captured; beyond that the graph stops growing
+MAX_PASSES = 2 * MAX_STRUCTURES  # structure passes started, failed ones included
+# Modules with an inference fast path that `has_torch_function` (true under our dataflow mode)
+# turns off: a structure pass on their eval forward would change its numerics.
+_FASTPATH_TYPES = (
+    nn.MultiheadAttention,
+    nn.TransformerEncoderLayer,
+    nn.TransformerDecoderLayer,
+    nn.TransformerEncoder,
+)
 
 
 class _Hook:
@@ -67,21 +78,6 @@ _INERT_HOOK = _Hook(None)
 
 def _inert_hook() -> _Hook:
     return _INERT_HOOK
-
-
-_CALL_IMPL_CODE = nn.Module._call_impl.__code__
-
-
-def _call_depth(module: nn.Module) -> int:
-    """How many calls of `module` are on the Python stack (walked only when the root is entered
-    while a call of it seems open: a recursive root, or one interrupted by KeyboardInterrupt)."""
-    depth = 0
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is _CALL_IMPL_CODE and frame.f_locals.get("self") is module:
-            depth += 1
-        frame = frame.f_back  # type: ignore[assignment]
-    return depth
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -128,7 +124,10 @@ class Capture:
         self._structure: StructurePass | None = None
         self._stale_structures: list[StructurePass] = []  # their modes await popping
         self._warned_structures = False
-        self._structure_attempts = 1 if options.structure else 0
+        self._structure_passes = 0
+        self._fastpath: tuple[ModelIndex, bool] | None = None
+        if options.structure:
+            prepare()
         self._lazy_children = hooks_only_when_sampling
         device = model_device(model)
         self.clock = make_clock(options, device)
@@ -225,7 +224,7 @@ class Capture:
                 self._pre(module, args, kwargs)  # a checkpoint recompute of the root
                 return
             if self._root_depth:
-                if _call_depth(module) > 1:  # the root calls itself: one step, not several
+                if call_depth(module) > 1:  # the root calls itself: one step, not several
                     self._root_depth += 1
                     if self._forward is not None or self._structure is not None:
                         self._pre(module, args, kwargs)
@@ -243,7 +242,7 @@ class Capture:
             if self._stale_structures:
                 self._stale_structures = [s for s in self._stale_structures if not s.pop_modes()]
             step = self._should_sample(module)
-            if self._structure_due and self._structure_eligible(module):
+            if self._structure_due and self._structure_can_start(module):
                 # A structure pass is never timed: this step's sample (if it was one) is skipped.
                 self._start_structure(module, args, kwargs)
                 return
@@ -251,6 +250,8 @@ class Capture:
                 if self._child_handles:
                     self._maybe_detach_children()
                 return
+            if structure_pass_active():
+                return  # another model's structure pass runs through this forward: not timed
             self._start(step)
         except Exception as error:
             self._internal_error(ROOT_NAME, error)
@@ -283,20 +284,50 @@ class Capture:
             self._maybe_detach_children()
 
     # ---- structure pass ----------------------------------------------------------------
+    def _structure_can_start(self, module: nn.Module) -> bool:
+        if not self._structure_eligible(module):
+            return False
+        if torch.compiler.is_compiling():
+            # The root's hooks run inside compiled code (`model.compile()`): no modes there.
+            self._structure_due = False
+            self._warn_structure("the model runs inside torch.compile; it has no structure pass")
+            return False
+        if structure_pass_active():
+            return False  # another model's pass is running: ours on a later step
+        return module.training or not self._has_fastpath_modules()
+
+    def _disturb_other_timed_forwards(self) -> None:
+        """A pass about to run inside another model's timed forward spoils that sample."""
+        for owner in _registry.owners():
+            capture = getattr(owner, "_capture", None)
+            if capture is not None and capture is not self and capture._forward is not None:
+                capture._forward.disturbed = True
+
+    def _has_fastpath_modules(self) -> bool:
+        index = self.index()
+        if self._fastpath is None or self._fastpath[0] is not index:
+            found = any(isinstance(m, _FASTPATH_TYPES) for _, m in index.modules.values())
+            self._fastpath = (index, found)
+        return self._fastpath[1]
+
     def _start_structure(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+        self._structure_due = False
+        self._structure_passes += 1
         index = self.index()
         if self._child_handles and self._hooked_index is not index:
             self._detach_children()
         self._attach_children()
-        has_compiled = any(
-            type(m).__name__ == "OptimizedModule" or getattr(m, "_compiled_call_impl", None)
-            for m in self.model.modules()
-        )
-        structure = StructurePass(training=module.training, has_compiled=has_compiled)
-        structure.push_modes()
+        self._disturb_other_timed_forwards()
+        structure = StructurePass(module, training=module.training)
         self._structure = structure
-        name, module_type = self._names.get(id(module), (ROOT_NAME, type(module).__name__))
-        structure.enter(module, name, module_type, args, kwargs)
+        try:
+            structure.push_modes()
+            name, module_type = self._names.get(id(module), (ROOT_NAME, type(module).__name__))
+            structure.enter(module, name, module_type, args, kwargs)
+        except BaseException:
+            self._end_structure()  # pops what was pushed, takes the child hooks off again
+            self._rearm_structure()
+            raise
 
     def _structure_exit(self, module: nn.Module, result: Any) -> None:
         structure = self._structure
@@ -304,16 +335,19 @@ class Capture:
         raised = sys.exc_info()[1]
         if raised is not None and raised is not structure.exception_at_start:
             # The forward raised (always-call hooks run on exceptions): a partial graph is
-            # not kept; the next eligible step tries again.
+            # not kept; a later step tries again.
             self._end_structure()
+            self._rearm_structure()
             return
         structure.exit(module, result)
         if not structure.forward_done and not structure.failed:
             return  # the root was re-entered; its outer call is still open
         self._end_structure()
-        self._structure_due = False
         if structure.failed:
-            raise RuntimeError("forward hooks fired out of order during the structure pass")
+            self._rearm_structure()
+            error = structure.error or RuntimeError("forward hooks fired out of order")
+            self._warn_once("<structure pass>", error)
+            return
         self.profile._add_structure(structure.finish())
 
     def _end_structure(self) -> None:
@@ -322,6 +356,13 @@ class Capture:
             self._stale_structures.append(structure)  # someone's mode is on top of ours
         self._maybe_detach_children()
 
+    def _rearm_structure(self) -> None:
+        """After a failed pass: the next timed sample finds its call sequence unknown and asks
+        for another pass (`_check_structure`), so failing passes alternate with samples and
+        stop after `MAX_PASSES`."""
+        if self._structure_passes >= MAX_PASSES:
+            self._warn_structure(f"{MAX_PASSES} structure passes failed or were cut short")
+
     def _check_structure(self, session: StepSession) -> None:
         """A timed step whose call sequence was never captured asks for a structure pass."""
         if not self.options.structure or self._structure_due:
@@ -329,19 +370,23 @@ class Capture:
         signature = call_signature((inv.name, inv.call_index) for inv in session.invocations)
         if self.profile._has_structure(signature):
             return
-        # Failed passes count too, so a model the pass cannot follow is not retried forever.
-        self._structure_attempts += 1
-        if self._structure_attempts <= MAX_STRUCTURES:
+        if self.profile._num_structures() < MAX_STRUCTURES and self._structure_passes < MAX_PASSES:
             self._structure_due = True
-        elif not self._warned_structures:
-            self._warned_structures = True
-            warnings.warn(
-                f"wandb_modprof: the model called a different sequence of modules in more "
-                f"than {MAX_STRUCTURES} steps; the graph shows the first {MAX_STRUCTURES} "
-                "variants (statistics still cover every module).",
-                RuntimeWarning,
-                stacklevel=4,
+        else:
+            self._warn_structure(
+                f"the model called more than {MAX_STRUCTURES} different sequences of modules"
             )
+
+    def _warn_structure(self, why: str) -> None:
+        if self._warned_structures:
+            return
+        self._warned_structures = True
+        warnings.warn(
+            f"wandb_modprof: {why}; the graph shows the structures captured so far (module "
+            "statistics still cover every module, drawn without edges where no pass saw them).",
+            RuntimeWarning,
+            stacklevel=5,
+        )
 
     def _end_failed_forward(self, session: StepSession) -> None:
         session.end_forward_after_error()
@@ -354,6 +399,7 @@ class Capture:
         self._root_depth = 0
         if self._structure is not None:
             self._end_structure()
+            self._rearm_structure()
         session, self._forward = self._forward, None
         if session is not None:
             self._end_failed_forward(session)
@@ -435,6 +481,8 @@ class Capture:
     def _on_finish(self, session: StepSession) -> None:
         """End of a sampled backward: read gradients before the optimizer or zero_grad runs."""
         try:
+            if session.disturbed:
+                return
             index = self._index
             assert index is not None  # built by _start
             if session.bwd_started:

@@ -64,6 +64,9 @@ class StepSession:
         self.exception_at_start = sys.exc_info()[1]
         self.forward_done = False
         self.superseded = False  # a newer root forward started before this one's backward
+        # Another model's structure pass ran inside this forward: its times are not this
+        # model's normal cost, so the sample is dropped when it finishes.
+        self.disturbed = False
         self.closed = False
         self.failed = False
         # activations (None when someone else's saved-tensor hooks are active)

@@ -23,7 +23,7 @@ import functools
 import hashlib
 import inspect
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
@@ -32,6 +32,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 from torch.utils.weak import WeakIdKeyDictionary
+
+from ._callstack import call_depth
 
 _MAX_DEPTH = 6  # nesting of output containers that is searched for tensors
 
@@ -172,6 +174,26 @@ def input_slots(
     return [(name, ts) for name, ts in slots if ts]
 
 
+def prepare() -> None:
+    """Import torch._dynamo before the first pass, outside any forward.
+
+    The dataflow mode makes some torch functions import it lazily; imported inside the user's
+    forward, that import leaves a reference cycle holding the forward's frames (and tensors)
+    until the next garbage collection. With it imported, compiled code also runs eagerly during
+    the pass instead of being recompiled (`push_modes`). About 1 s, once per process.
+    """
+    import torch._dynamo  # noqa: F401
+
+
+def structure_pass_active() -> bool:
+    """A structure pass (of any capture) is following tensors on this thread right now."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    return any(
+        isinstance(m, _Dataflow) and not m.pass_.failed for m in _get_current_function_mode_stack()
+    )
+
+
 # ---- the pass ------------------------------------------------------------------------------
 class _Frame:
     """One open invocation: where its tensors came from, and the edges found in its view."""
@@ -184,13 +206,24 @@ class _Frame:
         # tensor -> the node keys (of this view) it derives from
         self.sources: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
-    def sources_of(self, tensors: Iterator[torch.Tensor] | list[torch.Tensor]) -> set[str]:
+    def sources_of(self, tensors: Iterable[torch.Tensor]) -> set[str]:
+        """Sources of the tensors, and of the bases of views (a write through another view
+        of the same base reaches them too)."""
         found: set[str] = set()
         for t in tensors:
             s = self.sources.get(t)
             if s:
                 found |= s
+            base = t._base
+            if base is not None:
+                s = self.sources.get(base)
+                if s:
+                    found |= s
         return found
+
+    def add(self, t: torch.Tensor, found: set[str], replace: bool = False) -> None:
+        old = None if replace else self.sources.get(t)
+        self.sources[t] = found | old if old else set(found)
 
 
 class _Builder:
@@ -222,6 +255,16 @@ class _Builder:
         self.flops = 0
 
 
+# Python-level in-place operators: they return their first argument (or None for
+# `__setitem__`), which now carries what was written into it.
+_INPLACE_DUNDERS = frozenset(
+    {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+     "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
+     "__imatmul__"}
+)  # fmt: skip
+_STALE_CHECK_EVERY = 128  # ops between checks that the pass's forward is still running
+
+
 class _Dataflow(TorchFunctionMode):
     def __init__(self, pass_: StructurePass) -> None:
         super().__init__()
@@ -234,32 +277,45 @@ class _Dataflow(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
-        out = func(*args, **(kwargs or {}))
-        frame = self.pass_.frame()
-        if frame is not None:
-            found = frame.sources_of(tensors_in((args, kwargs)))
-            if found:
-                for t in tensors_in(out):
-                    old = frame.sources.get(t)
-                    frame.sources[t] = found | old if old else found
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)  # the user's op runs exactly as without us
+        if not self.pass_.failed:
+            try:
+                self.pass_.follow(func, args, kwargs, out)
+            except Exception as error:  # never let the pass break the forward
+                self.pass_.fail(error)
         return out
 
 
-_SHAPE_QUERIES = frozenset(
-    {
-        torch.ops.aten.is_contiguous.default,
-        torch.ops.aten.is_contiguous.memory_format,
-        torch.ops.aten.size.default,
-        torch.ops.aten.sym_size.default,
-        torch.ops.aten.stride.default,
-        torch.ops.aten.sym_stride.default,
-        torch.ops.aten.storage_offset.default,
-        torch.ops.aten.sym_storage_offset.default,
-        torch.ops.aten.numel.default,
-        torch.ops.aten.sym_numel.default,
-        torch.ops.aten.dim.default,
-        torch.ops.prim.layout.default,
-    }
+def _ops(*names: str) -> frozenset[Any]:
+    """ATen overloads by name, skipping those this torch version does not have."""
+    found = []
+    for name in names:
+        packet, _, overload = name.partition(".")
+        op = getattr(torch.ops.aten, packet, None) or getattr(torch.ops.prim, packet, None)
+        if op is not None and hasattr(op, overload):
+            found.append(getattr(op, overload))
+    return frozenset(found)
+
+
+# Metadata queries (as FlopCounterMode skips them): declining them lets tensor subclasses
+# with their own size/stride policy (jagged nested tensors) answer.
+_SHAPE_QUERIES = _ops(
+    "is_contiguous.default",
+    "is_contiguous.memory_format",
+    "sym_is_contiguous.default",
+    "is_strides_like_format.default",
+    "is_non_overlapping_and_dense.default",
+    "size.default",
+    "sym_size.default",
+    "stride.default",
+    "sym_stride.default",
+    "storage_offset.default",
+    "sym_storage_offset.default",
+    "numel.default",
+    "sym_numel.default",
+    "dim.default",
+    "layout.default",
 )
 
 
@@ -275,11 +331,15 @@ _FORMULAS: dict[Any, Any] = {
     **flop_registry,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops,
 }
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 class _Flops(TorchDispatchMode):
-    """FLOPs per ATen op, as `torch.utils.flop_counter.FlopCounterMode` counts them (its
-    formulas and its decomposition of ops without one), charged to the innermost call."""
+    """FLOPs of every ATen op with a `torch.utils.flop_counter` formula, charged to the
+    innermost open call. Unlike `FlopCounterMode` it never decomposes an op to count it:
+    the user's op always runs once, as called (composite ops with no formula count 0)."""
+
+    supports_higher_order_operators = True  # torch.cond & co. run through unchanged
 
     def __init__(self, pass_: StructurePass) -> None:
         super().__init__()
@@ -293,32 +353,29 @@ class _Flops(TorchDispatchMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if func in _SHAPE_QUERIES:
-            return NotImplemented
-        if isinstance(func, torch._ops.HigherOrderOperator):
-            return func(*args, **kwargs)  # (torch.cond and friends): not counted
-        packet = func._overloadpacket
-        formula = _FORMULAS.get(packet)
-        if formula is None and func is not torch.ops.prim.device.default:
-            with self:
-                decomposed = func.decompose(*args, **kwargs)
-            if decomposed is not NotImplemented:
-                return decomposed
+        if func in _SHAPE_QUERIES or any(t not in _PLAIN_TYPES for t in types):
+            return NotImplemented  # tensor subclasses unwrap first; we see their plain ops
         out = func(*args, **kwargs)
-        if formula is not None:
-            self.pass_.add_flops(int(formula(*args, **kwargs, out_val=out)))
+        if self.pass_.failed or isinstance(func, torch._ops.HigherOrderOperator):
+            return out
+        try:
+            formula = _FORMULAS.get(func._overloadpacket)
+            if formula is not None:
+                self.pass_.add_flops(int(formula(*args, **kwargs, out_val=out)))
+        except Exception as error:  # a formula that cannot read these arguments
+            self.pass_.fail(error)
         return out
 
 
 class StructurePass:
     """One forward seen by the structure capture; `finish()` returns the `Structure`."""
 
-    def __init__(self, training: bool, has_compiled: bool = False) -> None:
+    def __init__(self, root: torch.nn.Module, training: bool) -> None:
+        self.root = root
         self.training = training
-        # Compiled regions run eagerly during the pass: dynamo guards on the mode stack, so
-        # running them under our modes would recompile them (and again after the pass).
+        # Compiled code runs eagerly during the pass: dynamo guards on the mode stack, so
+        # running it under our modes would recompile it (and again after the pass).
         self._stance: Any = None
-        self._has_compiled = has_compiled
         self._calls: list[_Builder] = []
         self._counts: dict[str, int] = {}
         self._stack: list[_Frame] = []
@@ -326,14 +383,18 @@ class StructurePass:
         self._dataflow = _Dataflow(self)
         self._flops = _Flops(self)
         self._modes_on = False
+        self._ops = 0
         self.failed = False
+        self.error: Exception | None = None  # what made the pass fail, for the warning
         self.forward_done = False
         # An exception being handled when the pass starts is not one raised by the forward.
         self.exception_at_start = sys.exc_info()[1]
 
     # ---- modes -------------------------------------------------------------------------
     def push_modes(self) -> None:
-        if self._has_compiled:
+        # torch._dynamo is imported when the capture starts (see `prepare`), so every
+        # torch.compile'd function or module in the forward runs eagerly, not recompiled.
+        if "torch._dynamo" in sys.modules:
             self._stance = torch.compiler.set_stance("force_eager")
         self._dataflow.__enter__()
         try:
@@ -359,10 +420,58 @@ class StructurePass:
         self._flops.__exit__(None, None, None)
         self._dataflow.__exit__(None, None, None)
         self._modes_on = False
+        self._restore_stance()
+        return True
+
+    def _restore_stance(self) -> None:
         if self._stance is not None:
             self._stance.__exit__(None, None, None)  # back to the stance from before the pass
             self._stance = None
-        return True
+
+    def fail(self, error: Exception) -> None:
+        """Stop following tensors (the modes turn into pass-throughs); the capture warns."""
+        if not self.failed:
+            self.failed = True
+            self.error = error
+
+    # ---- called by the modes -----------------------------------------------------------
+    def follow(
+        self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
+    ) -> None:
+        """Record where the tensors an op produced or wrote into came from."""
+        self._ops += 1
+        if self._ops % _STALE_CHECK_EVERY == 0 and not call_depth(self.root):
+            # The forward ended without our root exit hook (KeyboardInterrupt): stop now
+            # rather than at the next forward, and give compiled code its stance back.
+            self.fail(RuntimeError("the forward was interrupted during the structure pass"))
+            self._restore_stance()
+            return
+        frame = self.frame()
+        if frame is None:
+            return
+        written = kwargs.get("out")
+        inputs: tuple[Any, ...]
+        if written is not None:
+            inputs = (args, {k: v for k, v in kwargs.items() if k != "out"})
+        else:
+            inputs = (args, kwargs)
+        found = frame.sources_of(tensors_in(inputs))
+        if not found:
+            return
+        name = getattr(func, "__name__", "")
+        if written is not None:  # `out=`: the old contents are gone
+            targets, replace = list(tensors_in(written)), True
+        elif name in _INPLACE_DUNDERS or (name.endswith("_") and not name.startswith("_")):
+            first = args[0] if args else None
+            targets, replace = ([first] if isinstance(first, torch.Tensor) else []), False
+        else:
+            targets, replace = [], False
+        for t in targets:  # written in place: so is the base of a view
+            frame.add(t, found, replace)
+            if t._base is not None:
+                frame.add(t._base, found)
+        for t in tensors_in(out):
+            frame.add(t, found)
 
     # ---- called by the capture's hooks -------------------------------------------------
     def frame(self) -> _Frame | None:
