@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import pytest
 import torch
@@ -92,6 +92,79 @@ def test_real_profile_round_trips_exactly(
     # plain equality too, where no NaN is involved
     assert back.stats() == prof.stats() and back.last_sample == prof.last_sample
     assert back.structures() == prof.structures() and back.to_dict() == prof.to_dict()
+
+
+class _Recursive(nn.Module):
+    """The root calls itself: `<root>#1` is a child of `<root>#0`, at depth 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, n: int = 2) -> torch.Tensor:
+        return self(self.lin(x), n - 1) if n else x
+
+
+class _Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = nn.Linear(4, 4)
+        self.use_c = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c(x) if self.use_c else x * 2
+
+
+class _Wrap(nn.Module):
+    def forward(self, x: torch.Tensor, inner: nn.Module) -> torch.Tensor:
+        return inner(x) + 1
+
+
+class _Renested(nn.Module):
+    """Dynamic control flow that moves a call: `p` runs under the root (calling `p.c`) in early
+    steps and under `w` (without `p.c`) later."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.p = _Inner()
+        self.w = _Wrap()
+        self.wrapped = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w(x, self.p) if self.wrapped else self.p(x)
+
+
+def test_real_profiles_satisfy_the_call_tree_rules(tmp_path: Path) -> None:
+    """What loading demands of parents and depths, checked on what the profiler writes: GPT-2,
+    a root that calls itself, and a call that moves to another depth between steps."""
+    pytest.importorskip("transformers")
+    from models import gpt2_from_config
+
+    gpt2 = gpt2_from_config()
+    with wandb_modprof.profile(gpt2) as prof:
+        for _ in range(2):
+            gpt2(torch.randint(0, 512, (2, 16))).logits.float().pow(2).mean().backward()
+    _assert_round_trip(prof, tmp_path)
+    back = _assert_round_trip(_trained(_Recursive(), torch.randn(2, 8)), tmp_path)
+    assert back.stats()["<root>#1"].parent_key == ROOT and back.stats()["<root>#1"].depth == 1
+
+    model = _Renested()
+    with wandb_modprof.profile(model) as prof:
+        for step in range(4):
+            model.wrapped, model.p.use_c = step >= 2, step < 2
+            model(torch.randn(2, 4, requires_grad=True)).sum().backward()
+    back = _assert_round_trip(prof, tmp_path)
+    stats = back.stats()
+    # Each key keeps its last sample's parent and depth: `p.c#0` (last seen at depth 2 under
+    # `p#0` at depth 1) now hangs below `p#0` at depth 2. So the statistics only promise a
+    # positive depth below a parent; each structure (one pass) is exact.
+    assert stats["p#0"].parent_key == "w#0" and stats["p#0"].depth == 2
+    assert stats["p.c#0"].parent_key == "p#0" and stats["p.c#0"].depth == 2
+    for structure in back.structures():
+        depth = {c.key: c.depth for c in structure.calls}
+        for c in structure.calls:
+            assert c.depth == (0 if c.parent_key is None else depth[c.parent_key] + 1)
+    assert back.table().rows
 
 
 def test_empty_profile_round_trips(tmp_path: Path) -> None:
@@ -244,6 +317,62 @@ _STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.
         (("stats", ROOT, "key"), "head#0", _STATS_ROOT + r'\.key: "head#0" does not match'),
         ((*_M[:-1], "evil"), _STAT, re.escape('.metrics["evil"]: unknown metric (known: fwd_ms')),
         (("stats",), [[[[[[]]]]]], r"stats: expected an object, got an array"),
+        # integers are signed 64-bit
+        ((*_M, "count"), 2**63, re.escape('.metrics["fwd_ms"].count: integer out of range')),
+        (
+            (*_M, "count"),
+            -(2**63),
+            r"count: integer out of range: expected \|x\| < 2\*\*63, got -9223372036854775808$",
+        ),
+        (
+            ("num_samples",),
+            2**63,
+            r"num_samples: integer out of range: .*, got 9223372036854775808$",
+        ),
+        ((*_INV, "act_bytes"), 2**64, r"invocations\[1\]\.act_bytes: integer out of range"),
+        ((*_CALL, "fwd_flops"), 2**63, r"calls\[1\]\.fwd_flops: integer out of range"),
+        # the call trees hold together: parents known, no cycle, depths consistent
+        (
+            ("stats", "wte#0", "parent_key"),
+            "ghost#0",
+            re.escape('stats["wte#0"].parent_key: "ghost#0" is not a key of stats'),
+        ),
+        (
+            ("stats", ROOT, "parent_key"),
+            ROOT,
+            _STATS_ROOT + re.escape('.parent_key: a cycle of parents: "<root>#0" -> "<root>#0"'),
+        ),
+        (
+            ("stats", ROOT, "parent_key"),
+            "wte#0",
+            re.escape('a cycle of parents: "<root>#0" -> "wte#0" -> "<root>#0"'),
+        ),
+        (
+            ("stats", ROOT, "depth"),
+            3,
+            _STATS_ROOT + re.escape(".depth: expected 0 (a call without a parent), got 3"),
+        ),
+        (
+            ("stats", "wte#0", "depth"),
+            0,
+            re.escape('stats["wte#0"].depth: expected at least 1 (a call below a parent), got 0'),
+        ),
+        (
+            (*_CALL, "parent_key"),
+            "ghost#0",
+            r'calls\[1\]\.parent_key: "ghost#0" is not a call of this structure',
+        ),
+        (
+            (*_CALL, "parent_key"),
+            "wte#0",
+            re.escape('calls[1].parent_key: a cycle of parents: "wte#0" -> "wte#0"'),
+        ),
+        (
+            (*_CALL, "depth"),
+            2,
+            re.escape("""calls[1].depth: expected 1 (its parent "<root>#0"'s depth + 1), got 2"""),
+        ),
+        ((*_CALL, "key"), ROOT, r'calls\[1\]\.key: "<root>#0" repeats an earlier call\'s key'),
     ],
 )
 def test_corrupted_field_fails_with_its_json_path(
@@ -334,23 +463,68 @@ def test_loading_runs_no_code_from_the_file(
 # ---- property: any record values round-trip ------------------------------------------------
 # Hypothesis infers the other fields from the type hints; its floats include NaN, +-inf, -0.0.
 _floats = st.floats() | st.sampled_from([0.0, -0.0, math.nan, math.inf, -math.inf, 1e308])
-_ints = st.integers(-(2**200), 2**200)
+_ints = st.integers(-(2**63) + 1, 2**63 - 1)  # what the file format holds
 _strs = st.text(max_size=8) | st.sampled_from(["nan", "-inf", "__class__", "a|in:x", "\ud800"])
 _stat = st.builds(RunningStat, _ints, _floats, _floats, _floats, _floats, _floats)
-_record = st.builds(
-    InvocationRecord, key=_strs, call_index=_ints, fwd_ms=_floats, param_norm=_floats
-)
-_module_stats = st.builds(
-    ModuleStats, key=_strs, metrics=st.dictionaries(st.sampled_from(METRICS), _stat, max_size=4)
-)
-_sample = st.builds(Sample, _ints, st.lists(_record, max_size=3).map(tuple), st.builds(StepTotals))
+
+
+def _builds(cls: type, **given: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """`st.builds` with `_ints` in every integer field not given (Hypothesis would draw any
+    size of integer, and the file holds 64-bit ones)."""
+    hints = get_type_hints(cls)
+    for f in fields(cls):
+        if f.name not in given and hints[f.name] in (int, int | None):
+            given[f.name] = _ints if hints[f.name] is int else st.none() | _ints
+    return st.builds(cls, **given)
+
+
+_record = _builds(InvocationRecord, key=_strs, fwd_ms=_floats, param_norm=_floats)
+_sample = st.builds(Sample, _ints, st.lists(_record, max_size=3).map(tuple), _builds(StepTotals))
+
+
+@st.composite
+def _tree(draw: st.DrawFn, exact: bool, min_size: int = 0) -> list[tuple[str, str | None, int]]:
+    """(key, parent key, depth) of calls forming a forest, in any order: depth 0 at a root;
+    below a parent its depth + 1 if `exact` (one pass), any positive depth if not (statistics
+    keep the last sample's depth of each key)."""
+    keys = draw(st.lists(_strs, min_size=min_size, max_size=4, unique=True))
+    depth: dict[str, int] = {}
+    calls: list[tuple[str, str | None, int]] = []
+    for i, key in enumerate(keys):
+        parent = draw(st.none() | st.sampled_from(keys[:i])) if i else None
+        if parent is None:
+            depth[key] = 0
+        else:
+            depth[key] = depth[parent] + 1 if exact else draw(st.integers(1, 2**63 - 1))
+        calls.append((key, parent, depth[key]))
+    return list(draw(st.permutations(calls)))
+
+
+@st.composite
+def _stats(draw: st.DrawFn) -> dict[str, ModuleStats]:
+    metrics = st.dictionaries(st.sampled_from(METRICS), _stat, max_size=4)
+    out: dict[str, ModuleStats] = {}
+    for key, parent, depth in draw(_tree(exact=False)):
+        out[key] = draw(
+            _builds(
+                ModuleStats,
+                key=st.just(key),
+                parent_key=st.just(parent),
+                depth=st.just(depth),
+                metrics=metrics,
+            )
+        )
+    return out
 
 
 @st.composite
 def _structure(draw: st.DrawFn) -> Structure:
-    keys = draw(st.lists(_strs, min_size=1, max_size=4, unique=True))
-    calls = tuple(draw(st.builds(CallInfo, key=st.just(k), fwd_flops=_ints)) for k in keys)
-    call = st.sampled_from(keys)
+    tree = draw(_tree(exact=True, min_size=1))
+    calls = tuple(
+        draw(_builds(CallInfo, key=st.just(k), parent_key=st.just(p), depth=st.just(d)))
+        for k, p, d in tree
+    )
+    call = st.sampled_from([k for k, _, _ in tree])
     node = call | st.builds(lambda k, s: f"{k}|in:{s}", call, _strs)
     edges = draw(st.lists(st.builds(DataEdge, call, node, node), max_size=4))
     return Structure(draw(_strs), draw(st.booleans()), calls, tuple(edges))
@@ -360,17 +534,17 @@ def _structure(draw: st.DrawFn) -> Structure:
 @given(
     name=_strs,
     num_samples=_ints,
-    stats=st.lists(_module_stats, max_size=3, unique_by=lambda s: s.key),
+    stats=_stats(),
     last=st.none() | _sample,
     structures=st.lists(_structure(), max_size=2, unique_by=lambda s: s.signature),
 )
 def test_any_values_round_trip(
     name: str,
     num_samples: int,
-    stats: list[ModuleStats],
+    stats: dict[str, ModuleStats],
     last: Sample | None,
     structures: list[Structure],
 ) -> None:
-    prof = Profile._restore(name, num_samples, {s.key: s for s in stats}, last, structures)
+    prof = Profile._restore(name, num_samples, stats, last, structures)
     with tempfile.TemporaryDirectory() as tmp:
         _assert_round_trip(prof, Path(tmp), summary=False)

@@ -4,17 +4,20 @@ deliberate reduction of large models."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
 import random
+import signal
 from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from models import ResNet, TinyGPT, gpt_input, resnet_input
+from torch import nn
 
 import wandb_modprof
 from wandb_modprof import ModuleStats, Profile, RunningStat, Structure
@@ -60,8 +63,8 @@ def check_table(table: ProfileTable, max_rows: int = MAX_ROWS) -> None:
         assert r["y_px"] >= 0 and r["y_px"] + r["h_px"] <= r["view_h_px"] + 1e-6
         if r["has_view"]:
             assert r["node_key"] in views  # drill-down always lands on a drawn view
-        if r["node_kind"] in ("input", "output"):
-            assert r["missing"] == "*"
+        if r["node_kind"] in ("input", "output") or r["node_key"].endswith(("|inputs", "|outputs")):
+            assert r["missing"] == "*"  # no metric applies to inputs and outputs, merged or not
         missing = set(r["missing"].split(",")) if r["missing"] not in ("", "*") else set()
         assert missing <= set(METRIC_COLUMNS)
         for column in missing:
@@ -155,10 +158,15 @@ def test_structure_off_still_draws_every_module_without_edges() -> None:
 
 # ---- synthetic profiles: any size, any shape ---------------------------------------------------
 def synthetic(
-    fanouts: list[int], seed: int = 0, edges_per_view: int = 3, structured: bool = True
+    fanouts: list[int],
+    seed: int = 0,
+    edges_per_view: int = 3,
+    structured: bool = True,
+    root_slots: tuple[int, int] = (1, 1),
 ) -> Profile:
     """A profile whose call tree has `fanouts[d]` children per call at depth d, with random
-    dataflow edges and statistics."""
+    dataflow edges and statistics; the root has `root_slots` inputs and outputs (every other
+    call one of each), each input feeding a child and each output fed by one."""
     rng = random.Random(seed)
     calls: list[CallInfo] = []
     stats: dict[str, ModuleStats] = {}
@@ -167,6 +175,9 @@ def synthetic(
     def add(name: str, parent: str | None, depth: int) -> None:
         key = f"{name}#0"
         kids_n = fanouts[depth] if depth < len(fanouts) else 0
+        n_in, n_out = root_slots if parent is None else (1, 1)
+        inputs = ("x",) if n_in == 1 else tuple(f"x{i}" for i in range(n_in))
+        outputs = ("output",) if n_out == 1 else tuple(f"out{i}" for i in range(n_out))
         calls.append(
             CallInfo(
                 key,
@@ -176,8 +187,8 @@ def synthetic(
                 parent,
                 depth,
                 len(calls),
-                ("x",),
-                ("output",),
+                inputs,
+                outputs,
                 rng.randrange(10**9),
                 rng.randrange(10**6),
                 True,
@@ -201,10 +212,16 @@ def synthetic(
             kid = f"{name}.{i}" if parent is not None else f"m{i}"
             kid_keys.append(f"{kid}#0")
             add(kid, key, depth + 1)
-        nodes = [input_key(key, "x"), *kid_keys, output_key(key, "output")]
+        ins = [input_key(key, slot) for slot in inputs]
+        outs = [output_key(key, slot) for slot in outputs]
+        nodes = [*ins, *kid_keys, *outs]
         if kid_keys:
-            for a, b in itertools.pairwise(nodes):
+            for i, a in enumerate(ins):
+                edges.append(DataEdge(key, a, kid_keys[i % len(kid_keys)]))
+            for a, b in itertools.pairwise(kid_keys):
                 edges.append(DataEdge(key, a, b))
+            for i, b in enumerate(outs):
+                edges.append(DataEdge(key, kid_keys[-1 - i % len(kid_keys)], b))
             for _ in range(edges_per_view):
                 a, b = sorted(rng.sample(range(len(nodes)), 2))
                 edges.append(DataEdge(key, nodes[a], nodes[b]))
@@ -220,17 +237,21 @@ def synthetic(
     seed=st.integers(0, 1000),
     max_rows=st.sampled_from([100, 300, 2_000]),
     structured=st.booleans(),
+    root_slots=st.tuples(st.sampled_from([1, 2, 150]), st.sampled_from([1, 3, 150])),
 )
+@example(fanouts=[4], seed=0, max_rows=100, structured=True, root_slots=(150, 150))
+@example(fanouts=[200, 2], seed=0, max_rows=300, structured=True, root_slots=(2, 150))
 def test_any_profile_fits_and_holds_only_finite_numbers(
-    fanouts: list[int], seed: int, max_rows: int, structured: bool
+    fanouts: list[int], seed: int, max_rows: int, structured: bool, root_slots: tuple[int, int]
 ) -> None:
-    prof = synthetic(fanouts, seed, structured=structured)
+    prof = synthetic(fanouts, seed, structured=structured, root_slots=root_slots)
     table = prof.table(max_rows=max_rows)
     check_table(table, max_rows)
     invocations = len(prof.stats())
     meta = {r["meta_key"]: r for r in table.records() if r["row_kind"] == "meta"}
     drawn = {r["node_key"] for r in table.records() if r["node_kind"] == "module"}
-    grouped = sum(r["group_count"] for r in table.records() if r["node_kind"] == "group")
+    # merged modules; merged inputs and outputs are counted in their own group nodes
+    grouped = sum(r["group_count"] for r in table.records() if r["node_key"].endswith("|group"))
     if table.reduced:
         # nothing silently lost: what is not drawn is counted in the meta row
         assert len(drawn) + meta["reduced"]["meta_number"] == invocations - 1
@@ -272,6 +293,182 @@ def test_one_huge_flat_view_merges_its_cheapest_modules_into_a_group() -> None:
     assert group["fwd_ms"] == pytest.approx(
         sum(stats[k].metrics["fwd_ms"].mean for k in grouped_keys)
     )
+
+
+class _ManyOutputs(nn.Module):
+    """A root whose forward returns a dict of `n` tensors, each from its own Linear."""
+
+    def __init__(self, n: int = 120) -> None:
+        super().__init__()
+        self.fcs = nn.ModuleList(nn.Linear(4, 4) for _ in range(n))
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {f"o{i}": fc(x) for i, fc in enumerate(self.fcs)}
+
+
+class _ManyInputs(nn.Module):
+    """A root taking `n` tensors, each into its own Linear."""
+
+    def __init__(self, n: int = 120) -> None:
+        super().__init__()
+        self.fcs = nn.ModuleList(nn.Linear(4, 4) for _ in range(n))
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        return torch.stack([fc(x) for fc, x in zip(self.fcs, xs, strict=True)]).sum()
+
+
+@pytest.mark.parametrize("max_rows", [100, 200])
+@pytest.mark.parametrize("side", ["inputs", "outputs"])
+def test_a_view_with_many_inputs_or_outputs_merges_them_into_one_group(
+    side: str, max_rows: int
+) -> None:
+    """Grouping every module still leaves 120 input (output) nodes and 120 edges: too big for
+    the limit, so those merge into one group too, and as many modules as then fit are drawn."""
+    model = _ManyOutputs() if side == "outputs" else _ManyInputs()
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(2):
+            if isinstance(model, _ManyOutputs):
+                sum(y.sum() for y in model(torch.randn(2, 4)).values()).backward()
+            else:
+                model(*(torch.randn(2, 4) for _ in range(120))).backward()
+    table = prof.table(max_rows=max_rows)
+    check_table(table, max_rows)
+    records = table.records()
+    nodes = {r["node_key"]: r for r in records if r["row_kind"] == "node"}
+    merged = nodes[f"<root>#0|{side}"]
+    assert (merged["node_kind"], merged["label"]) == ("group", f"120 {side}")
+    assert merged["group_count"] == 120 and merged["missing"] == "*"
+    assert not [r for r in nodes.values() if r["node_kind"] in ("input", "output")][1:]
+    kept = [k for k, r in nodes.items() if r["node_kind"] == "module"]
+    group = nodes["<root>#0|group"]
+    assert kept and group["group_count"] + len(kept) == 120
+    assert table.reduced.startswith(
+        f"The top view has 242 nodes; {group['group_count']} of its cheapest modules are "
+        f"merged into one group node and its 120 {side} into another, "
+    )
+    assert f"to stay within {max_rows} rows" in table.reduced
+    meta = {r["meta_key"]: r for r in records if r["row_kind"] == "meta"}
+    assert meta["reduced"]["meta_number"] == 120 - len(kept)  # calls not drawn
+    # every kept module still meets the merged end; merged edges are not doubled
+    edges = [(r["src_key"], r["dst_key"]) for r in records if r["row_kind"] == "edge"]
+    assert len(edges) == len(set(edges))
+    ends = {(merged["node_key"], k) if side == "inputs" else (k, merged["node_key"]) for k in kept}
+    assert ends <= set(edges)
+
+
+def test_reduction_notes_name_the_actual_row_limit() -> None:
+    by_depth = synthetic([20, 20]).table(max_rows=300)
+    assert "views below depth 0 are not drawn, to stay within 300 rows" in by_depth.reduced
+    grouped = synthetic([400], edges_per_view=0).table(max_rows=250)
+    assert "no other views are drawn, to stay within 250 rows" in grouped.reduced
+    assert "10,000" not in by_depth.reduced + grouped.reduced
+
+
+# ---- untrusted numbers: a loaded file may hold anything its format allows ----------------------
+def _with(stats: ModuleStats, **means: float) -> ModuleStats:
+    metrics = dict(stats.metrics)
+    for metric, mean in means.items():
+        metrics[metric] = dataclasses.replace(metrics[metric], mean=mean)
+    return dataclasses.replace(stats, metrics=metrics)
+
+
+def test_non_finite_values_in_a_loaded_file_are_missing_not_written(tmp_path: Path) -> None:
+    """`"nan"`, `"inf"` are valid in a saved file's float fields; in the table they are 0 and
+    named in `missing`, like values never measured (W&B and browsers reject NaN/Infinity)."""
+    path = synthetic([3, 2]).save(tmp_path / "p.modprof.json")
+    doc = json.loads(path.read_text())
+    doc["stats"]["m0#0"]["metrics"]["fwd_ms"]["mean"] = "nan"
+    doc["stats"]["m0#0"]["metrics"]["fwd_ms"]["max"] = "inf"
+    doc["stats"]["m1#0"]["metrics"]["bwd_ms"]["mean"] = "-inf"
+    doc["stats"]["<root>#0"]["metrics"]["fwd_ms"]["mean"] = "inf"
+    doc["stats"]["<root>#0"]["metrics"]["param_bytes"]["mean"] = "nan"
+    path.write_text(json.dumps(doc))
+    table = wandb_modprof.load(path).table()
+    check_table(table)
+    records = table.records()
+    node = {r["node_key"]: r for r in records if r["row_kind"] == "node"}
+    m0 = node["m0#0"]
+    for column in ("fwd_ms", "fwd_ms_max", "fwd_flop_per_s"):  # no rate from a NaN time
+        assert column in m0["missing"].split(",") and m0[column] == 0.0
+    assert m0["fwd_ms_min"] > 0 and "fwd_ms_min" not in m0["missing"].split(",")
+    assert "bwd_ms" in node["m1#0"]["missing"].split(",")
+    # the root's own parameters: NaN total minus its children's is NaN, not max(0, NaN) = 0
+    assert "param_bytes" in node["<root>#0|self"]["missing"].split(",")
+    meta = {r["meta_key"]: r for r in records if r["row_kind"] == "meta"}
+    assert meta["total_fwd_ms"]["missing"] == "meta_number"
+    assert meta["total_fwd_ms"]["meta_number"] == 0.0
+    assert meta["total_param_bytes"]["missing"] == "meta_number"
+    assert meta["total_bwd_ms"]["missing"] == ""
+
+
+def test_integers_beyond_a_float_are_missing_not_an_overflow() -> None:
+    """`float(10**400)` raises OverflowError; such a value (in any int field, or an int in a
+    float field) is treated as not measured instead."""
+    prof = synthetic([150], edges_per_view=0)
+    (structure,) = prof.structures()
+    huge = 10**400
+    calls = tuple(
+        dataclasses.replace(c, fwd_flops=huge, fwd_self_flops=-huge)
+        if c.key in ("<root>#0", "m0#0", "m149#0")
+        else c
+        for c in structure.calls
+    )
+    stats = prof.stats()
+    stats["m0#0"] = _with(stats["m0#0"], fwd_ms=1e6)  # the most expensive: drawn
+    stats["m1#0"] = _with(stats["m1#0"], fwd_ms=1e6, act_bytes=huge)
+    stats["m149#0"] = _with(stats["m149#0"], fwd_ms=math.nan)  # NaN cost: merged, not kept
+    restored = Profile._restore(
+        "Huge", huge, stats, None, [dataclasses.replace(structure, calls=calls)]
+    )
+    table = restored.table(max_rows=100)
+    check_table(table, 100)
+    records = table.records()
+    node = {r["node_key"]: r for r in records if r["row_kind"] == "node"}
+    assert {"fwd_flops", "fwd_self_flops", "fwd_flop_per_s"} <= set(
+        node["m0#0"]["missing"].split(",")
+    )
+    assert "act_bytes" in node["m1#0"]["missing"].split(",")
+    assert "fwd_flops" in node["<root>#0|self"]["missing"].split(",")
+    # a group holding a member whose value is not finite has no finite sum for it either
+    assert "m149#0" not in node
+    assert {"fwd_ms", "fwd_flops"} <= set(node["<root>#0|group"]["missing"].split(","))
+    meta = {r["meta_key"]: r for r in records if r["row_kind"] == "meta"}
+    for key in ("num_samples", "total_fwd_flops"):
+        assert meta[key]["missing"] == "meta_number" and meta[key]["meta_number"] == 0.0
+
+
+def _call_stats(key: str, parent: str | None, depth: int) -> ModuleStats:
+    stat = RunningStat(1, 1.0, 0.0, 1.0, 1.0, 1.0)
+    name = key.partition("#")[0]
+    return ModuleStats(key, name, "Linear", 0, parent, depth, 0, {"fwd_ms": stat})
+
+
+@pytest.mark.parametrize(
+    "parents",
+    [{"inp#0": "inp#0"}, {"a#0": "b#0", "b#0": "a#0"}],
+    ids=["self-parent", "two-cycle"],
+)
+def test_a_parent_cycle_does_not_hang_the_table(parents: dict[str, str]) -> None:
+    """`load` rejects such files, but `_restore` takes what it is given: `_ancestors` stops
+    where the chain of parents repeats instead of looping forever."""
+    stats = {"<root>#0": _call_stats("<root>#0", None, 0)}
+    stats |= {k: _call_stats(k, p, 1) for k, p in parents.items()}
+    prof = Profile._restore("Cyclic", 1, stats, None, [])
+
+    def timeout(signum: int, frame: object) -> None:
+        raise TimeoutError("table() loops on a parent cycle")
+
+    old = signal.signal(signal.SIGALRM, timeout)
+    signal.setitimer(signal.ITIMER_REAL, 2.0)
+    try:
+        table = prof.table()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    views = {r["view_key"]: r for r in table.records() if r["row_kind"] == "node"}
+    assert set(parents) <= set(views)
+    for key in parents:
+        assert views[key]["view_path"].endswith(key)
 
 
 def test_table_rejects_a_bad_row_limit() -> None:

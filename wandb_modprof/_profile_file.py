@@ -12,8 +12,15 @@ type hints, so it follows them. JSON has no NaN or infinity: in float-typed fiel
 written as the strings `"nan"`, `"inf"`, `"-inf"`. Loading is strict: every field must be
 present (`null` where the type allows it), unknown fields are rejected (a change of the schema
 means a new `version`, and dropping data silently would break the exact round trip), `true` is
-not an integer, and an integer where a float is expected is read as that float (the writer
-never produces one: it writes `1.0`). Loading only parses JSON and builds the dataclasses: no
+not an integer, an integer field holds a signed 64-bit value (|x| < 2**63), and an integer
+where a float is expected is read as that float (the writer never produces one: it writes
+`1.0`). The call trees must hold together: every `parent_key` in `stats` is null or another key
+of `stats`, every `parent_key` in a structure's `calls` null or the key of another call of that
+structure (keys unique there), no chain of parents loops, and a call without a parent has depth
+0. Within one structure (one forward pass) a call's depth is its parent's depth + 1. The
+statistics only promise depth >= 1 below a parent: each key keeps the parent and depth of its
+last sample, and with dynamic control flow a parent can be called at another depth in a later
+sample that does not call the child. Loading only parses JSON and builds the dataclasses: no
 code from the file ever runs.
 """
 
@@ -26,9 +33,19 @@ import math
 import os
 import secrets
 import types
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard, Union, get_args, get_origin, get_type_hints
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Protocol,
+    TypeGuard,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 from ._errors import ModProfError
 from ._records import METRICS, ModuleStats, Sample
@@ -41,6 +58,9 @@ FORMAT = "wandb_modprof.profile"
 VERSION = 1
 SUPPORTED_VERSIONS = (1,)
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+# Every integer the profiler records (bytes, FLOPs, counts, indices) fits a signed 64-bit int;
+# a larger one can only be corrupt, and would overflow a float (or a W&B cell) downstream.
+_INT_LIMIT = 2**63
 
 
 @dataclass(frozen=True)
@@ -269,6 +289,10 @@ def _scalar(value: Any, tp: type, where: str, or_null: str) -> Any:
         assert tp in (int, str, bool), f"no JSON decoding for {tp}"
         # type() not isinstance(): JSON true/false must not pass for an integer
         if type(value) is tp:
+            if isinstance(value, int) and abs(value) >= _INT_LIMIT:
+                raise _FileError(
+                    where, f"integer out of range: expected |x| < 2**63, got {_kind(value)}"
+                )
             return value
         expected = {int: "an integer", str: "a string", bool: "true or false"}[tp]
     raise _FileError(where, f"expected {expected}{or_null}, got {_kind(value)}")
@@ -294,12 +318,23 @@ def _check(obj: object, where: str) -> None:
             if stat.key != key:
                 at = f"stats[{json.dumps(key)}].key"
                 raise _FileError(at, f"{json.dumps(stat.key)} does not match its key in stats")
+        stats = list(obj.stats.values())
+        _check_tree(stats, lambda i: f"stats[{json.dumps(stats[i].key)}]", "a key of stats")
         signatures = [s.signature for s in obj.structures]
         for i, signature in enumerate(signatures):
             if signature in signatures[:i]:
                 raise _FileError(f"structures[{i}].signature", "repeats an earlier structure's")
     elif isinstance(obj, Structure):
         calls = {c.key for c in obj.calls}
+        earlier: set[str] = set()
+        for i, call in enumerate(obj.calls):
+            if call.key in earlier:
+                at = f"{where}.calls[{i}].key"
+                raise _FileError(at, f"{json.dumps(call.key)} repeats an earlier call's key")
+            earlier.add(call.key)
+        _check_tree(
+            obj.calls, lambda i: f"{where}.calls[{i}]", "a call of this structure", exact=True
+        )
         for i, edge in enumerate(obj.edges):
             for name in ("view_key", "src_key", "dst_key"):
                 node = getattr(edge, name)
@@ -311,3 +346,56 @@ def _check(obj: object, where: str) -> None:
                 if not ok:
                     at = f"{where}.edges[{i}].{name}"
                     raise _FileError(at, f"{json.dumps(node)} is not a call of this structure")
+
+
+class _Call(Protocol):
+    """What `ModuleStats` and `CallInfo` share: a place in the call tree."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def parent_key(self) -> str | None: ...
+    @property
+    def depth(self) -> int: ...
+
+
+def _check_tree(
+    calls: Sequence[_Call], at: Callable[[int], str], within: str, exact: bool = False
+) -> None:
+    """Parents within `calls` (unique keys), no cycle, depth 0 at a root; below a parent depth
+    is the parent's + 1 where `exact` (one forward pass), else at least 1 (see the module
+    docstring). `at(i)` is the JSON path of `calls[i]`, `within` what a parent must be."""
+    index = {c.key: i for i, c in enumerate(calls)}
+    for i, call in enumerate(calls):
+        if call.parent_key is not None and call.parent_key not in index:
+            raise _FileError(
+                f"{at(i)}.parent_key", f"{json.dumps(call.parent_key)} is not {within}"
+            )
+    rooted: set[str] = set()  # keys whose chain of parents is known to end at a root
+    for call in calls:
+        chain: dict[str, None] = {}  # the keys walked so far, in order
+        key: str | None = call.key
+        while key is not None and key not in rooted:
+            if key in chain:
+                loop = [*list(chain)[list(chain).index(key) :], key]
+                shown = " -> ".join(json.dumps(k) for k in loop[:6])
+                more = " -> ..." if len(loop) > 6 else ""
+                raise _FileError(
+                    f"{at(index[key])}.parent_key", f"a cycle of parents: {shown}{more}"
+                )
+            chain[key] = None
+            key = calls[index[key]].parent_key
+        rooted.update(chain)
+    for i, call in enumerate(calls):
+        if call.parent_key is None:
+            expected = "0 (a call without a parent)"
+            ok = call.depth == 0
+        elif exact:
+            parent = calls[index[call.parent_key]].depth
+            expected = f"{parent + 1} (its parent {json.dumps(call.parent_key)}'s depth + 1)"
+            ok = call.depth == parent + 1
+        else:
+            expected = "at least 1 (a call below a parent)"
+            ok = call.depth >= 1
+        if not ok:
+            raise _FileError(f"{at(i)}.depth", f"expected {expected}, got {call.depth}")

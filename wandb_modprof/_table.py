@@ -6,15 +6,24 @@ node is written as 0 and its column name is listed in that row's `missing` cell 
 of the metrics apply, e.g. input nodes). No `null` (W&B rewrites nulls in specs; browsers
 reject bare NaN), no NaN/inf, and no column named `id`, `name` or `color` (W&B adds those).
 
-At most `MAX_ROWS` rows (W&B cuts tables at 10,000 rows without a word). A larger profile is
-reduced on purpose, and the `reduced` meta row says how: first views below some depth are not
-drawn (their modules' cost stays in the ancestors shown), then, if one view alone is too big,
-its cheapest modules merge into one `group` node that carries their sums and count.
+Values that do not convert to a finite float (a loaded file may hold `"nan"`, `"inf"` or an
+integer beyond a float's range) are treated as not measured: written as 0 and named in
+`missing` (`meta_number` for meta rows).
+
+At most `max_rows` rows, `MAX_ROWS` by default (W&B cuts tables at 10,000 rows without a
+word). A larger profile is reduced on purpose, and the `reduced` meta row says how: first views
+below some depth are not drawn (their modules' cost stays in the ancestors shown), then, if one
+view alone is too big, its cheapest modules merge into one `group` node that carries their sums
+and count; if even that is too big (a view with hundreds of inputs or outputs), its inputs merge
+into one `group` node ("N inputs") and its outputs into another ("N outputs"). A view reduced
+that far has at most 4 nodes and 12 edges, so every profile fits every limit `Profile.table`
+accepts.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -97,22 +106,42 @@ class ProfileTable:
 
 
 # ---- values per node -------------------------------------------------------------------------
+def _as_float(value: float) -> float:
+    """`value` as a float; an int beyond a float's range becomes +-inf instead of raising.
+
+    Every number taken from the profile goes through here, so the arithmetic below sees only
+    floats: NaN and inf propagate through sums and differences and are dropped (as missing)
+    when the row is written, never an `OverflowError` in the middle of `table()`."""
+    try:
+        return float(value)
+    except OverflowError:  # only ints overflow: a loaded file or `_restore` can hold 10**400
+        return math.inf if value > 0 else -math.inf
+
+
+def _finite(value: float | None) -> float | None:
+    """`value` as a finite float, or None where it is missing, NaN, infinite or too large."""
+    if value is None:
+        return None
+    number = _as_float(value)
+    return number if math.isfinite(number) else None
+
+
 def _metric_values(stats: ModuleStats | None) -> dict[str, float]:
     if stats is None:
         return {}
     out: dict[str, float] = {}
     for metric, stat in stats.metrics.items():
-        out[metric] = stat.mean
+        out[metric] = _as_float(stat.mean)
         if metric in SPREAD_METRICS:
             _spread(out, metric, stat)
     return out
 
 
 def _spread(out: dict[str, float], column: str, stat: RunningStat) -> None:
-    out[f"{column}_std"] = stat.std
-    out[f"{column}_min"] = stat.min
-    out[f"{column}_max"] = stat.max
-    out[f"{column}_last"] = stat.last
+    out[f"{column}_std"] = _as_float(stat.std)
+    out[f"{column}_min"] = _as_float(stat.min)
+    out[f"{column}_max"] = _as_float(stat.max)
+    out[f"{column}_last"] = _as_float(stat.last)
 
 
 def _self_values(
@@ -125,7 +154,7 @@ def _self_values(
         for column, metric in _SELF_FROM.items():
             stat = view.metrics.get(metric)
             if stat is not None:
-                out[column] = stat.mean
+                out[column] = _as_float(stat.mean)
                 if column in SPREAD_METRICS:
                     _spread(out, column, stat)
         # Once per child module: a module called three times holds its parameters once.
@@ -133,49 +162,62 @@ def _self_values(
         for metric in _OWN_STATIC:
             total = view.metrics.get(metric)
             if total is not None:
-                inner = sum(k.metrics[metric].mean for k in distinct if metric in k.metrics)
-                out[metric] = max(0.0, total.mean - inner)  # tied weights can overcount
+                inner = sum(
+                    _as_float(k.metrics[metric].mean) for k in distinct if metric in k.metrics
+                )
+                own = _as_float(total.mean) - inner
+                # tied weights can overcount; max() would also turn a NaN into 0, so not then
+                out[metric] = max(0.0, own) if math.isfinite(own) else own
     if call is not None:
-        out["fwd_flops"] = float(call.fwd_self_flops)
-        out["fwd_self_flops"] = float(call.fwd_self_flops)
+        out["fwd_flops"] = _as_float(call.fwd_self_flops)
+        out["fwd_self_flops"] = _as_float(call.fwd_self_flops)
         _flop_rate(out)
     return out
 
 
 def _flop_rate(out: dict[str, float]) -> None:
     fwd_ms = out.get("fwd_ms")
-    if fwd_ms is not None and fwd_ms > 0 and "fwd_flops" in out:
+    if fwd_ms is not None and math.isfinite(fwd_ms) and fwd_ms > 0 and "fwd_flops" in out:
         out["fwd_flop_per_s"] = out["fwd_flops"] / (fwd_ms / 1000.0)
 
 
 def _module_values(stats: ModuleStats | None, call: CallInfo | None) -> dict[str, float]:
     out = _metric_values(stats)
     if call is not None:
-        out["fwd_flops"] = float(call.fwd_flops)
-        out["fwd_self_flops"] = float(call.fwd_self_flops)
+        out["fwd_flops"] = _as_float(call.fwd_flops)
+        out["fwd_self_flops"] = _as_float(call.fwd_self_flops)
         _flop_rate(out)
     return out
 
 
 # ---- reduction -------------------------------------------------------------------------------
+# The most rows one view takes once its modules, its inputs and its outputs are each merged into
+# one group node: those 3 and the `self` node, and at most one edge per ordered pair of them.
+MIN_VIEW_ROWS = 4 + 4 * 3
+
+
 def _size(graph: LevelGraph) -> int:
     return len(graph.nodes) + len(graph.edges)
 
 
-def _group(graph: LevelGraph, keep: set[str], group_key: str, label: str) -> LevelGraph:
-    """Merge the module nodes not in `keep` into one node; edges follow, deduplicated."""
-    merged = {n.node_key for n in graph.nodes if n.kind == "module" and n.node_key not in keep}
+def _merge_nodes(graph: LevelGraph, into: dict[str, GraphNode]) -> LevelGraph:
+    """Replace every node named in `into` by the group node it maps to, placed where its first
+    member was (so merged inputs stay first and merged outputs last); edges follow,
+    deduplicated, and edges inside one group disappear."""
     nodes: list[GraphNode] = []
+    placed: set[str] = set()
     for n in graph.nodes:
-        if n.node_key not in merged:
+        group = into.get(n.node_key)
+        if group is None:
             nodes.append(n)
-        elif not any(x.node_key == group_key for x in nodes):
-            nodes.append(GraphNode(group_key, "group", label, "grouped"))
+        elif group.node_key not in placed:
+            placed.add(group.node_key)
+            nodes.append(group)
     seen: set[tuple[str, str]] = set()
     edges: list[GraphEdge] = []
     for e in graph.edges:
-        src = group_key if e.src_key in merged else e.src_key
-        dst = group_key if e.dst_key in merged else e.dst_key
+        src = into[e.src_key].node_key if e.src_key in into else e.src_key
+        dst = into[e.dst_key].node_key if e.dst_key in into else e.dst_key
         if src != dst and (src, dst) not in seen:
             seen.add((src, dst))
             edges.append(GraphEdge(src, dst))
@@ -185,27 +227,57 @@ def _group(graph: LevelGraph, keep: set[str], group_key: str, label: str) -> Lev
 def _cost(stats: ModuleStats | None) -> float:
     if stats is None:
         return 0.0
-    return sum(stats.metrics[m].mean for m in ("fwd_ms", "bwd_ms") if m in stats.metrics)
+    cost = sum(_as_float(stats.metrics[m].mean) for m in ("fwd_ms", "bwd_ms") if m in stats.metrics)
+    return cost if not math.isnan(cost) else 0.0  # NaN would make the ranking arbitrary
 
 
 def _shrink_view(
     graph: LevelGraph, stats: dict[str, ModuleStats], budget: int
 ) -> tuple[LevelGraph, dict[str, list[str]]]:
-    """Keep the most expensive modules of an oversized view; merge the others into a group."""
+    """Keep the most expensive modules of an oversized view; merge the others into a group.
+
+    When even one group for all modules leaves the view too big, its inputs (if more than one)
+    merge into one group and its outputs into another, and as many modules as then fit are
+    kept. Returns the view and the members of each group node drawn (module keys for the
+    modules' group, input or output node keys for the others)."""
+    position = {n.node_key: i for i, n in enumerate(graph.nodes)}
     modules = [n.node_key for n in graph.nodes if n.kind == "module"]
-    ranked = sorted(modules, key=lambda k: (-_cost(stats.get(k)), modules.index(k)))
+    ranked = sorted(modules, key=lambda k: (-_cost(stats.get(k)), position[k]))
     group_key = f"{graph.view_key}|group"
-    lo, hi = 0, len(ranked) - 1  # keep `lo` modules at least; `hi` is too many
-    best = _group(graph, set(), group_key, f"{len(ranked)} modules")
+    ends: dict[str, GraphNode] = {}  # input / output node key -> the group it merges into
+
+    def attempt(kept: int) -> LevelGraph:
+        label = f"{len(ranked)} modules" if kept == 0 else f"{len(ranked) - kept} more modules"
+        group = GraphNode(group_key, "group", label, "grouped")
+        return _merge_nodes(graph, ends | dict.fromkeys(ranked[kept:], group))
+
+    best = attempt(0)
+    if _size(best) > budget:
+        for kind, noun in (("input", "inputs"), ("output", "outputs")):
+            members = [n.node_key for n in graph.nodes if n.kind == kind]
+            if len(members) > 1:
+                node = GraphNode(
+                    f"{graph.view_key}|{noun}", "group", f"{len(members)} {noun}", noun
+                )
+                ends.update(dict.fromkeys(members, node))
+        best = attempt(0)
+    # Keeping more modules never makes the view smaller (merging fewer nodes merges fewer
+    # edges), so the largest number kept that fits is found by bisection.
+    lo, hi = 1, len(ranked)  # `lo - 1` modules kept fit; more than `hi` do not
     while lo <= hi:
         mid = (lo + hi) // 2
-        candidate = _group(graph, set(ranked[:mid]), group_key, f"{len(ranked) - mid} more modules")
+        candidate = attempt(mid)
         if _size(candidate) <= budget:
             best, lo = candidate, mid + 1
         else:
             hi = mid - 1
-    members = [k for k in modules if k not in {n.node_key for n in best.nodes}]
-    return best, {group_key: members}
+    drawn = {n.node_key for n in best.nodes}
+    groups: dict[str, list[str]] = {}
+    if group_key in drawn:
+        groups[group_key] = [k for k in modules if k not in drawn]
+    for member, node in ends.items():
+        groups.setdefault(node.node_key, []).append(member)
+    return best, groups
 
 
 def reduce_graphs(
@@ -213,9 +285,10 @@ def reduce_graphs(
     depth_of: dict[str, int],
     stats: dict[str, ModuleStats],
     budget: int,
+    max_rows: int = MAX_ROWS,
 ) -> tuple[list[LevelGraph], str, dict[str, list[str]]]:
-    """Fit the views into `budget` rows; returns the views kept, what was done (or ""), and
-    the members of every group node."""
+    """Fit the views into `budget` rows (of a table of at most `max_rows`, named in the note);
+    returns the views kept, what was done (or ""), and the members of every group node."""
     if sum(_size(g) for g in graphs) <= budget:
         return graphs, "", {}
     total_by_depth: dict[int, int] = {}
@@ -233,26 +306,49 @@ def reduce_graphs(
         hidden = len(graphs) - len(kept)
         note = (
             f"{hidden} views below depth {max_depth} are not drawn, to stay within "
-            f"{MAX_ROWS:,} rows; their modules' time and memory are included in the modules "
+            f"{max_rows:,} rows; their modules' time and memory are included in the modules "
             "shown, and every module's statistics are in the saved profile."
         )
         return kept, note, {}
     root = graphs[0]
     shrunk, groups = _shrink_view(root, stats, budget)
-    count = len(next(iter(groups.values())))
-    note = (
-        f"The top view has {len(root.nodes)} nodes; {count} of its cheapest modules are "
-        f"merged into one group node, and no deeper views are drawn, to stay within "
-        f"{MAX_ROWS:,} rows. Every module's statistics are in the saved profile."
-    )
+    note = _shrink_note(root, groups, max_rows)
     return [shrunk], note, groups
+
+
+def _shrink_note(view: LevelGraph, groups: dict[str, list[str]], max_rows: int) -> str:
+    """What `_shrink_view` merged, e.g. "...; 118 of its cheapest modules are merged into one
+    group node and its 120 outputs into another, ..."."""
+    parts = []
+    modules = groups.get(f"{view.view_key}|group")
+    if modules is not None:
+        parts.append(f"{len(modules)} of its cheapest modules")
+    for noun in ("inputs", "outputs"):
+        members = groups.get(f"{view.view_key}|{noun}")
+        if members is not None:
+            parts.append(f"its {len(members)} {noun}")
+    merged = ""
+    if parts:
+        first, *rest = parts
+        merged = f"; {first} are merged into one group node"
+        if rest:
+            *others, last = [f"{p} into another" for p in rest]
+            merged += "".join(f", {p}" for p in others) + f" and {last}"
+    return (
+        f"The top view has {len(view.nodes)} nodes{merged}, and no other views are drawn, to "
+        f"stay within {max_rows:,} rows. Every module's statistics are in the saved profile."
+    )
 
 
 # ---- rows ------------------------------------------------------------------------------------
 def _ancestors(key: str, calls: dict[str, CallInfo]) -> list[CallInfo]:
+    """The call of `key` and its ancestors, outermost first. A parent cycle (only a hand-made
+    profile has one: `load` rejects such files) ends the chain where it repeats."""
     chain: list[CallInfo] = []
+    seen: set[str] = set()
     call: CallInfo | None = calls.get(key)
-    while call is not None:
+    while call is not None and call.key not in seen:
+        seen.add(call.key)
         chain.append(call)
         call = calls.get(call.parent_key) if call.parent_key is not None else None
     return chain[::-1]
@@ -277,11 +373,18 @@ class _RowWriter:
         self._defaults.update({c: 0.0 for c in NUMBER_COLUMNS})
 
     def add(self, cells: dict[str, Cell], values: dict[str, float] | None = None) -> None:
+        """One row; `values` are the metric columns measured for it, the others are missing.
+        A value that is not a finite float counts as missing too (see the module docstring)."""
         row = dict(self._defaults)
         row.update(cells)
         if values is not None:
-            row.update(values)
-            missing = [c for c in METRIC_COLUMNS if c not in values]
+            measured: set[str] = set()
+            for column, value in values.items():
+                number = _finite(value)
+                if number is not None:
+                    row[column] = number
+                    measured.add(column)
+            missing = [c for c in METRIC_COLUMNS if c not in measured]
             row["missing"] = "*" if len(missing) == len(METRIC_COLUMNS) else ",".join(missing)
         self.rows.append(tuple(row[c] for c in COLUMNS))
 
@@ -307,7 +410,8 @@ def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
     tree = merge(structures, stats.values())
     calls = {c.key: c for c in tree.calls}
     graphs = level_graphs(tree)
-    meta: list[tuple[str, str, float | None]] = []  # (key, text, number or None = missing)
+    # (key, text, number); a number that is None or not a finite float is missing
+    meta: list[tuple[str, str, float | None]] = []
     root = tree.calls[0] if tree.calls else None
     root_stats = stats.get(root.key) if root is not None else None
 
@@ -319,7 +423,7 @@ def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
         ("table_format", TABLE_FORMAT, float(TABLE_VERSION)),
         ("model_name", prof.model_name, 0.0),
         ("root_view", root.key if root is not None and graphs else "", 0.0),
-        ("num_samples", "", float(prof.num_samples)),
+        ("num_samples", "", prof.num_samples),
         ("invocations", "", float(len(tree.calls))),
         ("structure_passes", "", float(len(structures))),
     ]
@@ -327,13 +431,13 @@ def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
         meta.append((f"total_{metric}", "", total(metric)))
     flops = None
     if root is not None and root.flops_known:
-        flops = float(root.fwd_flops)
+        flops = root.fwd_flops
     meta.append(("total_fwd_flops", "", flops))
     budget = max_rows - len(meta) - 2  # the `reduced` and `views` rows
-    if budget < 8:
+    if budget < MIN_VIEW_ROWS:
         raise ValueError(f"max_rows must leave room for a view; got {max_rows}")
     depth_of = {g.view_key: calls[g.view_key].depth for g in graphs}
-    graphs, reduced, groups = reduce_graphs(graphs, depth_of, stats, budget)
+    graphs, reduced, groups = reduce_graphs(graphs, depth_of, stats, budget, max_rows)
     drawn = {n.node_key for g in graphs for n in g.nodes}
     not_drawn = sum(1 for k in calls if k not in drawn and (root is None or k != root.key))
     meta.append(("reduced", reduced, float(not_drawn if reduced else 0)))
@@ -342,8 +446,9 @@ def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
     out = _RowWriter()
     for key, text, number in meta:
         cells: dict[str, Cell] = {"row_kind": "meta", "meta_key": key, "meta_value": text}
-        cells["meta_number"] = 0.0 if number is None else number
-        cells["missing"] = "meta_number" if number is None else ""
+        finite = _finite(number)
+        cells["meta_number"] = 0.0 if finite is None else finite
+        cells["missing"] = "meta_number" if finite is None else ""
         out.add(cells)
     views = {g.view_key for g in graphs}
     for graph in graphs:
@@ -394,9 +499,10 @@ def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
                     count_from, kids, view_call if view_call.flops_known else None
                 )
             elif node.kind == "group":
+                # merged modules carry their sums; merged inputs or outputs only their count
                 members = groups.get(node.node_key, [])
                 cells["group_count"] = len(members)
-                values = _group_values(members, stats, calls, tree)
+                values = _group_values([k for k in members if k in calls], stats, calls, tree)
             else:
                 values = {}
             if count_from is not None and "fwd_ms" in count_from.metrics:
@@ -412,5 +518,6 @@ def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
                 missing="*",
             )
             out.add(cells)
+    # Unreachable: any view reduces to MIN_VIEW_ROWS rows, and the budget holds at least that.
     assert len(out.rows) <= max_rows, (len(out.rows), max_rows)
     return ProfileTable(COLUMNS, tuple(out.rows), reduced)
