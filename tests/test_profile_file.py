@@ -22,6 +22,7 @@ from torch import nn
 import wandb_modprof
 from wandb_modprof import (
     METRICS,
+    BackwardRun,
     CallInfo,
     DataEdge,
     InvocationRecord,
@@ -479,7 +480,16 @@ def _builds(cls: type, **given: st.SearchStrategy[Any]) -> st.SearchStrategy[Any
 
 
 _record = _builds(InvocationRecord, key=_strs, fwd_ms=_floats, param_norm=_floats)
-_sample = st.builds(Sample, _ints, st.lists(_record, max_size=3).map(tuple), _builds(StepTotals))
+_run = _builds(BackwardRun, kind=_strs, name=_strs, owner_key=_strs, start_ms=_floats)
+_sample = st.builds(
+    Sample,
+    _ints,
+    st.lists(_record, max_size=3).map(tuple),
+    _builds(StepTotals),
+    _ints,
+    st.lists(_run, max_size=3).map(tuple),
+    st.none() | _ints,
+)
 
 
 @st.composite

@@ -14,6 +14,7 @@ from ._profile_block import ProfileBlock, profile
 from ._profile_file import load
 from ._records import (
     METRICS,
+    BackwardRun,
     InvocationRecord,
     ModuleStats,
     RunningStat,
@@ -27,6 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "METRICS",
+    "BackwardRun",
     "CallInfo",
     "DataEdge",
     "InvocationRecord",

@@ -188,6 +188,33 @@ class Profile:
             raise ModProfError(f"max_rows must be an int >= 100; got {max_rows!r}")
         return build_table(self, max_rows)
 
+    def export_chrome_trace(self, path: str | os.PathLike[str], torch_profiler: Any = None) -> Path:
+        """Write the last sample as a Chrome / Perfetto trace: a `<module>.forward` span per
+        call on the forward thread, `<module>.backward` spans on the thread(s) that ran its
+        autograd nodes (one span per stretch of consecutive nodes; they nest), and the nodes.
+
+        >>> prof.export_chrome_trace("modules.json")           # open in ui.perfetto.dev
+        PosixPath('modules.json')
+
+        With `torch_profiler=` (a finished `torch.profiler.profile`, or its exported trace
+        file) that recorded the sampled step, the result is the profiler's trace with the
+        module spans added on its clock, above its ops and kernels: `layer3.backward` contains
+        exactly the `evaluate_function` events of layer3's autograd nodes.
+        """
+        from ._trace import load_profiler_trace, merged_trace, standalone_trace, write_trace
+
+        sample = self.last_sample
+        if sample is None:
+            raise ModProfError(
+                "export_chrome_trace() needs a sample; none was taken yet (watch samples every "
+                "log_freq-th training step; a profile block times its second forward onwards)"
+            )
+        if torch_profiler is None:
+            trace = standalone_trace(sample, self.model_name)
+        else:
+            trace = merged_trace(sample, self.model_name, load_profiler_trace(torch_profiler))
+        return write_trace(trace, path)
+
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the profile to a versioned JSON file (`*.modprof.json`); `load` reads it back.
 

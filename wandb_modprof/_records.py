@@ -95,12 +95,37 @@ class StepTotals:
 
 
 @dataclass(frozen=True)
+class BackwardRun:
+    """One timed piece of a sampled backward, for traces: an autograd node's execution
+    (`kind="node"`: `name` is its class, e.g. "AddmmBackward0", `seq` its sequence number,
+    -1 for AccumulateGrad), or a checkpoint recompute (`kind="recompute"`: `name` is the key of
+    the call it repeats, `seq` -1). `owner_key` is the invocation charged with it; times are
+    offsets from the root forward's start, like `InvocationRecord.fwd_start_ms`."""
+
+    kind: str
+    name: str
+    seq: int
+    owner_key: str
+    start_ms: float
+    end_ms: float
+    thread_id: int
+
+
+@dataclass(frozen=True)
 class Sample:
-    """Everything measured in one sampled step."""
+    """Everything measured in one sampled step.
+
+    `forward_thread_id` / `BackwardRun.thread_id` are native thread ids (what profilers and
+    Perfetto show). `host_origin_ns` is the host monotonic clock (`time.perf_counter_ns`) at the
+    root forward's start when times are host times; None with device timing.
+    """
 
     step: int
     invocations: tuple[InvocationRecord, ...]
     totals: StepTotals
+    forward_thread_id: int = 0
+    runs: tuple[BackwardRun, ...] = ()
+    host_origin_ns: int | None = None
 
 
 @dataclass(frozen=True)

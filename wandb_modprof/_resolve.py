@@ -6,10 +6,12 @@ nothing here can stall training.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 
-from ._records import InvocationRecord, Sample, StepTotals
+from ._clock import CpuClock
+from ._records import BackwardRun, InvocationRecord, Sample, StepTotals
 from ._session import StepSession
 from ._static_memory import GradientState, StaticMemory
 
@@ -176,7 +178,59 @@ def resolve(
         begin, end = clock.offsets_ms(ref, [session.bwd_t_begin, session.bwd_t_end])
         bwd_total = end - begin
     totals = StepTotals(fwd_ms=fwd[0], bwd_ms=bwd_total, act_bytes=act[0])
-    return Sample(step=session.step, invocations=tuple(records), totals=totals)
+    return Sample(
+        step=session.step,
+        invocations=tuple(records),
+        totals=totals,
+        forward_thread_id=session.forward_thread,
+        runs=_runs(session, t0, t1, r_off) if has_bwd else (),
+        host_origin_ns=ref if isinstance(clock, CpuClock) else None,
+    )
+
+
+def _runs(
+    session: StepSession, t0: list[float], t1: list[float], r_off: list[float]
+) -> tuple[BackwardRun, ...]:
+    """Every node execution and checkpoint recompute of the backward, in start order."""
+    invs = session.invocations
+    runs: list[BackwardRun] = []
+    for j, owner in enumerate(session.node_owner):
+        if owner >= 0 and _finite(t0[j]) and _finite(t1[j]):
+            seq = session.node_seq[j]
+            name = session.node_name[j]
+            thread = session.node_thread[j]
+            runs.append(BackwardRun("node", name, seq, invs[owner].key, t0[j], t1[j], thread))
+    for k, r in enumerate(session.recomputes):
+        start, end = r_off[2 * k], r_off[2 * k + 1]
+        if r.orig < 0 or not (_finite(start) and _finite(end)):
+            continue
+        node = r.enclosing_node
+        thread = session.node_thread[node] if node >= 0 else session.forward_thread
+        key = invs[r.orig].key
+        runs.append(BackwardRun("recompute", key, -1, key, start, end, thread))
+    runs.sort(key=lambda run: (run.start_ms, -run.end_ms))
+    return tuple(_clip_recomputes(runs))
+
+
+def _clip_recomputes(runs: list[BackwardRun]) -> list[BackwardRun]:
+    """A recompute runs synchronously inside the node that needed its tensors, so no node
+    starts while it runs. With non-reentrant checkpointing's early stop, its module's exit hook
+    fires late (when the stop exception is handled): its end is clipped to the next node."""
+    out = list(runs)
+    for i, run in enumerate(out):
+        if run.kind != "recompute":
+            continue
+        nxt = next(
+            (
+                r.start_ms
+                for r in out[i + 1 :]
+                if r.kind == "node" and r.thread_id == run.thread_id and r.start_ms > run.start_ms
+            ),
+            None,
+        )
+        if nxt is not None and nxt < run.end_ms:
+            out[i] = dataclasses.replace(run, end_ms=nxt)
+    return out
 
 
 def _peak_over(peak: int | None, baseline: int | None) -> int | None:

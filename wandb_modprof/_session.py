@@ -61,6 +61,7 @@ class StepSession:
         self._calls: dict[str, int] = {}
         self._by_module: dict[int, list[int]] = {}
         self.ref_stamp: Any = None
+        self.forward_thread = threading.get_native_id()
         self.exception_at_start = sys.exc_info()[1]
         self.forward_done = False
         self.superseded = False  # a newer root forward started before this one's backward
@@ -79,6 +80,8 @@ class StepSession:
         # backward, indexed by node slot
         self._hooked_seqs: set[int] = set()
         self.node_seq: list[int] = []
+        self.node_name: list[str] = []  # autograd node class, for traces
+        self.node_thread: list[int] = []  # native id of the thread that ran it
         self.node_via: list[int] = []  # AccumulateGrad: the slot of the node feeding it
         self.node_owner: list[int] = []
         self.node_t0: list[Any] = []
@@ -262,7 +265,9 @@ class StepSession:
             else:
                 continue  # created before this forward (its inputs)
             slot = len(self.node_seq)
-            self.node_seq.append(seq)
+            self.node_seq.append(seq if in_range else -1)
+            self.node_name.append(node.name())
+            self.node_thread.append(0)
             self.node_via.append(-1 if in_range else via)
             if owners is None:
                 self.node_owner.append(-1)
@@ -300,6 +305,7 @@ class StepSession:
             stack = self._exec_stack()
             self.node_enclosing[slot] = stack[-1] if stack else -1
             stack.append(slot)
+            self.node_thread[slot] = threading.get_native_id()
             if self.memory is not None:
                 self._fold_node_peak(stack[:-1])
                 self.node_alloc0[slot] = self.memory.allocated()
