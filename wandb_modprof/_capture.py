@@ -24,6 +24,7 @@ from ._callstack import call_depth
 from ._clock import Clock, CpuClock, EventClock
 from ._device_memory import AcceleratorMemory, DeviceMemory
 from ._errors import ModProfError
+from ._nvtx import NvtxRanges, check_available
 from ._options import Options, Timing
 from ._profile import Profile
 from ._session import StepSession
@@ -128,6 +129,8 @@ class Capture:
         self._fastpath: tuple[ModelIndex, bool] | None = None
         if options.structure:
             prepare()
+        if options.nvtx:
+            check_available()
         self._lazy_children = hooks_only_when_sampling
         device = model_device(model)
         self.clock = make_clock(options, device)
@@ -456,6 +459,7 @@ class Capture:
             excluded_storages=excluded,
             on_error=self._session_error,
             on_finish=self._on_finish,
+            nvtx=NvtxRanges() if self.options.nvtx else None,
         )
         self._forward = session
         name, module_type = self._names.get(id(self.model), (ROOT_NAME, type(self.model).__name__))

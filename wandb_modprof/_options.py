@@ -23,6 +23,7 @@ class Options:
     norms: bool = True  # parameter and gradient norms per module
     device_memory: bool = True  # allocator deltas and peaks on accelerators
     structure: bool = True  # a structure pass (graph, FLOPs) on its own, untimed step
+    nvtx: bool = False  # NVTX ranges per module forward/backward on sampled steps
 
 
 def parse_timing(value: object) -> Timing:

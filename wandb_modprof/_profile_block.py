@@ -68,6 +68,7 @@ def profile(
     activations: bool = True,
     norms: bool = True,
     structure: bool = True,
+    nvtx: bool = False,
 ) -> ProfileBlock:
     """Measure every forward of `model` (and its backward) inside a `with` block.
 
@@ -91,5 +92,6 @@ def profile(
         activations=check_bool("activations", activations),
         norms=check_bool("norms", norms),
         structure=check_bool("structure", structure),
+        nvtx=check_bool("nvtx", nvtx),
     )
     return ProfileBlock(model, check_optimizer(optimizer), options)

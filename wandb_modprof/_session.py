@@ -35,6 +35,7 @@ from ._activations import ActivationCounter
 from ._clock import Clock
 from ._device_memory import DeviceMemory
 from ._invocation import Invocation, Recompute, grad_fns
+from ._nvtx import NvtxRanges
 from ._static_memory import PendingGradientState
 from ._storage import StorageKey
 
@@ -50,6 +51,7 @@ class StepSession:
         excluded_storages: set[StorageKey] | None,
         on_error: Callable[[str, Exception], None],
         on_finish: Callable[[StepSession], None],
+        nvtx: NvtxRanges | None = None,
     ) -> None:
         self.step = step
         self.clock = clock
@@ -62,6 +64,8 @@ class StepSession:
         self._by_module: dict[int, list[int]] = {}
         self.ref_stamp: Any = None
         self.forward_thread = threading.get_native_id()
+        self.nvtx = nvtx
+        self._chains: list[tuple[tuple[str, str], ...]] | None = None  # for NVTX, per owner
         self.exception_at_start = sys.exc_info()[1]
         self.forward_done = False
         self.superseded = False  # a newer root forward started before this one's backward
@@ -125,6 +129,8 @@ class StepSession:
         if parent == -1:
             self._start_activations()
         self._stack.append(idx)
+        if self.nvtx is not None:
+            self.nvtx.forward_enter(name)
         inv.seq0 = ap.sequence_nr()
         inv.t0 = self.clock.stamp()
         if parent == -1:
@@ -142,6 +148,8 @@ class StepSession:
                 self._end_forward()
             return
         t1 = self.clock.stamp()
+        if self.nvtx is not None:
+            self.nvtx.forward_exit()
         if self.memory is not None:
             self._fold_forward_peak()  # into this invocation, still on top of the stack
         idx = self._stack.pop()
@@ -169,6 +177,8 @@ class StepSession:
         self._stack.clear()
         self.failed = True
         self.forward_done = True
+        if self.nvtx is not None:
+            self.nvtx.forward_abort()
         self.pop_saved_tensors_hooks()
         self.abandon()
 
@@ -201,6 +211,8 @@ class StepSession:
             self._act_ctx.__enter__()
 
     def _end_forward(self) -> None:
+        if self.nvtx is not None:
+            self.nvtx.forward_abort()  # ranges a failed forward left open
         # Pop our saved-tensor hooks first, whatever happened: the hook stack must stay balanced.
         if self._act_ctx is not None:
             self._act_ctx.__exit__(None, None, None)
@@ -306,12 +318,29 @@ class StepSession:
             self.node_enclosing[slot] = stack[-1] if stack else -1
             stack.append(slot)
             self.node_thread[slot] = threading.get_native_id()
+            if self.nvtx is not None:
+                self._nvtx_node(slot, stack)
             if self.memory is not None:
                 self._fold_node_peak(stack[:-1])
                 self.node_alloc0[slot] = self.memory.allocated()
             self.node_t0[slot] = self.clock.stamp()
         except Exception as error:
             self.fail("backward pre-hook", error)
+
+    def _nvtx_node(self, slot: int, stack: list[int]) -> None:
+        assert self.nvtx is not None
+        if self._chains is None:
+            self._chains = []
+            for inv in self.invocations:  # preorder: parents first
+                head = self._chains[inv.parent] if inv.parent >= 0 else ()
+                self._chains.append((*head, (inv.key, inv.name)))
+        chain = self._chains[self.node_owner[slot]]
+        outer = stack[-2] if len(stack) > 1 else -1
+        if outer >= 0:  # nested in a node of a call it does not descend from: stay in that one
+            around = self._chains[self.node_owner[outer]]
+            if chain[: len(around)] != around:
+                chain = around
+        self.nvtx.backward_node(self.node_thread[slot], chain)
 
     def _node_post(self, slot: int, grad_inputs: Any, grad_outputs: Any) -> None:
         if self.closed or self.node_t0[slot] is None:
@@ -351,6 +380,8 @@ class StepSession:
                 self.bwd_t_end = self.clock.stamp()
             self.closed = True
             self.release_persistent_hooks()
+            if self.nvtx is not None:
+                self.nvtx.backward_end()
         except Exception as error:  # runs inside the engine: must never break the backward
             self.closed = True
             self.fail("end of backward", error)
@@ -431,6 +462,8 @@ class StepSession:
         """Drop the sample. During the forward the remaining exits must still run (to pop the
         saved-tensor hooks), so only a finished forward closes the session right away."""
         self.failed = True
+        if self.nvtx is not None:
+            self.nvtx.backward_end()
         if self.forward_done:
             self.closed = True
             self.release_persistent_hooks()

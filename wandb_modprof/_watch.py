@@ -127,6 +127,7 @@ def watch(
     activations: bool = True,
     norms: bool = True,
     structure: bool = True,
+    nvtx: bool = False,
 ) -> WatchHandle:
     """Measure every module of `model` on every `log_freq`-th training step.
 
@@ -151,6 +152,8 @@ def watch(
         structure: capture the module graph (dataflow between calls) and FLOPs on the first
             training step, and again after a sampled step that called a new sequence of
             modules. That step is never timed (if it was due for sampling, it is skipped).
+        nvtx: on sampled steps, emit NVTX ranges `<module>.forward` / `<module>.backward` for
+            Nsight Systems (needs a CUDA build of torch).
     """
     check_model(model, "watch()")
     options = Options(
@@ -158,6 +161,7 @@ def watch(
         activations=check_bool("activations", activations),
         norms=check_bool("norms", norms),
         structure=check_bool("structure", structure),
+        nvtx=check_bool("nvtx", nvtx),
     )
     handle = WatchHandle(
         model, check_log_freq(log_freq), check_run(run), check_optimizer(optimizer), options
