@@ -101,9 +101,11 @@ def test_forward_that_raises_leaves_no_range_open(nvtx: Recorder) -> None:
 
     model = RaisingModel()
     model.boom.armed = True
-    with wandb_modprof.profile(model, nvtx=True, structure=False):
-        with pytest.raises(ValueError, match="boom"):
-            model(torch.randn(2, 16))
+    with (
+        wandb_modprof.profile(model, nvtx=True, structure=False),
+        pytest.raises(ValueError, match="boom"),
+    ):
+        model(torch.randn(2, 16))
     _check_balanced(nvtx.calls)
 
 
