@@ -17,8 +17,8 @@ demo: $(VENV)/.installed
 	$(PY) -m wandb_modprof demo
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check wandb_modprof tests benchmarks tools
-	$(VENV)/bin/ruff format --check wandb_modprof tests benchmarks tools
+	$(VENV)/bin/ruff check wandb_modprof tests benchmarks tools examples
+	$(VENV)/bin/ruff format --check wandb_modprof tests benchmarks tools examples
 
 typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy

@@ -8,6 +8,7 @@
 >>> prof.save("run.modprof.json"); wandb_modprof.load("run.modprof.json")
 """
 
+from ._callbacks import ModuleCallbacks, ModuleEvent, on_module
 from ._errors import ModProfError
 from ._profile import Profile
 from ._profile_block import ProfileBlock, profile
@@ -33,6 +34,8 @@ __all__ = [
     "DataEdge",
     "InvocationRecord",
     "ModProfError",
+    "ModuleCallbacks",
+    "ModuleEvent",
     "ModuleStats",
     "Profile",
     "ProfileBlock",
@@ -43,6 +46,7 @@ __all__ = [
     "WatchHandle",
     "__version__",
     "load",
+    "on_module",
     "profile",
     "unwatch",
     "watch",

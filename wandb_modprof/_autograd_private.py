@@ -92,3 +92,56 @@ def queue_end_of_backward(callback: Callable[[], None]) -> None:
 def is_accumulate_grad(node: Any) -> bool:
     """The node that adds a leaf's gradient into `.grad` (it has no sequence number range)."""
     return type(node).__name__ == "AccumulateGrad"
+
+
+# ---- used by `on_module` (`_callbacks.py`) -----------------------------------------------------
+_CURRENT_AUTOGRAD_NODE = _lookup(torch._C, "_current_autograd_node")
+_WILL_ENGINE_EXECUTE_NODE = _lookup(torch._C, "_will_engine_execute_node")
+
+
+def check_node_callbacks() -> None:
+    """Raise `ModProfError` if this torch build lacks what `on_module` needs beyond `check()`."""
+    check()
+    missing = [
+        name
+        for name, fn in (
+            ("torch._C._current_autograd_node", _CURRENT_AUTOGRAD_NODE),
+            ("torch._C._will_engine_execute_node", _WILL_ENGINE_EXECUTE_NODE),
+        )
+        if fn is None
+    ]
+    if missing:
+        raise ModProfError(
+            f"wandb_modprof.on_module needs autograd internals that torch {torch.__version__} "
+            f"does not have: {', '.join(missing)}. Supported: torch 2.8 and later."
+        )
+
+
+def graph_task_id() -> int:
+    """The id of the backward (graph task) running on this thread; -1 outside a backward."""
+    task_id: int = _CURRENT_GRAPH_TASK_ID()
+    return task_id
+
+
+def current_autograd_node() -> Any:
+    """The autograd node whose hooks are running on this thread (None outside a backward).
+
+    Node hooks are not told which node they are on; this lets one hook look at the node's
+    `next_functions` without the hook holding the node (which would keep its graph alive)."""
+    return _CURRENT_AUTOGRAD_NODE()
+
+
+def will_engine_execute_node(node: Any) -> bool:
+    """True if the running backward will execute `node` (False for a node outside its graph or
+    one that `torch.autograd.grad(..., inputs=...)` does not need).
+
+    For a leaf's AccumulateGrad node that `torch.autograd.grad` captures, torch raises "A leaf
+    node was passed to `_will_engine_execute_node`" (pytorch #131753). Such a node does not run
+    (the gradient is returned, not accumulated), so the answer is False.
+    """
+    try:
+        return bool(_WILL_ENGINE_EXECUTE_NODE(node))
+    except RuntimeError:
+        if is_accumulate_grad(node):
+            return False
+        raise
