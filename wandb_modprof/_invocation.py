@@ -6,7 +6,7 @@ backward by activation checkpointing; `grad_fns` finds the autograd nodes of a m
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import fields, is_dataclass
 from typing import Any
 
@@ -69,20 +69,29 @@ class Recompute:
         self.t1: Any = None
 
 
-def grad_fns(value: Any, depth: int = 0) -> Iterator[Any]:
-    """Autograd nodes of the tensors in a module output (tensor, tuple/list, dict and
-    ModelOutput, dataclass)."""
+_MAX_DEPTH = 8  # nesting of output containers that is searched for tensors
+
+
+def tensors_in(value: Any, depth: int = 0) -> Iterator[torch.Tensor]:
+    """Tensors inside a module argument or output (tuple/list, dict and ModelOutput,
+    dataclass), depth-limited."""
     if isinstance(value, torch.Tensor):
-        if value.grad_fn is not None:
-            yield value.grad_fn
-    elif depth > 8:  # deeply nested outputs: the root's outputs still reach the graph
+        yield value
+    elif depth > _MAX_DEPTH:  # deeply nested outputs: the root's outputs still reach the graph
         return
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from grad_fns(item, depth + 1)
-    elif isinstance(value, dict):
+            yield from tensors_in(item, depth + 1)
+    elif isinstance(value, Mapping):
         for item in value.values():
-            yield from grad_fns(item, depth + 1)
+            yield from tensors_in(item, depth + 1)
     elif is_dataclass(value) and not isinstance(value, type):
         for f in fields(value):
-            yield from grad_fns(getattr(value, f.name, None), depth + 1)
+            yield from tensors_in(getattr(value, f.name, None), depth + 1)
+
+
+def grad_fns(value: Any) -> Iterator[Any]:
+    """Autograd nodes of the tensors in a module output."""
+    for tensor in tensors_in(value):
+        if tensor.grad_fn is not None:
+            yield tensor.grad_fn

@@ -34,8 +34,7 @@ from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ._callstack import call_depth
-
-_MAX_DEPTH = 6  # nesting of output containers that is searched for tensors
+from ._invocation import tensors_in
 
 
 @dataclass(frozen=True)
@@ -104,24 +103,6 @@ def call_signature(calls: Iterator[tuple[str, int]]) -> str:
 
 
 # ---- flattening ----------------------------------------------------------------------------
-def tensors_in(value: Any, depth: int = 0) -> Iterator[torch.Tensor]:
-    """Tensors inside a module argument or output (tuple/list, dict and ModelOutput,
-    dataclass), depth-limited."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif depth > _MAX_DEPTH:
-        return
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from tensors_in(item, depth + 1)
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from tensors_in(item, depth + 1)
-    elif is_dataclass(value) and not isinstance(value, type):
-        for f in fields(value):
-            yield from tensors_in(getattr(value, f.name, None), depth + 1)
-
-
 def output_slots(result: Any) -> list[tuple[str, list[torch.Tensor]]]:
     """A module output split into named fields, each with its tensors."""
     if isinstance(result, torch.Tensor):
