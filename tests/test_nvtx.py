@@ -145,4 +145,6 @@ def test_real_nvtx_ranges_on_cuda_balance(monkeypatch: pytest.MonkeyPatch) -> No
     pushed = _check_balanced(calls)
     assert pushed[0] == "wandb_modprof"  # the availability check at profile()
     assert pushed.count("<root>.forward") == 1  # the second forward; the first is the pass
+    started = {arg[0] for kind, arg, _ in calls if kind == "start"}
+    assert started == {f"{r.module_name}.backward" for r in prof.invocations() if r.backward_nodes}
     assert prof.num_samples == 1

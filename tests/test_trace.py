@@ -177,3 +177,95 @@ def test_trace_errors_are_clear(tmp_path: Path) -> None:
         prof.export_chrome_trace(tmp_path / "x.json", torch_profiler=bad)
     with pytest.raises(ModProfError, match="cannot write the trace"):
         prof.export_chrome_trace(tmp_path / "missing" / "x.json")
+
+
+def _merged(tmp_path: Path, model: torch.nn.Module, step: Any, **profiler_kw: Any) -> Any:
+    torch.set_num_threads(1)
+    with wandb_modprof.profile(model) as prof:
+        step()  # the structure pass
+        with torch_profile(activities=[ProfilerActivity.CPU], **profiler_kw) as tp:
+            step()
+    path = prof.export_chrome_trace(tmp_path / "m.json", torch_profiler=tp)
+    return prof, json.loads(path.read_text())["traceEvents"]
+
+
+def _inside_own_spans(prof: Profile, events: list[dict[str, Any]]) -> int:
+    """How many node events lie inside the backward spans of the innermost call owning them."""
+    backward = _spans(events, "wandb_modprof.backward")
+    recs = sorted(prof.invocations(), key=lambda r: -r.depth)  # innermost first
+    inside = 0
+    for ev in events:
+        if not str(ev.get("name", "")).startswith(NODE_EVENT_PREFIX):
+            continue
+        seq = ev["args"].get("Sequence number")
+        owner = next(
+            (r for r in recs if isinstance(seq, int) and r.seq_start <= seq < r.seq_end), None
+        )
+        if owner is None:
+            continue
+        spans = backward.get(owner.key, [])
+        if any(s["ts"] <= ev["ts"] and ev["ts"] + ev["dur"] <= s["ts"] + s["dur"] for s in spans):
+            inside += 1
+    return inside
+
+
+def test_merge_picks_the_sampled_backward_when_the_graph_runs_twice(tmp_path: Path) -> None:
+    model = ResNet()
+    x = resnet_input(2, 16)
+
+    def step() -> None:
+        loss = model(x).pow(2).mean()
+        loss.backward(retain_graph=True)  # the sampled backward
+        loss.backward()  # the same nodes (same sequence numbers) once more
+
+    prof, events = _merged(tmp_path, model, step)
+    assert nesting_errors(events) == []
+    nodes = sum(1 for r in prof.last_sample.runs if r.kind == "node" and r.seq >= 0)
+    # each node ran twice; exactly one execution sits inside the spans: the first, sampled one
+    assert _inside_own_spans(prof, events) == nodes
+    first_backward_end = max(
+        ev["ts"] + ev["dur"]
+        for ev in events
+        if ev.get("cat") == "wandb_modprof.backward" and ev["args"]["key"] == "<root>#0"
+    )
+    runs = {}
+    for ev in events:
+        if str(ev.get("name", "")).startswith(NODE_EVENT_PREFIX):
+            runs.setdefault((ev["args"].get("Sequence number"), ev["name"]), []).append(ev["ts"])
+    twice = [sorted(ts) for ts in runs.values() if len(ts) == 2]
+    assert len(twice) >= nodes - 2  # (AccumulateGrad events carry no sequence number)
+    assert all(first < first_backward_end < second for first, second in twice)
+
+
+def test_merged_forward_spans_with_python_stacks_stay_nested(tmp_path: Path) -> None:
+    model = TinyGPT()
+    x = gpt_input(2, 16)
+    prof, events = _merged(tmp_path, model, lambda: model(x).sum().backward(), with_stack=True)
+    assert nesting_errors(events) == []
+    forward = [ev for ev in events if ev.get("cat") == "wandb_modprof.forward"]
+    assert len(forward) == len(prof.invocations())
+    assert {ev["tid"] for ev in forward} != {threading.get_native_id()}  # a track of their own
+    names = [ev for ev in events if ev.get("name") == "thread_name"]
+    assert any("wandb_modprof modules" in ev["args"]["name"] for ev in names)
+
+
+def test_gzip_trace_file_and_unfinished_profiler(tmp_path: Path) -> None:
+    import gzip
+
+    model = ResNet()
+    x = resnet_input(2, 16)
+    torch.set_num_threads(1)
+    with wandb_modprof.profile(model) as prof:
+        model(x).sum().backward()
+        with torch_profile(activities=[ProfilerActivity.CPU]) as tp:
+            model(x).sum().backward()
+    plain = tmp_path / "p.json"
+    tp.export_chrome_trace(str(plain))
+    packed = tmp_path / "p.json.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    a = prof.export_chrome_trace(tmp_path / "a.json", torch_profiler=plain).read_text()
+    b = prof.export_chrome_trace(tmp_path / "b.json", torch_profiler=packed).read_text()
+    assert a == b
+    running = torch_profile(activities=[ProfilerActivity.CPU])
+    with pytest.raises(ModProfError, match=r"must be a finished torch\.profiler\.profile"):
+        prof.export_chrome_trace(tmp_path / "c.json", torch_profiler=running)

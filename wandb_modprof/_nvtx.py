@@ -9,6 +9,7 @@ a backward is reported on whichever thread finishes it. Only sampled steps carry
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -61,7 +62,11 @@ class NvtxRanges:
             stack.append((key, torch.cuda.nvtx.range_start(f"{label}.backward")))
 
     def backward_end(self) -> None:
-        for stack in self._open.values():
+        """Close every open backward range. Runs from the engine's end-of-backward callback
+        and from error paths, so it must not raise: a failing NVTX call is dropped."""
+        stacks, self._open = list(self._open.values()), {}
+        for stack in stacks:
             while stack:
-                torch.cuda.nvtx.range_end(stack.pop()[1])
-        self._open = {}
+                # An unbalanced range beats a broken backward.
+                with contextlib.suppress(Exception):
+                    torch.cuda.nvtx.range_end(stack.pop()[1])

@@ -334,8 +334,11 @@ class StepSession:
             for inv in self.invocations:  # preorder: parents first
                 head = self._chains[inv.parent] if inv.parent >= 0 else ()
                 self._chains.append((*head, (inv.key, inv.name)))
-        chain = self._chains[self.node_owner[slot]]
-        outer = stack[-2] if len(stack) > 1 else -1
+        owner = self.node_owner[slot]
+        if owner < 0:
+            return  # a node of an unmatched recompute: no call to name a range after
+        chain = self._chains[owner]
+        outer = stack[-2] if len(stack) > 1 and self.node_owner[stack[-2]] >= 0 else -1
         if outer >= 0:  # nested in a node of a call it does not descend from: stay in that one
             around = self._chains[self.node_owner[outer]]
             if chain[: len(around)] != around:

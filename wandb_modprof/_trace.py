@@ -15,6 +15,7 @@ interval. No `record_function` range is ever opened across autograd nodes (MEASU
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -30,6 +31,7 @@ from ._records import BackwardRun, InvocationRecord, Sample
 
 NODE_EVENT_PREFIX = "autograd::engine::evaluate_function: "
 _PID = 1  # a standalone trace has one process
+_FORWARD_TRACK = 1_000_000_000  # + thread id: the module track of a thread in merged traces
 
 
 @dataclass(frozen=True)
@@ -129,11 +131,12 @@ def module_events(
     pid_of: dict[int, int],
     runs: Sequence[tuple[BackwardRun, float, float]],
     with_runs: bool,
+    forward_tid: int | None = None,
 ) -> list[dict[str, Any]]:
     """Forward spans, backward segments (and, standalone, the node runs) as trace events."""
     recs = {r.key: r for r in sample.invocations}
     events: list[dict[str, Any]] = []
-    fwd_tid = sample.forward_thread_id
+    fwd_tid = sample.forward_thread_id if forward_tid is None else forward_tid
     top = 1 + max((r.depth for r in sample.invocations), default=0)
     for rec in sample.invocations:
         start = offset_us + rec.fwd_start_ms * 1e3
@@ -149,7 +152,7 @@ def module_events(
             _span(
                 f"{_label(rec, model_name)}.forward",
                 "wandb_modprof.forward",
-                pid_of.get(fwd_tid, _PID),
+                pid_of.get(sample.forward_thread_id, _PID),
                 fwd_tid,
                 start,
                 start + rec.fwd_ms * 1e3,
@@ -216,25 +219,62 @@ def standalone_trace(sample: Sample, model_name: str) -> dict[str, Any]:
 
 
 # ---- merging with torch.profiler ---------------------------------------------------------------
-def _node_events(trace: dict[str, Any]) -> dict[tuple[int, str], dict[str, Any]]:
-    found: dict[tuple[int, str], dict[str, Any]] = {}
+def _node_events(trace: dict[str, Any]) -> dict[tuple[int, str], list[dict[str, Any]]]:
+    """The profiler's node events by (sequence number, node name): a node can run more than
+    once in a recorded window (`retain_graph`, a gradient penalty's double backward)."""
+    found: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for ev in trace.get("traceEvents", []):
         name = ev.get("name", "")
         if ev.get("ph") == "X" and isinstance(name, str) and name.startswith(NODE_EVENT_PREFIX):
-            seq = (ev.get("args") or {}).get("Sequence number")
+            args = ev.get("args")
+            seq = args.get("Sequence number") if isinstance(args, dict) else None
             if isinstance(seq, int) and seq >= 0:
-                found[(seq, name[len(NODE_EVENT_PREFIX) :])] = ev
+                found.setdefault((seq, name[len(NODE_EVENT_PREFIX) :]), []).append(ev)
     return found
+
+
+_OFFSET_BIN_US = 20.0  # candidate clock offsets closer than this are the same offset
+
+
+def _match_nodes(
+    sample: Sample, nodes: dict[tuple[int, str], list[dict[str, Any]]]
+) -> list[tuple[BackwardRun, dict[str, Any]]]:
+    """Pair each sampled node run with the profiler event of the same execution.
+
+    Every candidate pair proposes a clock offset; the sampled backward's pairs agree on one.
+    If the node ran more than once in the window, the other executions propose other offsets;
+    the most common offset wins, and on a tie the earliest (the sampled backward is the first
+    to run the step's graph)."""
+    candidates: list[tuple[float, BackwardRun, dict[str, Any]]] = []
+    for run in sample.runs:
+        if run.kind != "node":
+            continue
+        for ev in nodes.get((run.seq, run.name), ()):
+            mid = float(ev["ts"]) + float(ev["dur"]) / 2
+            candidates.append((mid - (run.start_ms + run.end_ms) * 500, run, ev))
+    if not candidates:
+        return []
+    bins: dict[int, int] = {}
+    for offset, _, _ in candidates:
+        key = math.floor(offset / _OFFSET_BIN_US)
+        bins[key] = bins.get(key, 0) + 1
+    # Neighbouring bins count together (an offset near a bin edge).
+    best = max(bins, key=lambda k: (bins[k] + bins.get(k + 1, 0), -k))
+    lo, hi = best * _OFFSET_BIN_US, (best + 2) * _OFFSET_BIN_US
+    chosen: dict[int, tuple[float, BackwardRun, dict[str, Any]]] = {}
+    for cand in candidates:
+        offset, run, _ = cand
+        if lo <= offset < hi:
+            centre = (lo + hi) / 2
+            prev = chosen.get(id(run))
+            if prev is None or abs(offset - centre) < abs(prev[0] - centre):
+                chosen[id(run)] = cand
+    return [(run, ev) for _, run, ev in chosen.values()]
 
 
 def merged_trace(sample: Sample, model_name: str, trace: dict[str, Any]) -> dict[str, Any]:
     """`trace` (a torch.profiler Chrome trace) with our module spans added on its clock."""
-    nodes = _node_events(trace)
-    matched = [
-        (run, nodes[(run.seq, run.name)])
-        for run in sample.runs
-        if run.kind == "node" and (run.seq, run.name) in nodes
-    ]
+    matched = _match_nodes(sample, _node_events(trace))
     if not matched:
         raise ModProfError(
             "the torch.profiler trace holds none of the sampled step's backward nodes: the "
@@ -261,13 +301,32 @@ def merged_trace(sample: Sample, model_name: str, trace: dict[str, Any]) -> dict
         else:
             runs.append((run, offset + run.start_ms * 1e3, offset + run.end_ms * 1e3))
     pid_of: dict[int, int] = {}
+    python_events = False
     for ev in trace.get("traceEvents", []):
         tid, pid = ev.get("tid"), ev.get("pid")
         if isinstance(tid, int) and isinstance(pid, int):
             pid_of.setdefault(tid, pid)
+        if ev.get("cat") == "python_function" and tid == sample.forward_thread_id:
+            python_events = True
+    extra: list[dict[str, Any]] = []
+    forward_tid = None
+    if python_events:
+        # With `with_stack=True` the profiler records our own hook functions, and the forward
+        # stamps are taken inside them: on the same track the spans would cut through those
+        # events. They go on a track of their own, right above the thread's.
+        forward_tid = _FORWARD_TRACK + sample.forward_thread_id
+        pid = pid_of.get(sample.forward_thread_id, _PID)
+        name = f"wandb_modprof modules (thread {sample.forward_thread_id})"
+        meta = {"ph": "M", "pid": pid, "tid": forward_tid}
+        extra = [
+            {**meta, "name": "thread_name", "args": {"name": name}},
+            {**meta, "name": "thread_sort_index", "args": {"sort_index": -1}},
+        ]
     out = dict(trace)
-    out["traceEvents"] = list(trace.get("traceEvents", [])) + module_events(
-        sample, model_name, offset, pid_of, runs, with_runs=False
+    out["traceEvents"] = (
+        list(trace.get("traceEvents", []))
+        + extra
+        + module_events(sample, model_name, offset, pid_of, runs, False, forward_tid)
     )
     return out
 
@@ -305,6 +364,13 @@ def load_profiler_trace(source: Any) -> dict[str, Any]:
         os.close(fd)
         try:
             source.export_chrome_trace(tmp)
+        except Exception as error:  # still recording, never started, ...
+            os.unlink(tmp)
+            raise ModProfError(
+                "torch_profiler must be a finished torch.profiler.profile (its recording "
+                f"stopped); exporting its trace failed: {type(error).__name__}: {error}"
+            ) from None
+        try:
             return _read_json(Path(tmp))
         finally:
             os.unlink(tmp)
@@ -318,8 +384,11 @@ def load_profiler_trace(source: Any) -> dict[str, Any]:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":  # tensorboard_trace_handler(use_gzip=True) writes .json.gz
+            raw = gzip.decompress(raw)
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ModProfError(f"cannot read the profiler trace {str(path)!r}: {error}") from None
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise ModProfError(
