@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -47,6 +48,10 @@ def test_demo_trains_and_prints_top_modules(tmp_path):
     assert prof.num_samples == 2
     assert len(prof.structures()) == 1
     assert any(r["node_kind"] == "self" for r in prof.table().records())
+    trace = saved.with_name("demo.trace.json")
+    assert f"Trace of the last sampled step written to {trace}" in out
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(ev.get("name") == "transformer.h.0.backward" for ev in events)
 
 
 def test_cli_rejects_bad_arguments():

@@ -64,4 +64,10 @@ def run_demo(steps: int, log_freq: int, top: int, save: str, out: TextIO) -> int
         f"load it with wandb_modprof.load({str(path)!r})).",
         file=out,
     )
+    trace = profile.export_chrome_trace(
+        Path(save).with_name(Path(save).name.split(".")[0] + ".trace.json")
+    )
+    print(
+        f"Trace of the last sampled step written to {trace} (open it in ui.perfetto.dev).", file=out
+    )
     return 0
