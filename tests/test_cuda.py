@@ -70,3 +70,89 @@ def test_timing_modes_on_cuda(mode):
     with wandb_modprof.profile(model, timing=mode, structure=False) as prof:
         model(gpt_input().cuda()).float().mean().backward()
     assert prof.invocations()[0].bwd_ms > 0
+
+
+# ---- structure pass, traces and callbacks on CUDA (written without a GPU: never run yet) ----
+def test_structure_pass_on_cuda_counts_flops_and_does_not_sync():
+    model = TinyGPT().cuda()
+    x = gpt_input(4, 32).cuda()
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(2):
+            model(x).float().mean().backward()
+    (structure,) = prof.structures()
+    calls = {c.key: c for c in structure.calls}
+    assert calls["<root>#0"].fwd_flops > 0
+    assert calls["blocks.0.attn#0"].fwd_self_flops > 0  # the CUDA attention kernel's formula
+    assert prof.num_samples == 1
+
+
+def test_trace_on_cuda_puts_backward_on_the_autograd_device_thread(tmp_path):
+    import json
+    import threading
+
+    from wandb_modprof._trace import nesting_errors
+
+    model = ResNet().cuda()
+    x = resnet_input(8, 32).cuda()
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(2):
+            model(x).sum().backward()
+    torch.cuda.synchronize()
+    events = json.loads(prof.export_chrome_trace(tmp_path / "t.json").read_text())["traceEvents"]
+    assert nesting_errors(events) == []
+    forward = {ev["tid"] for ev in events if ev.get("cat") == "wandb_modprof.forward"}
+    backward = {ev["tid"] for ev in events if ev.get("cat") == "wandb_modprof.backward"}
+    assert forward == {threading.get_native_id()}
+    assert backward and backward != forward  # CUDA nodes run on autograd's device thread
+
+
+def test_merged_trace_on_cuda_with_host_timing(tmp_path):
+    import json
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from wandb_modprof._trace import NODE_EVENT_PREFIX, nesting_errors
+
+    model = ResNet().cuda()
+    x = resnet_input(8, 32).cuda()
+    with wandb_modprof.profile(model, timing="cpu") as prof:
+        model(x).sum().backward()
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
+            model(x).sum().backward()
+            torch.cuda.synchronize()
+    path = prof.export_chrome_trace(tmp_path / "m.json", torch_profiler=tp)
+    events = json.loads(path.read_text())["traceEvents"]
+    assert nesting_errors(events, "wandb_modprof") == []
+    backward: dict[str, list[dict]] = {}
+    for ev in events:
+        if ev.get("cat") == "wandb_modprof.backward":
+            backward.setdefault(ev["args"]["key"], []).append(ev)
+    layer = next(r for r in prof.invocations() if r.key == "layer2#0")
+    nodes = [
+        ev
+        for ev in events
+        if str(ev.get("name", "")).startswith(NODE_EVENT_PREFIX)
+        and isinstance(ev["args"].get("Sequence number"), int)
+        and layer.seq_start <= ev["args"]["Sequence number"] < layer.seq_end
+    ]
+    assert nodes
+    for ev in nodes:
+        assert any(
+            s["tid"] == ev["tid"]
+            and s["ts"] <= ev["ts"]
+            and ev["ts"] + ev["dur"] <= s["ts"] + s["dur"]
+            for s in backward["layer2#0"]
+        )
+
+
+def test_on_module_backward_events_on_cuda():
+    model = ResNet().cuda()
+    x = resnet_input(8, 32).cuda()
+    events = []
+    with wandb_modprof.on_module(
+        model.layer2, backward_start=events.append, backward_end=events.append
+    ):
+        model(x).sum().backward()
+    torch.cuda.synchronize()
+    assert [e.phase for e in events] == ["backward_start", "backward_end"]
