@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import igraph
-from _revision import revision
+from _report import emit, revision
 
 from wandb_modprof._graph import GraphEdge, GraphNode, LevelGraph
 from wandb_modprof._layout import layout_level
@@ -224,10 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         f"times are for laying out all views of the case.\n\n"
         f"{markdown_table(rows, judge=not args.quick)}\n"
     )
-    print(report)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(report)
+    emit(report, args.out)
     return 0
 
 

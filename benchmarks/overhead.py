@@ -67,7 +67,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812 (the usual alias)
-from _revision import revision
+from _report import emit, revision
 from torch import nn
 
 import wandb_modprof
@@ -459,10 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         f"95% CI: bootstrap over rounds ({boot} resamples); segments: lowest - highest ratio "
         f"over {segments} consecutive segments of rounds.\n"
     )
-    print(report)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(report)
+    emit(report, args.out)
     if args.hotspots > 0:
         transformer = next((w for w in workloads if w.name == "transformer"), workloads[0])
         print(hotspots(transformer, steps=3 if args.quick else 20, top=args.hotspots))

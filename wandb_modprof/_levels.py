@@ -9,6 +9,7 @@ view, without edges: nothing measured is left out of the graph.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -19,14 +20,11 @@ from ._structure import CallInfo, DataEdge, Structure, input_key, output_key, se
 
 @dataclass(frozen=True)
 class CallTree:
-    """Every known call (forward order) and every dataflow edge, merged over passes.
-
-    `unstructured` holds the keys no structure pass saw (their FLOPs and slots are unknown).
-    """
+    """Every known call (forward order) and every dataflow edge, merged over passes. Calls no
+    structure pass saw have `flops_known=False` and no slots."""
 
     calls: tuple[CallInfo, ...]
     edges: tuple[DataEdge, ...]
-    unstructured: frozenset[str]
 
 
 def merge(structures: Sequence[Structure], stats: Iterable[ModuleStats] = ()) -> CallTree:
@@ -39,15 +37,15 @@ def merge(structures: Sequence[Structure], stats: Iterable[ModuleStats] = ()) ->
             merged = call
             if old is not None and (old.inputs != call.inputs or old.outputs != call.outputs):
                 # A call whose arguments differ between passes keeps every slot seen.
-                merged = _with_slots(
-                    call, _union(old.inputs, call.inputs), _union(old.outputs, call.outputs)
+                merged = dataclasses.replace(
+                    call,
+                    inputs=_union(old.inputs, call.inputs),
+                    outputs=_union(old.outputs, call.outputs),
                 )
             calls[call.key] = merged
         edges.update(structure.edges)
-    unstructured: set[str] = set()
     for stat in stats:
         if stat.key not in calls:
-            unstructured.add(stat.key)
             calls[stat.key] = CallInfo(
                 key=stat.key,
                 module_name=stat.module_name,
@@ -66,29 +64,11 @@ def merge(structures: Sequence[Structure], stats: Iterable[ModuleStats] = ()) ->
     return CallTree(
         calls=ordered,
         edges=tuple(sorted(edges, key=lambda e: (e.view_key, e.src_key, e.dst_key))),
-        unstructured=frozenset(unstructured),
     )
 
 
 def _union(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
     return a + tuple(x for x in b if x not in a)
-
-
-def _with_slots(call: CallInfo, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> CallInfo:
-    return CallInfo(
-        key=call.key,
-        module_name=call.module_name,
-        module_type=call.module_type,
-        call_index=call.call_index,
-        parent_key=call.parent_key,
-        depth=call.depth,
-        order=call.order,
-        inputs=inputs,
-        outputs=outputs,
-        fwd_flops=call.fwd_flops,
-        fwd_self_flops=call.fwd_self_flops,
-        flops_known=call.flops_known,
-    )
 
 
 def short_name(call: CallInfo, parent: CallInfo | None) -> str:

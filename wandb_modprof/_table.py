@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from ._graph import GraphEdge, GraphNode, LevelGraph
 from ._layout import LevelLayout, layout_level
-from ._levels import CallTree, level_graphs, merge, short_name
+from ._levels import level_graphs, merge, short_name
 from ._records import MEMORY_METRICS, METRICS, TIME_METRICS, ModuleStats, RunningStat
 from ._structure import CallInfo
 
@@ -390,7 +390,7 @@ class _RowWriter:
 
 
 def _group_values(
-    members: list[str], stats: dict[str, ModuleStats], calls: dict[str, CallInfo], tree: CallTree
+    members: list[str], stats: dict[str, ModuleStats], calls: dict[str, CallInfo]
 ) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in members:
@@ -502,7 +502,7 @@ def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
                 # merged modules carry their sums; merged inputs or outputs only their count
                 members = groups.get(node.node_key, [])
                 cells["group_count"] = len(members)
-                values = _group_values([k for k in members if k in calls], stats, calls, tree)
+                values = _group_values([k for k in members if k in calls], stats, calls)
             else:
                 values = {}
             if count_from is not None and "fwd_ms" in count_from.metrics:

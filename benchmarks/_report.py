@@ -1,4 +1,4 @@
-"""What the benchmarks print about the checkout they measured (shared by the scripts here)."""
+"""What every benchmark script here prints: the checkout measured, and the report itself."""
 
 from __future__ import annotations
 
@@ -20,3 +20,10 @@ def revision() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return done.stdout.strip() or "unknown"
+
+
+def emit(report: str, out: str | None) -> None:
+    """Print the markdown report and, with `--out PATH`, also write it there."""
+    print(report)
+    if out:
+        Path(out).write_text(report, encoding="utf-8")
