@@ -44,7 +44,9 @@ MODES: tuple[Mode, ...] = (
     Mode("act", "Activations", "Memory", "bytes", ("act_bytes",), "sum", "total_act_bytes"),
     Mode("param", "Parameters", "Memory", "bytes", ("param_bytes",), "sum", "total_param_bytes"),
     Mode("grad", "Gradients", "Memory", "bytes", ("grad_bytes",), "sum", "total_grad_bytes"),
-    Mode("optim", "Optimizer state", "Memory", "bytes", ("optim_bytes",), "sum", "total_optim_bytes"),
+    Mode(
+        "optim", "Optimizer state", "Memory", "bytes", ("optim_bytes",), "sum", "total_optim_bytes"
+    ),
     Mode(
         "peak",
         "Peak (device)",

@@ -429,6 +429,8 @@ def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
     ]
     for metric in ("fwd_ms", "bwd_ms", "act_bytes", "param_bytes", "grad_bytes", "optim_bytes"):
         meta.append((f"total_{metric}", "", total(metric)))
+    fwd, bwd = total("fwd_ms"), total("bwd_ms")
+    meta.append(("total_fwd_bwd_ms", "", None if fwd is None or bwd is None else fwd + bwd))
     flops = None
     if root is not None and root.flops_known:
         flops = root.fwd_flops

@@ -1,0 +1,264 @@
+"""The panel's Vega spec rendered without a browser (vl-convert runs Vega in Deno): node colours,
+scales, W&B's patches, several runs, messages. Interaction is tested in a real browser in
+test_panel_browser.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import runpy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import vl_convert as vlc
+from panel import (
+    as_run,
+    color_distance,
+    gpt_table,
+    marks,
+    normalised,
+    records,
+    resnet_table,
+    texts,
+    turbo,
+    vega_turbo,
+    wandb_patched,
+)
+
+from wandb_modprof import _spec
+from wandb_modprof._modes import MODES, mode
+from wandb_modprof._table import ProfileTable
+
+ROOT = Path(__file__).resolve().parent.parent
+TOLERANCE = 12  # Vega samples Turbo into a palette; the polynomial differs by a few units
+
+
+@pytest.fixture(scope="module")
+def resnet() -> ProfileTable:
+    return resnet_table()
+
+
+def render(rows: list[dict[str, Any]], width: int = 960, height: int = 600, **fields: str) -> Any:
+    spec = wandb_patched(_spec.filled(fields), width, height)
+    for data in spec["data"]:
+        if data["name"] == "wandb":
+            data["values"] = rows
+    return vlc.vega_to_scenegraph(spec)
+
+
+def root_nodes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    root = next(r["meta_value"] for r in rows if r["meta_key"] == "root_view")
+    return [r for r in rows if r["row_kind"] == "node" and r["view_key"] == root]
+
+
+# ---- the file --------------------------------------------------------------------------------
+def test_committed_spec_is_the_generator_output() -> None:
+    build = runpy.run_path(str(ROOT / "tools" / "build_spec.py"))
+    assert _spec.spec_text() == build["render"](), "run `make spec` after editing the generator"
+
+
+def test_spec_obeys_wandb_rules() -> None:
+    text = _spec.spec_text()
+    spec = json.loads(text)
+
+    def walk(value: Any) -> None:
+        assert value is not None, "W&B rewrites null to {}"
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(spec)
+    assert spec["$schema"].endswith("/vega/v5.json")
+    assert spec["data"][0] == {"name": "wandb"}
+    assert all("url" not in d and "values" not in d for d in spec["data"])  # frozen: no inline data
+    assert "${string:mode:" in text and "${string:scale:" in text
+    columns = set(resnet_table.__globals__["wandb_modprof"]._table.COLUMNS)
+    assert not {"id", "name", "color"} & columns  # W&B's own columns
+
+
+# ---- colours ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("scale", ["linear", "log"])
+@pytest.mark.parametrize("key", ["fwd_bwd", "bwd", "act", "flops"])
+def test_node_fill_is_turbo_of_normalised_value(resnet: ProfileTable, scale: str, key: str) -> None:
+    rows = records(resnet)
+    scene = render(rows, mode=key, scale=scale)
+    nodes = root_nodes(rows)
+    drawn = marks(scene, "node_rect")
+    assert texts(scene, "node_label") == [n["label"] for n in nodes]  # same order as the rows
+    m = mode(key)
+    valued = [
+        (i, m.value(n)) for i, n in enumerate(nodes) if n["node_kind"] not in ("input", "output")
+    ]
+    present = [(i, v) for i, v in valued if v is not None]
+    assert len(present) >= 5
+    ts = normalised([v for _, v in present], scale)
+    exact = vega_turbo(ts)
+    for (i, v), t, want in zip(present, ts, exact, strict=True):
+        fill = drawn[i]["fill"]
+        assert color_distance(fill, want) <= 1, (nodes[i]["label"], v, t, fill, want)
+        assert color_distance(fill, turbo(t)) <= TOLERANCE, (nodes[i]["label"], v, t, fill)
+    top = max(present, key=lambda p: p[1])[0]
+    assert color_distance(drawn[top]["fill"], turbo(1.0)) <= TOLERANCE  # red = most expensive
+    for i, n in enumerate(nodes):
+        if n["node_kind"] in ("input", "output"):
+            assert drawn[i]["fill"] == "#ffffff"
+
+
+def test_log_and_linear_differ_and_colour_bar_labels_follow(resnet: ProfileTable) -> None:
+    rows = records(resnet)
+    lin = render(rows, mode="fwd", scale="linear")
+    log = render(rows, mode="fwd", scale="log")
+    assert [i["fill"] for i in marks(lin, "node_rect")] != [
+        i["fill"] for i in marks(log, "node_rect")
+    ]
+    values = [v for n in root_nodes(rows) if (v := mode("fwd").value(n)) is not None]
+    hi = max(values)
+    assert texts(lin, "colorbar_hi") == [_ms(hi)]
+    assert texts(lin, "colorbar_mid") == [_ms((min(values) + hi) / 2)]
+    positive = [v for v in values if v > 0]
+    assert texts(log, "colorbar_mid") == [_ms(math.sqrt(min(positive) * hi))]
+    assert "(log)" in texts(log, "colorbar_title")[0]
+
+
+def _ms(v: float) -> str:
+    """The spec's millisecond format ('.3~r' significant digits, µs below 1 ms)."""
+    if abs(v) >= 1000:
+        return f"{_sig(v / 1000)} s"
+    if abs(v) >= 1:
+        return f"{_sig(v)} ms"
+    return f"{_sig(v * 1000)} µs"
+
+
+def _sig(v: float) -> str:
+    text = f"{float(f'{v:.3g}'):f}".rstrip("0").rstrip(".")
+    return text
+
+
+def test_text_is_readable_on_every_fill(resnet: ProfileTable) -> None:
+    scene = render(records(resnet), mode="fwd_bwd")
+    for rect, label in zip(marks(scene, "node_rect"), marks(scene, "node_label"), strict=True):
+        ink = label["fill"]
+        assert ink in ("#111111", "#ffffff")
+        assert _contrast(rect["fill"], ink) >= 4.5 or _contrast(rect["fill"], ink) >= _contrast(
+            rect["fill"], "#ffffff" if ink == "#111111" else "#111111"
+        )
+
+
+def _contrast(a: str, b: str) -> float:
+    def lum(c: str) -> float:
+        from panel import parse_color
+
+        def ch(v: int) -> float:
+            s = v / 255
+            return s / 12.92 if s <= 0.03928 else ((s + 0.055) / 1.055) ** 2.4
+
+        r, g, bl = parse_color(c)
+        return 0.2126 * ch(r) + 0.7152 * ch(g) + 0.0722 * ch(bl)
+
+    la, lb = lum(a), lum(b)
+    return (max(la, lb) + 0.05) / (min(la, lb) + 0.05)
+
+
+def test_every_mode_renders_and_unmeasured_modes_say_so(resnet: ProfileTable) -> None:
+    rows = records(resnet)
+    for m in MODES:
+        scene = render(rows, mode=m.key)
+        measured = any(m.value(n) is not None for n in rows if n["row_kind"] == "node")
+        messages = texts(scene, "message")
+        if measured:
+            assert messages == [], (m.key, messages)
+        else:
+            assert messages == [f"{m.label} was not measured in this run"]
+    # CPU run: optimizer state (no optimizer) and device peaks are greyed out in the legend
+    scene = render(rows)
+    labels = dict(zip(texts(scene, "mode_label"), marks(scene, "mode_label"), strict=True))
+    assert labels["Peak (device)"]["fill"] == "#aaaaaa"
+    assert labels["Backward"]["fill"] != "#aaaaaa"
+    assert labels["Fwd + bwd"]["fontWeight"] == "bold"  # the default mode is marked
+
+
+# ---- W&B's patches and runs ------------------------------------------------------------------
+@pytest.mark.parametrize("size", [(960, 600), (520, 320), (1600, 900)])
+def test_renders_at_panel_sizes(resnet: ProfileTable, size: tuple[int, int]) -> None:
+    width, height = size
+    scene = render(records(resnet), width=width, height=height)
+    assert scene["width"] <= width + 1 and scene["height"] <= height + 1
+    assert len(marks(scene, "node_rect")) == len(root_nodes(records(resnet)))
+
+
+def test_two_runs_never_overlap_and_are_listed(resnet: ProfileTable) -> None:
+    other = gpt_table()
+    rows = as_run(records(resnet), "run-a", "resnet-run", 0) + as_run(
+        records(other), "run-b", "gpt-run", 1
+    )
+    scene = render(rows)
+    assert texts(scene, "run_label") == ["resnet-run", "gpt-run"]
+    # only one run's graph is drawn: the first run's root view, nothing of the other
+    assert texts(scene, "node_label") == [n["label"] for n in root_nodes(records(resnet))]
+    assert texts(scene, "title") == ["ResNet"]
+    assert texts(scene, "compare_label") == ["Colour by ratio to a baseline run"]
+
+
+def test_one_run_rows_with_wandb_columns_show_no_run_list(resnet: ProfileTable) -> None:
+    rows = as_run(records(resnet), "run-a", "resnet-run", 0)
+    scene = render(rows)
+    assert marks(scene, "run_entry") == []
+    assert len(marks(scene, "node_rect")) == len(root_nodes(records(resnet)))
+
+
+# ---- messages --------------------------------------------------------------------------------
+def test_no_rows_shows_loading_message() -> None:
+    scene = render([])
+    assert texts(scene, "message")[0].startswith("Loading the profile")
+    assert marks(scene, "node_rect") == []
+
+
+def test_foreign_rows_are_named() -> None:
+    scene = render([{"a": 1, "b": "x"}])
+    assert texts(scene, "message") == [
+        "These rows are not a wandb_modprof table (no table_format row)"
+    ]
+
+
+def test_reduced_table_says_so() -> None:
+    table = gpt_table()
+    small = resnet_table(max_rows=100)
+    assert small.reduced
+    scene = render(records(small))
+    assert any(t.startswith("Reduced to fit the table: ") for t in texts(scene, "message"))
+    assert marks(scene, "node_rect")  # still draws what is left
+    assert not any(t.startswith("Reduced") for t in texts(render(records(table)), "message"))
+
+
+def test_totals_panel_shows_model_totals(resnet: ProfileTable) -> None:
+    rows = records(resnet)
+    meta = {r["meta_key"]: r["meta_number"] for r in rows if r["row_kind"] == "meta"}
+    lines = texts(render(rows), "total_text")
+    assert (
+        lines[0] == f"Forward {_ms(meta['total_fwd_ms'])}  ·  Backward {_ms(meta['total_bwd_ms'])}"
+    )
+    assert lines[1].startswith("Activations ") and lines[1].endswith("MiB")
+    assert lines[-1] == f"{int(meta['num_samples'])} samples  ·  {int(meta['invocations'])} calls"
+
+
+def test_ranked_list_is_sorted_by_the_mode(resnet: ProfileTable) -> None:
+    rows = records(resnet)
+    m = mode("bwd")
+    scene = render(rows, mode="bwd")
+    listed = sorted(texts(scene, "top_label"), key=lambda t: int(t.split(".")[0]))
+    ranked = sorted(
+        (
+            (m.value(r), r["node_key"], r["module_name"])
+            for r in rows
+            if r["row_kind"] == "node"
+            and r["node_kind"] in ("module", "group")
+            and m.value(r) is not None
+        ),
+        key=lambda x: (-x[0], x[1]),
+    )
+    assert listed
+    assert listed == [f"{i + 1}. {name}" for i, (_, _, name) in enumerate(ranked[: len(listed)])]
