@@ -272,7 +272,8 @@ def data() -> list[dict[str, Any]]:
     }
     lin_t = "hi > lo ? (datum.v - lo) / (hi - lo) : 1"
     log_t = (
-        "datum.v <= 0 ? 0 : (lhi > llo ? (log(max(datum.v, plo)) - log(plo)) / (log(phi) - log(plo)) "
+        "datum.v <= 0 ? 0 : (lhi > llo ? "
+        "(log(max(datum.v, plo)) - log(plo)) / (log(phi) - log(plo)) "
         ": 1)"
     )
     t_expr = f"scale_type === 'log' ? ({log_t}) : ({lin_t})"
@@ -420,7 +421,8 @@ def data() -> list[dict[str, Any]]:
             "transform": [
                 {
                     "type": "filter",
-                    "expr": "isValid(datum.v) && datum.node_kind !== 'input' && datum.node_kind !== 'output'",
+                    "expr": "isValid(datum.v) && datum.node_kind !== 'input' "
+                    "&& datum.node_kind !== 'output'",
                 },
                 {"type": "extent", "field": "v", "signal": "vext"},
             ],
@@ -671,7 +673,8 @@ def _message_expr() -> str:
         "format_version === 0 ? 'These rows are not a wandb_modprof table (no table_format row)' : "
         f"format_version > {SPEC_VERSION} ? 'This table was written by a newer wandb_modprof "
         f"(table format v' + format_version + '); this panel reads v{SPEC_VERSION}' : "
-        "length(data('vnodes')) === 0 ? 'No module graph in this profile (no structure pass ran)' : "
+        "length(data('vnodes')) === 0 ? "
+        "'No module graph in this profile (no structure pass ran)' : "
         f"!(avail['v_' + mode] > 0) ? ({modes}) + ' was not measured in this run' : ''"
     )
 
@@ -726,7 +729,7 @@ def sidebar() -> dict[str, Any]:
     marks += _radio(
         "mode",
         "modes",
-        x=f"datum.col * 112",
+        x="datum.col * 112",
         y=f"{modes_y} + datum.row * {ROW}",
         active="datum.key === mode",
         label="datum.label",
@@ -855,7 +858,8 @@ def _colorbar(y: int) -> list[dict[str, Any]]:
                     x={"value": 0},
                     y={"value": y - 4},
                     text={
-                        "signal": f"cmp ? 'Ratio to baseline, ' + ({unit}) : ({unit}) + (scale_type === 'log' ? ' (log)' : '')"
+                        "signal": f"cmp ? 'Ratio to baseline, ' + ({unit}) : "
+                        f"({unit}) + (scale_type === 'log' ? ' (log)' : '')"
                     },
                     fontSize={"value": 10},
                     fill={"value": MUTED},
@@ -874,7 +878,8 @@ def _colorbar(y: int) -> list[dict[str, Any]]:
                     "width": {"value": SIDE_W - 8},
                     "height": {"value": 10},
                     "fill": {
-                        "signal": "cmp ? gradient('diverge', [0, 0], [1, 0]) : gradient('turbo', [0, 0], [1, 0])"
+                        "signal": "cmp ? gradient('diverge', [0, 0], [1, 0]) : "
+                        "gradient('turbo', [0, 0], [1, 0])"
                     },
                     "stroke": {"value": "#cccccc"},
                 }
@@ -916,7 +921,8 @@ def _runs(y: int, heading: dict[str, Any]) -> list[dict[str, Any]]:
                     x={"value": 0},
                     y={"value": y + 10},
                     text={
-                        "signal": f"n_runs >= 2 ? 'RUNS (' + n_runs + '): click to show one' + (n_runs > {MAX_RUNS} ? ', first {MAX_RUNS} listed' : '') : ''"
+                        "signal": f"n_runs >= 2 ? 'RUNS (' + n_runs + '): click to show one' + "
+                        f"(n_runs > {MAX_RUNS} ? ', first {MAX_RUNS} listed' : '') : ''"
                     },
                     **heading,
                 )
@@ -1078,7 +1084,8 @@ def graph() -> dict[str, Any]:
         },
         "fill": {"field": "fill"},
         "stroke": {
-            "signal": "datum.node_key === card_key ? '#000000' : (datum.has_view ? '#333333' : '#999999')"
+            "signal": "datum.node_key === card_key ? '#000000' : "
+            "(datum.has_view ? '#333333' : '#999999')"
         },
         "strokeWidth": {"signal": "datum.node_key === card_key ? 2.5 : (datum.has_view ? 1.6 : 1)"},
         "strokeDash": {
@@ -1202,7 +1209,7 @@ def graph() -> dict[str, Any]:
                         "x": {"signal": f"gw - {card_w + 8}"},
                         "y": {"value": 8},
                         "width": {"value": card_w},
-                        "height": {"signal": f"datum.lines * 14 + 10"},
+                        "height": {"signal": "datum.lines * 14 + 10"},
                         "fill": {"value": "#ffffff"},
                         "fillOpacity": {"value": 0.95},
                         "stroke": {"value": "#999999"},
@@ -1321,7 +1328,8 @@ def top_bar() -> list[dict[str, Any]]:
                     y={"value": 18},
                     align={"value": "right"},
                     text={
-                        "signal": "width > 760 ? 'drag to pan · wheel to zoom · click + to open' : ''"
+                        "signal": "width > 760 ? 'drag to pan · wheel to zoom · click + to open' "
+                        ": ''"
                     },
                     fontSize={"value": 10},
                     fill={"value": "#999999"},
