@@ -262,3 +262,47 @@ def test_ranked_list_is_sorted_by_the_mode(resnet: ProfileTable) -> None:
     )
     assert listed
     assert listed == [f"{i + 1}. {name}" for i, (_, _, name) in enumerate(ranked[: len(listed)])]
+
+
+def _with_signal(rows: list[dict[str, Any]], **values: Any) -> Any:
+    """Render with some signals starting where clicks would have put them (the clicks
+    themselves are tested in the browser)."""
+    spec = wandb_patched(_spec.filled({}), 960, 600)
+    for signal in spec["signals"]:
+        if signal["name"] in values:
+            signal["value"] = values[signal["name"]]
+    spec["data"][0]["values"] = rows
+    return vlc.vega_to_scenegraph(spec)
+
+
+def test_compare_mode_colours_by_ratio_to_baseline(resnet: ProfileTable) -> None:
+    base = records(resnet)
+    slow = [dict(r) for r in base]
+    for r in slow:
+        if r["node_key"] == "layer2#0":
+            r["fwd_ms"] *= 3
+            r["bwd_ms"] *= 3
+    rows = as_run(base, "run-a", "base", 0) + as_run(slow, "run-b", "slow", 1)
+    scene = _with_signal(rows, compare=True, run_pick="run-b")
+    nodes = root_nodes(base)
+    fills = [i["fill"] for i in marks(scene, "node_rect")]
+    by_key = dict(zip((n["node_key"] for n in nodes), fills, strict=True))
+    # the only node that changed is the reddest end of the diverging scale; equal ones are pale
+    assert color_distance(by_key["layer2#0"], "#b40426") <= 1
+    assert color_distance(by_key["layer1#0"], "#f2f2f2") <= 1
+    assert texts(scene, "colorbar_hi") == ["3×"]  # the span is the largest ratio in view
+    assert texts(scene, "colorbar_title")[0].startswith("Ratio to baseline")
+    # without compare the same rows are Turbo-coloured by value
+    plain = _with_signal(rows, run_pick="run-b")
+    assert [i["fill"] for i in marks(plain, "node_rect")] != fills
+
+
+def test_drilled_view_shows_its_nodes_and_breadcrumbs(resnet: ProfileTable) -> None:
+    rows = records(resnet)
+    scene = _with_signal(rows, view_pick="layer2.0#0")
+    inner = [r for r in rows if r["row_kind"] == "node" and r["view_key"] == "layer2.0#0"]
+    assert texts(scene, "node_label") == [r["label"] for r in inner]
+    assert texts(scene, "crumb_label") == ["ResNet", "› layer2", "› 0"]
+    # an unknown view (e.g. from another run) falls back to the root view
+    fallback = _with_signal(rows, view_pick="nope#0")
+    assert texts(fallback, "node_label") == [r["label"] for r in root_nodes(rows)]

@@ -37,8 +37,10 @@ NO_VALUE_FILL = "#e3e3e3"  # a module whose value in this mode was not measured
 PORT_FILL = "#ffffff"  # input / output nodes carry no measurements
 MAX_RUNS = 10  # run entries listed; more are counted, not drawn
 # Compare mode: log2(ratio) is normalised by max(|log2 ratio|) over the view, but never by less
-# than log2(1.25), so run-to-run noise of a few percent stays pale instead of saturating.
+# than log2(1.25), so run-to-run noise of a few percent stays pale instead of saturating, and
+# never by more than log2(8), so one outlier does not wash out every other node.
 MIN_RATIO_SPAN = 0.32192809488736235  # log2(1.25)
+MAX_RATIO_SPAN = 3.0  # log2(8): a ratio beyond 8x (e.g. a cold first step) saturates
 DIVERGE = ["#3b4cc0", "#f2f2f2", "#b40426"]  # faster than baseline / same / slower
 
 
@@ -1386,7 +1388,8 @@ def extra_signals() -> list[dict[str, Any]]:
         {"name": "has_range", "update": "isValid(vext) && isValid(vext[1])"},
         {
             "name": "rspan",
-            "update": f"max(isValid(rext) && isValid(rext[1]) ? rext[1] : 0, {MIN_RATIO_SPAN})",
+            "update": f"clamp(isValid(rext) && isValid(rext[1]) ? rext[1] : 0, {MIN_RATIO_SPAN}, "
+            f"{MAX_RATIO_SPAN})",
         },
         {"name": "bar_lo", "update": "scale_type === 'log' ? plo : lo"},
         {"name": "bar_hi", "update": "scale_type === 'log' ? phi : hi"},
