@@ -40,3 +40,21 @@ bench: $(VENV)/.installed
 
 pictures: $(VENV)/.installed
 	$(PY) tools/render_layout.py --out docs/images
+
+# Vega 5 for the panel's browser tests (tests/test_panel_browser.py): W&B's panel runs vega ^5.24.
+# npm checks the tarball against the registry's integrity hash; the sha256 pins the file itself.
+VEGA_VERSION := 5.33.0
+VEGA_SHA256 := a71f14828abacac82fbe8adb07ce65cbb82561d8eef188053c4a1c09e0164dcb
+VEGA_JS := tests/.vendor/vega-$(VEGA_VERSION).min.js
+
+.PHONY: vendor
+vendor: $(VEGA_JS)
+unit: vendor
+
+$(VEGA_JS):
+	rm -rf tests/.vendor/pack && mkdir -p tests/.vendor/pack
+	npm pack --silent --pack-destination tests/.vendor/pack vega@$(VEGA_VERSION) >/dev/null
+	tar -xzf tests/.vendor/pack/vega-$(VEGA_VERSION).tgz -C tests/.vendor/pack package/build/vega.min.js
+	$(PYTHON) -c "import hashlib, sys; h = hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest(); sys.exit(0 if h == '$(VEGA_SHA256)' else 'vega.min.js sha256 ' + h + ', expected $(VEGA_SHA256)')" tests/.vendor/pack/package/build/vega.min.js
+	mv tests/.vendor/pack/package/build/vega.min.js $@
+	rm -rf tests/.vendor/pack

@@ -49,16 +49,26 @@ def as_run(rows: list[dict[str, Any]], run_id: str, name: str, index: int) -> li
 
 
 def wandb_patched(spec: dict[str, Any], width: int, height: int) -> dict[str, Any]:
-    """What W&B does to a spec before rendering it: every JSON null becomes {} (text
-    replacement), autosize is forced to fit, and the size comes from the panel."""
-    text = re.sub(r"\bnull\b", "{}", json.dumps(spec))
-    patched: dict[str, Any] = json.loads(text)
+    """What W&B does to a spec before rendering it (its panel code, vegaSpecPatches): every
+    JSON null value becomes {} (then an empty `scale` goes back to null), autosize is forced
+    to fit, and react-vega sets the top-level size from the panel."""
+
+    def patch(value: Any, key: str = "") -> Any:
+        if value is None:
+            return {}
+        if isinstance(value, dict):
+            out = {k: patch(v, k) for k, v in value.items()}
+            if "scale" in out and out["scale"] == {}:
+                out["scale"] = None
+            return out
+        if isinstance(value, list):
+            return [patch(v) for v in value]
+        return value
+
+    patched: dict[str, Any] = patch(json.loads(json.dumps(spec)))
     patched["autosize"] = {"type": "fit", "contains": "padding"}
     patched["width"] = width
     patched["height"] = height
-    for signal in patched.get("signals", []):
-        if signal["name"] in ("width", "height"):
-            signal["value"] = width if signal["name"] == "width" else height
     return patched
 
 

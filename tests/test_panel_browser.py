@@ -1,0 +1,749 @@
+"""The panel in real Vega 5 inside real Chromium, fed the way W&B feeds it (tests/browser.py).
+
+The first tests prove the harness on a toy spec; the rest drive the shipped spec with the rows
+of real profiles: clicks, hovers and drags with the real mouse, checked against the scenegraph.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import browser
+import pytest
+import torch
+from helpers import train_step
+from models import ResNet, TinyGPT, gpt_input, resnet_input
+from torch import nn
+
+import wandb_modprof
+from wandb_modprof import _modes, _spec
+from wandb_modprof._table import ProfileTable
+
+OpenPanel = Callable[..., browser.Panel]
+# W&B draws through vega-embed, whose default renderer is canvas; SVG is what the DOM can show
+RENDERERS = pytest.mark.parametrize("renderer", ["svg", "canvas"])
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[browser.Browser]:
+    try:
+        launched = browser.launch()
+        started = launched.__enter__()
+    except browser.BrowserUnavailableError as e:
+        if os.environ.get("MODPROF_REQUIRE_BROWSER"):
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+    try:
+        yield started
+    finally:
+        launched.__exit__(None, None, None)
+
+
+@pytest.fixture
+def open_panel(chromium: browser.Browser) -> Iterator[OpenPanel]:
+    opened: list[browser.Panel] = []
+
+    def _open(
+        spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] | None = (), **kw: Any
+    ) -> browser.Panel:
+        panel = chromium.open_panel(spec, rows, **kw)
+        opened.append(panel)
+        return panel
+
+    yield _open
+    for panel in opened:
+        panel.close()
+
+
+# ---- the harness itself, on a toy spec --------------------------------------------------------
+TOY_ROWS = [{"key": "a", "label": "Alpha", "i": 0}, {"key": "b", "label": "Beta", "i": 1}]
+TOY: dict[str, Any] = {
+    "$schema": "https://vega.github.io/schema/vega/v5.json",
+    "padding": 7,
+    "signals": [
+        # a legend as radio buttons: W&B hides bound inputs, so clicks on marks set the mode
+        {"name": "choice", "value": "a", "on": [{"events": "@opt:click", "update": "datum.key"}]},
+        {
+            "name": "hovered",
+            "value": "",
+            "on": [
+                {"events": "@opt:pointerover", "update": "datum.key"},
+                {"events": "@opt:pointerout", "update": "''"},
+            ],
+        },
+        {"name": "anchor", "value": 0, "on": [{"events": "@bg:pointerdown", "update": "x()"}]},
+        {"name": "pan0", "value": 0, "on": [{"events": "@bg:pointerdown", "update": "pan_x"}]},
+        {
+            "name": "pan_x",
+            "value": 0,
+            "on": [
+                {
+                    "events": "[@bg:pointerdown, window:pointerup] > window:pointermove",
+                    "update": "pan0 + x() - anchor",
+                }
+            ],
+        },
+        {
+            "name": "zoom",
+            "value": 1,
+            "on": [{"events": "@bg:wheel!", "update": "zoom * pow(1.01, -event.deltaY / 10)"}],
+        },
+        {"name": "nul", "value": None},  # W&B turns every null into {}
+    ],
+    "data": [{"name": "wandb"}],
+    "marks": [
+        {
+            "type": "rect",
+            "name": "bg",
+            "encode": {
+                "enter": {"fill": {"value": "#f4f4f4"}},
+                "update": {
+                    "x": {"value": 0},
+                    "y": {"value": 0},
+                    "width": {"signal": "width"},
+                    "height": {"signal": "height"},
+                },
+            },
+        },
+        {
+            "type": "rect",
+            "name": "box",
+            "encode": {
+                "enter": {
+                    "x": {"value": 300},
+                    "y": {"value": 100},
+                    "width": {"value": 50},
+                    "height": {"value": 30},
+                    "fill": {"value": "#0088ff"},
+                }
+            },
+        },
+        {
+            "type": "group",
+            "name": "legend",
+            "encode": {"enter": {"x": {"value": 20}, "y": {"value": 10}}},
+            "marks": [
+                {
+                    "type": "text",
+                    "name": "opt",
+                    "from": {"data": "wandb"},
+                    "encode": {
+                        "enter": {"fontSize": {"value": 16}, "baseline": {"value": "top"}},
+                        "update": {
+                            "x": {"signal": "datum.i * 120 + pan_x"},
+                            "y": {"value": 20},
+                            "text": {"field": "label"},
+                            "fill": {"signal": "choice === datum.key ? '#d62728' : '#777777'"},
+                            "fontWeight": {"signal": "choice === datum.key ? 'bold' : 'normal'"},
+                        },
+                        "hover": {"fill": {"value": "#1f77b4"}},
+                    },
+                }
+            ],
+        },
+    ],
+}
+
+
+@RENDERERS
+def test_harness_radio_legend(open_panel: OpenPanel, renderer: str) -> None:
+    panel = open_panel(TOY, TOY_ROWS, width=400, height=200, renderer=renderer)
+    assert panel.errors() == []
+    opts = {i.datum["key"]: i for i in panel.items("opt")}
+    assert [opts["a"].text, opts["b"].text] == ["Alpha", "Beta"]
+    assert (opts["a"].font_weight, opts["b"].font_weight) == ("bold", "normal")
+    assert opts["a"].fill == "#d62728"
+    picked = panel.click("opt", lambda i: i.datum["key"] == "b")
+    assert picked == browser.Picked("opt", {"key": "b", "label": "Beta", "i": 1})
+    assert panel.signal("choice") == "b"
+    opts = {i.datum["key"]: i for i in panel.items("opt")}
+    assert (opts["a"].font_weight, opts["b"].font_weight) == ("normal", "bold")
+    # the click re-ran the update set, which replaced the hover set's fill (Vega 5 behaviour:
+    # a hover set only applies on pointerover, so specs must not rely on it across updates)
+    assert opts["b"].fill == "#d62728"
+    assert panel.errors() == []
+
+
+def test_harness_hover_drag_wheel(open_panel: OpenPanel) -> None:
+    panel = open_panel(TOY, TOY_ROWS, width=400, height=200)
+    assert panel.hover("opt", lambda i: i.datum["key"] == "a").mark == "opt"
+    assert panel.signal("hovered") == "a"
+    assert panel.item("opt", lambda i: i.datum["key"] == "a").fill == "#1f77b4"
+    panel.move_away()
+    assert panel.signal("hovered") == ""
+    assert panel.warnings() == []
+
+    before = panel.item("opt", lambda i: i.datum["key"] == "a")
+    bg = panel.item("bg")
+    start = (bg.x + 30, bg.y + bg.height - 30)
+    assert panel.pick(*start).mark == "bg"
+    panel.drag(start, (start[0] + 100, start[1] + 5))
+    assert panel.signal("pan_x") == pytest.approx(100, abs=1)
+    after = panel.item("opt", lambda i: i.datum["key"] == "a")
+    assert after.x - before.x == pytest.approx(100, abs=1)
+    panel.drag(start, (start[0] + 50, start[1]))  # a second drag continues from there
+    assert panel.signal("pan_x") == pytest.approx(150, abs=1)
+
+    panel.wheel(*start, delta_y=-100)
+    assert panel.signal("zoom") > 1
+    assert panel.errors() == []
+
+
+@pytest.mark.parametrize("renderer", ["svg", "canvas"])
+def test_harness_bounds_are_page_pixels(open_panel: OpenPanel, renderer: str) -> None:
+    panel = open_panel(TOY, TOY_ROWS, width=400, height=200, renderer=renderer)
+    box = panel.item("box")
+    surface = panel.page.locator("#panel > svg, #panel > canvas").bounding_box()
+    assert surface is not None
+    # padding 7 + mark x 300, on a surface placed MARGIN_PX into the page
+    assert (box.x, box.y) == pytest.approx((surface["x"] + 307, surface["y"] + 107), abs=0.5)
+    assert (box.width, box.height) == pytest.approx((50, 30), abs=0.5)
+    if renderer == "svg":  # cross-check with the element Vega's SVG renderer drew
+        dom = panel.page.locator("#panel g.box path").bounding_box()
+        assert dom is not None
+        assert (box.x, box.y, box.width, box.height) == pytest.approx(
+            (dom["x"], dom["y"], dom["width"], dom["height"]), abs=0.5
+        )
+    # nested group offsets are summed: the legend group sits at (20, 10)
+    opt = panel.item("opt", lambda i: i.datum["key"] == "b")
+    assert opt.x == pytest.approx(surface["x"] + 7 + 20 + 120, abs=1)
+    assert panel.errors() == []
+
+
+def test_harness_applies_wandb_patches(open_panel: OpenPanel) -> None:
+    panel = open_panel(TOY, TOY_ROWS, width=420, height=222)
+    assert panel.signal("nul") == {}
+    # autosize fit, contains padding: the panel's size less the padding of 7
+    assert (panel.signal("width"), panel.signal("height")) == (420 - 14, 222 - 14)
+    spec = panel.page.evaluate('() => __mp.patch(\'{"a": [null, {"scale": {}}]}\', 1, 2)')
+    assert spec == {
+        "a": [{}, {"scale": None}],
+        "autosize": {"type": "fit", "contains": "padding"},
+        "width": 1,
+        "height": 2,
+    }
+    assert panel.page.evaluate('() => Object.isFrozen(__mp.patch(\'{"a": {"b": []}}\', 1, 2).a.b)')
+
+
+def test_harness_rows_arrive_after_first_render(open_panel: OpenPanel) -> None:
+    panel = open_panel(TOY, None, width=400, height=200)
+    assert panel.items("opt") == []
+    panel.set_rows(TOY_ROWS)
+    assert len(panel.items("opt")) == 2
+    panel.set_rows(TOY_ROWS[:1])  # a new table replaces the old rows
+    assert [i.datum["key"] for i in panel.items("opt")] == ["a"]
+    assert panel.errors() == []
+
+
+def test_harness_frozen_spec_rejects_inline_values(open_panel: OpenPanel) -> None:
+    spec = copy.deepcopy(TOY)
+    spec["data"] = [{"name": "wandb", "values": TOY_ROWS}]  # what W&B breaks (wandb#6766)
+    panel = open_panel(spec, None, width=400, height=200)
+    assert any("not extensible" in e for e in panel.errors()), panel.errors()
+
+
+def test_harness_blocks_the_network(open_panel: OpenPanel) -> None:
+    spec = copy.deepcopy(TOY)
+    spec["data"] = [{"name": "wandb"}, {"name": "remote", "url": "https://example.com/x.json"}]
+    panel = open_panel(spec, TOY_ROWS, width=400, height=200)
+    errors = panel.errors()
+    assert "request blocked: https://example.com/x.json" in errors, errors
+
+
+# ---- the panel: the shipped spec with the rows of real profiles -------------------------------
+ROOT = "<root>#0"
+ENDS = ("input", "output")  # drawn white, never coloured
+RUN_COLORS = ("rgb(83, 135, 221)", "rgb(229, 116, 57)")
+
+
+def _profile(model: nn.Module, x: torch.Tensor) -> wandb_modprof.Profile:
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(3):
+            train_step(model, x)
+    return prof
+
+
+def _rows(table: ProfileTable) -> list[dict[str, Any]]:
+    return [dict(zip(table.columns, row, strict=True)) for row in table.rows]
+
+
+@pytest.fixture(scope="module")
+def resnet_prof() -> wandb_modprof.Profile:
+    torch.manual_seed(0)
+    return _profile(ResNet(), resnet_input())
+
+
+@pytest.fixture(scope="module")
+def resnet_rows(resnet_prof: wandb_modprof.Profile) -> list[dict[str, Any]]:
+    return _rows(resnet_prof.table())
+
+
+@pytest.fixture(scope="module")
+def gpt_rows() -> list[dict[str, Any]]:
+    torch.manual_seed(0)
+    return _rows(_profile(TinyGPT(), gpt_input()).table())
+
+
+@pytest.fixture(scope="module")
+def spec() -> dict[str, Any]:
+    return _spec.filled({})
+
+
+Shot = Callable[[browser.Panel, str], None]
+
+
+@pytest.fixture
+def shot(request: pytest.FixtureRequest) -> Shot:
+    """Screenshots for a person to look at, only where MODPROF_SCREENSHOTS names a folder."""
+    folder = os.environ.get("MODPROF_SCREENSHOTS", "")
+
+    def _shot(panel: browser.Panel, what: str) -> None:
+        if folder:
+            panel.screenshot(Path(folder) / f"{request.node.name}-{what}.png")
+
+    return _shot
+
+
+def as_run(rows: Sequence[Mapping[str, Any]], index: int, name: str) -> list[dict[str, Any]]:
+    """The rows as W&B hands them over when several runs are shown: with the run's columns."""
+    extra = {
+        "id": f"run{index}",
+        "name": name,
+        "color": RUN_COLORS[index % 2],
+        "_defaultColorIndex": index,
+    }
+    return [{**row, **extra} for row in rows]
+
+
+def view_nodes(rows: Sequence[Mapping[str, Any]], view: str) -> dict[str, Mapping[str, Any]]:
+    return {r["node_key"]: r for r in rows if r["row_kind"] == "node" and r["view_key"] == view}
+
+
+def expected_t(nodes: Mapping[str, Mapping[str, Any]], mode: str, scale: str) -> dict[str, float]:
+    """Where each coloured node sits on the Turbo bar: 0 at the view's min, 1 at its max."""
+    m = _modes.mode(mode)
+    values = {
+        k: v
+        for k, r in nodes.items()
+        if r["node_kind"] not in ENDS and (v := m.value(dict(r))) is not None
+    }
+    if scale == "log":
+        positive = [v for v in values.values() if v > 0]
+        lo, hi = min(positive), max(positive)
+        return {
+            k: 0.0
+            if v <= 0
+            else (math.log(max(v, lo)) - math.log(lo)) / (math.log(hi) - math.log(lo))
+            for k, v in values.items()
+        }
+    lo, hi = min(values.values()), max(values.values())
+    return {k: (v - lo) / (hi - lo) for k, v in values.items()}
+
+
+def fills(panel: browser.Panel) -> dict[str, str]:
+    return {i.datum["node_key"]: i.fill for i in panel.items("node_rect")}
+
+
+def assert_turbo(
+    panel: browser.Panel, rows: Sequence[Mapping[str, Any]], mode: str, scale: str
+) -> None:
+    """Every node's fill is Turbo at its place between the view's min and max (white for the
+    inputs and outputs, grey where the mode was not measured); the maximum is Turbo's end."""
+    nodes = view_nodes(rows, panel.signal("view_now"))
+    ts = expected_t(nodes, mode, scale)
+    drawn = fills(panel)
+    assert set(drawn) == set(nodes)
+    for key, fill in drawn.items():
+        if nodes[key]["node_kind"] in ENDS:
+            expected = "#ffffff"
+        elif key not in ts:
+            expected = "#e3e3e3"  # not measured in this mode
+        else:
+            expected = panel.scale("turbo", ts[key])
+        got, want = browser.parse_color(fill), browser.parse_color(expected)
+        assert max(abs(a - b) for a, b in zip(got, want, strict=True)) <= 2, (key, fill, expected)
+    top = max(ts, key=lambda k: ts[k])
+    assert browser.parse_color(drawn[top]) == browser.parse_color(panel.scale("turbo", 1))
+
+
+def node_item(panel: browser.Panel, key: str) -> browser.Item:
+    return panel.item("node_rect", lambda i: i.datum["node_key"] == key)
+
+
+def test_panel_waits_for_rows_then_draws_the_root_view(
+    open_panel: OpenPanel, spec: dict[str, Any], resnet_rows: list[dict[str, Any]], shot: Shot
+) -> None:
+    panel = open_panel(spec, None)
+    assert panel.errors() == []
+    assert panel.items("node_rect") == []
+    loading = [i.text for i in panel.items("message")]
+    assert len(loading) == 1 and "Loading" in loading[0], loading
+    shot(panel, "loading")
+
+    panel.set_rows(resnet_rows)
+    assert panel.errors() == []
+    assert panel.signal("view_now") == ROOT
+    assert panel.signal("run_now") == ""
+    assert panel.signal("mode") == _modes.DEFAULT_MODE
+    drawn = [i.datum["node_key"] for i in panel.items("node_rect")]
+    assert sorted(drawn) == sorted(view_nodes(resnet_rows, ROOT))
+    assert len(panel.items("edge_path")) == sum(
+        r["row_kind"] == "edge" and r["view_key"] == ROOT for r in resnet_rows
+    )
+    assert [i.text for i in panel.items("message")] == []
+    assert panel.items("run_entry") == []  # one run: no run list
+    assert_turbo(panel, resnet_rows, _modes.DEFAULT_MODE, "linear")
+    shot(panel, "rows")
+
+
+def test_totals_show_the_model_totals(
+    open_panel: OpenPanel, spec: dict[str, Any], resnet_rows: list[dict[str, Any]]
+) -> None:
+    panel = open_panel(spec, resnet_rows)
+    lines = [str(i.text) for i in panel.items("total_text") if i.text]
+    meta = {r["meta_key"]: r["meta_number"] for r in resnet_rows if r["row_kind"] == "meta"}
+    first = re.match(r"Forward ([\d.]+) (ms|s|µs)", lines[0])
+    assert first is not None, lines
+    assert to_ms(float(first[1]), first[2]) == pytest.approx(meta["total_fwd_ms"], rel=0.006)
+    assert panel.errors() == []
+
+
+@pytest.mark.parametrize("mode", ["act", "bwd", "param"])
+@RENDERERS
+def test_clicking_a_mode_recolours_the_nodes(
+    open_panel: OpenPanel,
+    spec: dict[str, Any],
+    resnet_rows: list[dict[str, Any]],
+    mode: str,
+    shot: Shot,
+    renderer: str,
+) -> None:
+    panel = open_panel(spec, resnet_rows, renderer=renderer)
+    before = fills(panel)
+    panel.click("mode_entry", lambda i: i.datum["key"] == mode)
+    assert panel.signal("mode") == mode
+    assert fills(panel) != before
+    assert_turbo(panel, resnet_rows, mode, "linear")
+    assert panel.errors() == []
+    shot(panel, mode)
+
+
+def test_a_mode_that_was_not_measured_cannot_be_picked(
+    open_panel: OpenPanel, spec: dict[str, Any], resnet_rows: list[dict[str, Any]]
+) -> None:
+    # on CPU no device memory is measured: every node lists the peak columns as missing
+    assert all(
+        r["missing"] == "*" or "fwd_mem_peak_bytes" in r["missing"]
+        for r in resnet_rows
+        if r["row_kind"] == "node"
+    )
+    panel = open_panel(spec, resnet_rows)
+    panel.click("mode_entry", lambda i: i.datum["key"] == "peak")
+    assert panel.signal("mode") == _modes.DEFAULT_MODE
+    assert panel.errors() == []
+
+
+def test_log_scale_recolours_the_nodes(
+    open_panel: OpenPanel, spec: dict[str, Any], resnet_rows: list[dict[str, Any]], shot: Shot
+) -> None:
+    panel = open_panel(spec, resnet_rows)
+    linear = fills(panel)
+    panel.click("scale_entry", lambda i: i.datum["key"] == "log")
+    assert panel.signal("scale_type") == "log"
+    assert fills(panel) != linear
+    assert_turbo(panel, resnet_rows, _modes.DEFAULT_MODE, "log")
+    panel.click("scale_entry", lambda i: i.datum["key"] == "linear")
+    assert fills(panel) == linear
+    assert panel.errors() == []
+    shot(panel, "log")
+
+
+@RENDERERS
+def test_clicking_a_module_drills_in_and_the_breadcrumb_goes_back(
+    open_panel: OpenPanel,
+    spec: dict[str, Any],
+    resnet_rows: list[dict[str, Any]],
+    shot: Shot,
+    renderer: str,
+) -> None:
+    panel = open_panel(spec, resnet_rows, renderer=renderer)
+    assert view_nodes(resnet_rows, ROOT)["layer2#0"]["has_view"] is True
+    panel.click("node_rect", lambda i: i.datum["node_key"] == "layer2#0")
+    assert panel.signal("view_now") == "layer2#0"
+    drawn = sorted(i.datum["node_key"] for i in panel.items("node_rect"))
+    assert drawn == sorted(view_nodes(resnet_rows, "layer2#0"))
+    assert_turbo(panel, resnet_rows, _modes.DEFAULT_MODE, "linear")
+    crumbs = sorted(panel.items("crumb"), key=lambda i: i.x)
+    assert [c.datum["key"] for c in crumbs] == [ROOT, "layer2#0"]
+    shot(panel, "layer2")
+
+    # a node without a view of its own does nothing
+    leaf = next(k for k, r in view_nodes(resnet_rows, "layer2#0").items() if not r["has_view"])
+    panel.click("node_rect", lambda i: i.datum["node_key"] == leaf)
+    assert panel.signal("view_now") == "layer2#0"
+
+    panel.click("crumb", lambda i: i.datum["key"] == ROOT)
+    assert panel.signal("view_now") == ROOT
+    drawn = sorted(i.datum["node_key"] for i in panel.items("node_rect"))
+    assert drawn == sorted(view_nodes(resnet_rows, ROOT))
+    assert panel.errors() == []
+
+
+def to_ms(value: float, unit: str) -> float:
+    return value * {"s": 1000.0, "ms": 1.0, "µs": 0.001}[unit]
+
+
+@RENDERERS
+def test_hovering_a_node_shows_its_card(
+    open_panel: OpenPanel,
+    spec: dict[str, Any],
+    resnet_rows: list[dict[str, Any]],
+    shot: Shot,
+    renderer: str,
+) -> None:
+    panel = open_panel(spec, resnet_rows, renderer=renderer)
+    assert panel.items("card_text") == []
+    row = view_nodes(resnet_rows, ROOT)["layer1#0"]
+    panel.hover("node_rect", lambda i: i.datum["node_key"] == "layer1#0")
+    assert panel.signal("hover_key") == "layer1#0"
+    lines = [str(i.text) for i in sorted(panel.items("card_text"), key=lambda i: i.y)]
+    assert "layer1" in lines[0], lines
+    meta = {r["meta_key"]: r["meta_number"] for r in resnet_rows if r["row_kind"] == "meta"}
+    fwd = next((line for line in lines if line.startswith("Forward: ")), None)
+    assert fwd is not None, lines
+    m = re.fullmatch(r"Forward: ([\d.]+) (ms|s|µs) \(([\d.]+)%\)", fwd)
+    assert m is not None, fwd
+    assert to_ms(float(m[1]), m[2]) == pytest.approx(row["fwd_ms"], rel=0.006)
+    assert float(m[3]) == pytest.approx(100 * row["fwd_ms"] / meta["total_fwd_ms"], abs=0.06)
+    assert any(line.startswith("Activations: ") and "iB" in line for line in lines), lines
+    shot(panel, "card")
+    panel.move_away()
+    assert panel.signal("hover_key") == ""
+    assert panel.items("card_text") == []
+    assert panel.errors() == []
+
+
+def test_top_list_jumps_to_the_node(
+    open_panel: OpenPanel, spec: dict[str, Any], resnet_rows: list[dict[str, Any]]
+) -> None:
+    panel = open_panel(spec, resnet_rows)
+    entries = sorted(panel.items("top_entry"), key=lambda i: i.datum["rank"])
+    assert entries
+    assert [i.y for i in entries] == sorted(i.y for i in entries)  # drawn in rank order
+    m = _modes.mode(_modes.DEFAULT_MODE)
+    ranked = sorted(
+        (r for r in resnet_rows if r["row_kind"] == "node" and r["node_kind"] == "module"),
+        key=lambda r: -(m.value(r) or 0),
+    )
+    assert entries[0].datum["node_key"] == ranked[0]["node_key"]
+    deep = next(i for i in entries if i.datum["view_key"] != ROOT)
+    panel.click("top_entry", lambda i: i.datum["node_key"] == deep.datum["node_key"])
+    assert panel.signal("view_now") == deep.datum["view_key"]
+    assert node_item(panel, deep.datum["node_key"]).visible
+    assert panel.items("card_text"), "the jumped-to node's card is shown"
+    assert panel.errors() == []
+
+
+def two_runs(
+    a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    return [*as_run(a, 0, "run-a"), *as_run(b, 1, "run-b")]
+
+
+@RENDERERS
+def test_two_runs_show_one_at_a_time(
+    open_panel: OpenPanel,
+    spec: dict[str, Any],
+    resnet_rows: list[dict[str, Any]],
+    gpt_rows: list[dict[str, Any]],
+    shot: Shot,
+    renderer: str,
+) -> None:
+    panel = open_panel(spec, two_runs(resnet_rows, gpt_rows), renderer=renderer)
+    assert panel.errors() == []
+    entries = panel.items("run_entry")
+    assert sorted(e.datum["run"] for e in entries) == ["run0", "run1"]
+    assert panel.signal("run_now") == "run0"
+    drawn = [i.datum for i in panel.items("node_rect")]
+    assert sorted(d["node_key"] for d in drawn) == sorted(view_nodes(resnet_rows, ROOT))
+    assert {d["id"] for d in drawn} == {"run0"}
+    shot(panel, "run0")
+
+    panel.click("run_entry", lambda i: i.datum["run"] == "run1")
+    assert panel.signal("run_now") == "run1"
+    drawn = [i.datum for i in panel.items("node_rect")]
+    assert sorted(d["node_key"] for d in drawn) == sorted(view_nodes(gpt_rows, ROOT))
+    assert {d["id"] for d in drawn} == {"run1"}
+    assert_turbo(panel, gpt_rows, _modes.DEFAULT_MODE, "linear")
+    assert panel.errors() == []
+    shot(panel, "run1")
+
+
+@RENDERERS
+def test_compare_colours_the_slower_node_red(
+    open_panel: OpenPanel,
+    spec: dict[str, Any],
+    resnet_rows: list[dict[str, Any]],
+    shot: Shot,
+    renderer: str,
+) -> None:
+    slow = "layer2#0"
+    b = copy.deepcopy(resnet_rows)
+    for r in b:
+        if r["row_kind"] == "node" and r["view_key"] == ROOT and r["node_key"] == slow:
+            r["fwd_ms"] *= 3
+            r["bwd_ms"] *= 3
+    panel = open_panel(spec, two_runs(resnet_rows, b), renderer=renderer)
+    panel.click("run_entry", lambda i: i.datum["run"] == "run1")
+    value_fills = fills(panel)
+    panel.click("compare_entry")
+    assert panel.signal("compare") is True
+    assert panel.signal("baseline") == "run0"
+    assert sorted(e.datum["run"] for e in panel.items("baseline_entry")) == ["run0", "run1"]
+    compared = fills(panel)
+    assert compared != value_fills
+    red = browser.parse_color(panel.scale("diverge", 1))
+    assert browser.parse_color(compared[slow]) == red
+
+    def redness(color: str) -> int:
+        r, g, bl = browser.parse_color(color)
+        return r - (g + bl) // 2
+
+    assert max(compared, key=lambda k: redness(compared[k])) == slow
+    unchanged = [
+        k for k, r in view_nodes(b, ROOT).items() if k != slow and r["node_kind"] == "module"
+    ]
+    neutral = browser.parse_color(panel.scale("diverge", 0))
+    assert all(browser.parse_color(compared[k]) == neutral for k in unchanged)
+    shot(panel, "compare")
+    panel.click("compare_entry")
+    assert fills(panel) == value_fills
+    assert panel.errors() == []
+
+
+def background_point(panel: browser.Panel) -> tuple[float, float]:
+    """A point of the graph's background that no node, label or card covers."""
+    bg = panel.item("graph_bg")
+    for fy in (0.9, 0.75, 0.5, 0.25, 0.1):
+        for fx in (0.1, 0.9, 0.3, 0.7, 0.5):
+            x, y = bg.x + fx * bg.width, bg.y + fy * bg.height
+            if panel.pick(x, y).mark == "graph_bg":
+                return (x, y)
+    raise AssertionError("no free background in the graph")
+
+
+@RENDERERS
+def test_dragging_the_background_pans_and_the_wheel_zooms(
+    open_panel: OpenPanel,
+    spec: dict[str, Any],
+    resnet_rows: list[dict[str, Any]],
+    shot: Shot,
+    renderer: str,
+) -> None:
+    # 960 wide: the size the spec's own `width` signal insists on (test_panel_takes_the_size...)
+    panel = open_panel(spec, resnet_rows, width=960, renderer=renderer)
+    before = {i.datum["node_key"]: i for i in panel.items("node_rect")}
+    start = background_point(panel)
+    panel.drag(start, (start[0] - 60, start[1] - 40))
+    after = {i.datum["node_key"]: i for i in panel.items("node_rect")}
+    for key, item in before.items():
+        assert (after[key].x - item.x, after[key].y - item.y) == pytest.approx((-60, -40), abs=1)
+    shot(panel, "panned")
+
+    anchor = background_point(panel)
+    width = after["conv1#0"].width
+    panel.wheel(*anchor, delta_y=-300)  # zoom in
+    assert panel.items("node_rect", lambda i: i.datum["node_key"] == "conv1#0")[0].width > width
+    panel.click("fit_button")
+    reset = {i.datum["node_key"]: i for i in panel.items("node_rect")}
+    assert reset["conv1#0"].width == pytest.approx(before["conv1#0"].width, abs=0.5)
+    assert panel.errors() == []
+
+
+def test_a_reduced_table_says_so(
+    open_panel: OpenPanel, spec: dict[str, Any], resnet_prof: wandb_modprof.Profile, shot: Shot
+) -> None:
+    table = resnet_prof.table(max_rows=100)
+    assert table.reduced
+    rows = _rows(table)
+    panel = open_panel(spec, rows)
+    texts = [str(i.text) for i in panel.items("message")]
+    assert any(t.startswith("Reduced to fit the table: ") and table.reduced in t for t in texts)
+    assert sorted(i.datum["node_key"] for i in panel.items("node_rect")) == sorted(
+        view_nodes(rows, ROOT)
+    )
+    assert panel.errors() == []
+    shot(panel, "reduced")
+
+
+def test_tinygpt_panel(
+    open_panel: OpenPanel, spec: dict[str, Any], gpt_rows: list[dict[str, Any]], shot: Shot
+) -> None:
+    panel = open_panel(spec, gpt_rows, width=1200, height=700)
+    assert panel.errors() == []
+    assert sorted(i.datum["node_key"] for i in panel.items("node_rect")) == sorted(
+        view_nodes(gpt_rows, ROOT)
+    )
+    assert_turbo(panel, gpt_rows, _modes.DEFAULT_MODE, "linear")
+    shot(panel, "root")
+    openable = next(i.datum["node_key"] for i in panel.items("node_rect") if i.datum["has_view"])
+    panel.click("node_rect", lambda i: i.datum["node_key"] == openable)
+    assert panel.signal("view_now") == openable
+    assert panel.errors() == []
+    shot(panel, "drilled")
+
+
+@pytest.mark.parametrize(("width", "height"), [(900, 600), (640, 480), (1400, 800)])
+def test_panel_takes_the_size_wandb_gives_it(
+    open_panel: OpenPanel,
+    spec: dict[str, Any],
+    resnet_rows: list[dict[str, Any]],
+    width: int,
+    height: int,
+) -> None:
+    panel = open_panel(spec, resnet_rows, width=width, height=height)
+    surface = panel.page.locator("#panel > svg").bounding_box()
+    assert surface is not None
+    assert (surface["width"], surface["height"]) == (width, height)
+    pad = panel.evaluate("(view) => view.padding()")
+    assert panel.signal("width") == pytest.approx(width - pad["left"] - pad["right"], abs=1)
+    assert panel.signal("height") == pytest.approx(height - pad["top"] - pad["bottom"], abs=1)
+    for mark in ("fit_button", "graph_bg", "mode_entry"):
+        for item in panel.items(mark):
+            assert item.x >= surface["x"] and item.x + item.width <= surface["x"] + width, mark
+            assert item.y >= surface["y"] and item.y + item.height <= surface["y"] + height, mark
+    assert panel.errors() == []
+
+
+def test_panel_logs_no_warnings(
+    open_panel: OpenPanel,
+    spec: dict[str, Any],
+    resnet_rows: list[dict[str, Any]],
+) -> None:
+    """W&B hides warnings (log level Error), but each one here has been a real problem."""
+    panel = open_panel(spec, None)
+    assert panel.warnings() == [], "before the rows arrive"
+    panel.set_rows(resnet_rows)
+    assert panel.warnings() == [], "after the rows arrive"
+
+
+def test_spec_writes_no_null(spec: dict[str, Any]) -> None:
+    """W&B turns every JSON null into {}: the spec must not rely on one anywhere."""
+
+    def nulls(v: Any, path: str) -> Iterator[str]:
+        if v is None:
+            yield path
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                yield from nulls(x, f"{path}.{k}")
+        elif isinstance(v, list):
+            for i, x in enumerate(v):
+                yield from nulls(x, f"{path}[{i}]")
+
+    assert list(nulls(spec, "spec")) == []
