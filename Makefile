@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck unit bench bench-smoke pictures
+.PHONY: demo test lint typecheck unit bench bench-smoke pictures spec
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ bench: $(VENV)/.installed
 
 pictures: $(VENV)/.installed
 	$(PY) tools/render_layout.py --out docs/images
+	$(PY) tools/render_panel.py --out docs/images
+
+# Regenerate the panel's Vega spec from tools/build_spec.py (a test checks it is up to date).
+spec: $(VENV)/.installed
+	$(PY) tools/build_spec.py
 
 # Vega 5 for the panel's browser tests (tests/test_panel_browser.py): W&B's panel runs vega ^5.24.
 # npm checks the tarball against the registry's integrity hash; the sha256 pins the file itself.

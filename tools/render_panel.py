@@ -1,14 +1,14 @@
-"""Pictures of the W&B panel for the README: the shipped Vega spec with real profiles' rows,
-rendered by Vega itself (vl-convert runs Vega in Deno; no browser, no network).
+"""Screenshots of the W&B panel for the README: the shipped Vega spec with real profiles'
+rows, in headless Chromium with Vega 5 (what W&B runs) and W&B's patches, driven by clicks.
 
     .venv/bin/python tools/render_panel.py --out docs/images
 
-writes `panel_gpt2_<mode>.png` (GPT-2 from a random-weight config, opened at
-`transformer#0`, the view with the blocks) and `panel_resnet_<mode>.png` (`tests/models.py`'s
-ResNet, opened at the residual block `layer2.0#0`) for three analysis modes. Each model trains
-a few steps with AdamW under `wandb_modprof.profile`, so optimizer state is measured too. The
-panel's start state is set the way a click would set it (the spec's `view_pick` signal); the
-clicks themselves are tested in Chromium (tests/test_panel_browser.py).
+writes `panel_gpt2_<mode>.png` (GPT-2 from a random-weight config; clicks `transformer` to
+open the view with the blocks) and `panel_resnet_<mode>.png` (`tests/models.py`'s ResNet;
+clicks `layer2`, then its residual block `0`) for three analysis modes, each picked by
+clicking its legend entry, with the hover card of the most expensive node shown. Each model
+trains a few steps with AdamW under `wandb_modprof.profile`, so optimizer state is measured
+too. Needs `make vendor` and Debian's chromium (as the browser tests do).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import vl_convert
 
 import wandb_modprof
 from wandb_modprof import _spec
@@ -59,15 +58,23 @@ def resnet_profile() -> Any:
     return _train(model, torch.randn(8, 3, 32, 32), lambda m, x: m(x).square().mean())
 
 
-def render(prof: Any, mode: str, scale: str, view: str) -> bytes:
+def screenshot(
+    browser: Any, prof: Any, mode: str, scale: str, path: Path, opens: list[str]
+) -> None:
     table = prof.table()
-    spec = _spec.with_rows(_spec.filled({"mode": mode, "scale": scale}), table.columns, table.rows)
-    spec["width"], spec["height"] = WIDTH, HEIGHT
-    for signal in spec["signals"]:
-        if signal["name"] == "view_pick":
-            signal["value"] = view
-    png: bytes = vl_convert.vega_to_png(spec, scale=1.5)
-    return png
+    rows = [dict(zip(table.columns, row, strict=True)) for row in table.rows]
+    panel = browser.open_panel(_spec.filled({}), rows, width=WIDTH, height=HEIGHT)
+    for label in opens:  # drill down the way a user does
+        panel.click("node_rect", lambda item, label=label: item.datum.get("label") == label)
+    panel.click("mode_entry", lambda item: item.datum.get("key") == mode)
+    panel.click("scale_entry", lambda item: item.datum.get("key") == scale)
+    nodes = [i for i in panel.items("node_rect") if i.datum.get("node_kind") == "module"]
+    hottest = max(nodes, key=lambda i: float(i.datum.get("v") or 0))
+    panel.hover("node_rect", lambda item: item.datum.get("node_key") == hottest.datum["node_key"])
+    if panel.errors():
+        raise SystemExit(f"the panel reported errors: {panel.errors()}")
+    panel.screenshot(path)
+    panel.close()
 
 
 def main() -> None:
@@ -76,15 +83,18 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    for name, make, view in (
-        ("gpt2", gpt2_profile, "transformer#0"),
-        ("resnet", resnet_profile, "layer2.0#0"),
-    ):
-        prof = make()
-        for mode, scale in MODES:
-            path = args.out / f"panel_{name}_{mode}.png"
-            path.write_bytes(render(prof, mode, scale, view))
-            print(f"wrote {path}")
+    from browser import launch
+
+    with launch() as browser:
+        for name, make, opens in (
+            ("gpt2", gpt2_profile, ["transformer"]),
+            ("resnet", resnet_profile, ["layer2", "0"]),
+        ):
+            prof = make()
+            for mode, scale in MODES:
+                path = args.out / f"panel_{name}_{mode}.png"
+                screenshot(browser, prof, mode, scale, path, opens)
+                print(f"wrote {path}")
 
 
 if __name__ == "__main__":
