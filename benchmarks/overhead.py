@@ -18,7 +18,10 @@ has identical weights, its own SGD optimizer and the same fixed batch:
 * ``sampled``   -- ``watch(model, log_freq=1)``: every step is sampled: every module is hooked
   for the forward and removed after the backward, autograd nodes are hooked, saved-tensor hooks
   count activation bytes, gradient bytes and norms are read and the sample is folded into the
-  running statistics (all default options).
+  running statistics (all default options); measurement alone, W&B logging switched off;
+* ``logged``    -- the same, plus what a W&B run pays per sample: at the next step's forward the
+  profile table and its ``wandb.Table`` + custom chart are built and logged to a disabled run
+  (nothing is written to disk). With ``log_freq=100`` this cost is paid once per 100 steps.
 
 A step is ``zero_grad(set_to_none=True)``, forward, cross-entropy loss, backward and
 ``optimizer.step()``, timed with ``time.perf_counter_ns``. After warm-up, the configurations
@@ -63,10 +66,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812 (the usual alias)
+import wandb
 from _report import emit, revision
 from torch import nn
 
@@ -147,6 +152,12 @@ class Config:
     times_ms: list[list[float]] = field(default_factory=list)  # [round][step in block]
 
 
+def _disabled_run() -> Any:
+    """A no-op W&B run: each sample still builds its table and W&B objects (the cost a real
+    run pays on a sampled step, minus writing the file), then logs nowhere."""
+    return wandb.init(mode="disabled")
+
+
 def make_configs(workload: Workload, control: bool) -> list[Config]:
     torch.manual_seed(0)
     base = workload.build().train()
@@ -156,12 +167,20 @@ def make_configs(workload: Workload, control: bool) -> list[Config]:
     specs += [
         ("unsampled", "watched, unsampled (log_freq=10**9)", UNSAMPLED_LOG_FREQ),
         ("sampled", "watched, sampled (log_freq=1)", 1),
+        ("logged", "watched, sampled + W&B log (log_freq=1)", 1),
     ]
     configs = []
     for name, label, log_freq in specs:
         model = copy.deepcopy(base)
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-        handle = None if log_freq is None else wandb_modprof.watch(model, log_freq=log_freq)
+        handle = (
+            None
+            if log_freq is None
+            else wandb_modprof.watch(model, log_freq=log_freq, run=_disabled_run())
+        )
+        if handle is not None and name != "logged":
+            # measurement alone: the W&B log (table + wandb.Table per sample) is its own row
+            handle._wandb_log = None
         configs.append(Config(name, label, model, optimizer, handle))
     return configs
 
@@ -207,7 +226,7 @@ def check_sampling(configs: list[Config], expected_steps: int) -> None:
         prof = config.handle.profile()
         samples = prof.num_samples
         # The first training step is the structure pass (untimed, during warm-up).
-        expected = expected_steps - 1 if config.name == "sampled" else 0
+        expected = expected_steps - 1 if config.name in ("sampled", "logged") else 0
         if samples != expected or len(prof.structures()) != 1:
             raise SystemExit(
                 f"{config.name}: expected {expected} sampled steps and one structure pass, "
@@ -328,7 +347,8 @@ def hotspots(workload: Workload, steps: int, top: int) -> str:
     torch.manual_seed(0)
     model = workload.build().train()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    config = Config("sampled", "", model, optimizer, wandb_modprof.watch(model, log_freq=1))
+    handle = wandb_modprof.watch(model, log_freq=1, run=_disabled_run())
+    config = Config("sampled", "", model, optimizer, handle)
     try:
         for _ in range(3):
             train_step(config, workload)

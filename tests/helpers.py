@@ -1,8 +1,9 @@
-"""Shared test helpers: hook inspection and training-step drivers."""
+"""Shared test helpers: hook inspection, training-step drivers and a cheap W&B run."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -38,3 +39,11 @@ def train_step(
     loss = loss_fn(out) if loss_fn else out.float().pow(2).mean()  # type: ignore[union-attr]
     loss.backward()
     return loss.detach()
+
+
+def disabled_run() -> Any:
+    """A no-op W&B run for `watch(run=...)` (~4 ms): it logs nowhere, and `run.summary[key]`
+    holds the last object logged under `key`."""
+    import wandb
+
+    return wandb.init(mode="disabled")

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from helpers import disabled_run
 from models import TinyGPT, gpt_input
 
 import wandb_modprof
@@ -86,7 +87,7 @@ def test_eval_forward_in_profile_has_forward_only():
 
 def test_watch_handle_repr_and_steps():
     model = TinyGPT()
-    handle = wandb_modprof.watch(model, log_freq=3, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=3, structure=False, run=disabled_run())
     for _ in range(4):
         model(gpt_input()).float().mean().backward()
     assert handle.steps == 4
@@ -102,7 +103,7 @@ def test_run_and_flag_arguments_are_validated():
     with pytest.raises(ModProfError, match=r"run must be a wandb Run .* got str"):
         wandb_modprof.watch(model, run="my-run", structure=False)
     with pytest.raises(ModProfError, match=r"activations must be True or False; got 1"):
-        wandb_modprof.watch(model, activations=1, structure=False)
+        wandb_modprof.watch(model, activations=1, structure=False, run=disabled_run())
     with pytest.raises(ModProfError, match=r"norms must be True or False; got 'no'"):
         wandb_modprof.profile(model, norms="no", structure=False)
     run = wandb.init(mode="disabled")
@@ -144,7 +145,7 @@ def test_model_changes_between_samples_are_seen():
     from torch import nn
 
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     x = torch.randn(4, 8)
     model(x).sum().backward()
     assert handle.profile().invocations()[-1].param_bytes == (8 * 2 + 2) * 4
@@ -162,7 +163,7 @@ def test_model_changes_between_samples_are_seen():
 def test_device_timing_on_a_cpu_model_is_a_clear_error():
     model = TinyGPT()
     with pytest.raises(ModProfError, match=r"timing='device' needs a model on an accelerator"):
-        wandb_modprof.watch(model, timing="device", structure=False)
+        wandb_modprof.watch(model, timing="device", structure=False, run=disabled_run())
     with wandb_modprof.profile(
         model, timing="cpu", structure=False
     ) as prof:  # explicit host clock works

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import hook_counts
+from helpers import disabled_run, hook_counts
 from models import KwargsDictModel, ResNet, Reused, TinyGPT, gpt_input, resnet_input
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
@@ -428,7 +428,9 @@ def test_works_while_the_model_is_watched():
     model = ResNet()
     events: list[tuple[str, int]] = []
     on_module(model.layer2, **recorder(events))
-    handle = wandb_modprof.watch(model, log_freq=1)  # step 1 is the structure pass
+    handle = wandb_modprof.watch(
+        model, log_freq=1, run=disabled_run()
+    )  # step 1 is the structure pass
     x = resnet_input()
     for _ in range(3):
         model(x).sum().backward()

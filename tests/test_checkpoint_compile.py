@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-from helpers import by_key, children, hook_counts
+from helpers import by_key, children, disabled_run, hook_counts
 from models import TinyGPT, gpt_input
 from torch import nn
 
@@ -37,7 +37,7 @@ def _check_tree(records):
 def _measured(model: nn.Module, how: str) -> Iterator[Profile]:
     """Measure the steps in the body: watch with every step sampled, or a profile block."""
     if how == "watch":
-        handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+        handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
         yield handle.profile()
         handle.unwatch()
     else:
@@ -111,7 +111,7 @@ def test_checkpointed_blocks_are_one_invocation_with_recompute(mode, how):
 def test_checkpointed_step_leaves_no_hooks_and_later_steps_agree(mode):
     model = TinyGPT(checkpointing=mode)
     x = gpt_input()
-    handle = wandb_modprof.watch(model, log_freq=2, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=2, structure=False, run=disabled_run())
     for _ in range(4):
         _gpt_step(model, x)
         assert hook_counts(model)["<root>"] == 2
@@ -170,7 +170,7 @@ def test_compiled_submodule_is_one_leaf_without_recompiles(compile_counter):
     x = torch.randn(8, 16)
     _train(model, x, 1)  # compile outside of any measurement
     assert compile_counter.frame_count == 1
-    handle = wandb_modprof.watch(model, log_freq=2, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=2, structure=False, run=disabled_run())
     with torch._dynamo.config.patch(error_on_recompile=True):
         _train(model, x, 5)  # steps 1..5: unsampled, sampled, unsampled, sampled, unsampled
     assert compile_counter.frame_count == 1  # no recompile between sampled and unsampled steps
@@ -211,7 +211,7 @@ def test_whole_model_compiled(compile_counter):
     x = torch.randn(8, 16)
     _train(compiled, x, 1)
     assert compile_counter.frame_count == 1
-    handle = wandb_modprof.watch(compiled, log_freq=2, structure=False)
+    handle = wandb_modprof.watch(compiled, log_freq=2, structure=False, run=disabled_run())
     with torch._dynamo.config.patch(error_on_recompile=True):
         _train(compiled, x, 4)
     assert compile_counter.frame_count == 1
@@ -248,7 +248,7 @@ def test_structure_pass_runs_compiled_code_eagerly_without_recompiles(compile_co
     x = torch.randn(8, 16)
     _train(model, x, 1)
     assert compile_counter.frame_count == 1
-    handle = wandb_modprof.watch(model, log_freq=2)
+    handle = wandb_modprof.watch(model, log_freq=2, run=disabled_run())
     with torch._dynamo.config.patch(error_on_recompile=True):
         _train(model, x, 5)  # step 1: structure pass; 2 and 4 sampled
     assert compile_counter.frame_count == 1

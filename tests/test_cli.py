@@ -52,6 +52,12 @@ def test_demo_trains_and_prints_top_modules(tmp_path):
     assert f"Trace of the last sampled step written to {trace}" in out
     events = json.loads(trace.read_text())["traceEvents"]
     assert any(ev.get("name") == "transformer.h.0.backward" for ev in events)
+    # an offline W&B run next to the profile (WANDB_MODE=offline here), one table per sample
+    (run_dir,) = (saved.parent / "wandb").glob("offline-run-*")
+    assert f"W&B offline run (modprof/GPT2LMHeadModel) written to {run_dir}" in out
+    assert f"wandb sync {run_dir}" in out
+    tables = list((run_dir / "files/media/table/modprof").glob("GPT2LMHeadModel_table_*.json"))
+    assert len(tables) == 2
 
 
 def test_cli_rejects_bad_arguments():

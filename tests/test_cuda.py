@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import requires_cuda
+from helpers import disabled_run
 from models import ResNet, TinyGPT, gpt_input, resnet_input
 
 import wandb_modprof
@@ -35,7 +36,7 @@ def test_event_timing_and_memory_on_cuda():
 def test_sampled_step_never_synchronises_the_device():
     model = TinyGPT(dim=256, layers=4).cuda()
     x = gpt_input(8, 32).cuda()
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     model(x).float().mean().backward()  # warm-up sample
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")

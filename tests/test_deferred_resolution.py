@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import torch
+from helpers import disabled_run
 from models import Reused
 
 import wandb_modprof
@@ -50,7 +51,7 @@ class FakeEventClock:
 def test_resolution_waits_for_the_device_only_when_results_are_read():
     model = Reused()
     clock = FakeEventClock()
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     handle._capture.clock = clock
     x = torch.randn(8, 32)
     for _ in range(3):
@@ -74,7 +75,7 @@ def test_resolution_waits_for_the_device_only_when_results_are_read():
 def test_backlog_is_resolved_when_ready_without_waiting():
     model = Reused()
     clock = FakeEventClock()
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     handle._capture.clock = clock
     x = torch.randn(8, 32)
     for _ in range(12):

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import disabled_run
 from models import KwargsDictModel, RaisingModel, ResNet, TinyGPT, gpt_input, resnet_input
 from torch import nn
 
@@ -101,7 +102,7 @@ def test_sampled_step_frees_outputs_and_activations(case, backward, how):
     model = make_model()
     x = make_input()
     if how == "watch":
-        handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+        handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
         refs = _run_and_track(model, x, loss_fn, inner, backward)
         prof = handle.profile()
     else:
@@ -131,7 +132,7 @@ def test_sampled_step_frees_outputs_and_activations(case, backward, how):
 
 def test_forward_that_raises_frees_what_it_created():
     model = RaisingModel()
-    wandb_modprof.watch(model, log_freq=1, structure=False)
+    wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     refs: list[weakref.ref] = []
     handle = model.lin.register_forward_hook(lambda m, a, out: refs.append(weakref.ref(out)))
     model.boom.armed = True
@@ -145,7 +146,7 @@ def test_forward_that_raises_frees_what_it_created():
 def test_model_is_collectable_after_unwatch_and_when_never_unwatched():
     """The registry holds models weakly; a forgotten watch does not keep the model alive."""
     model = Small()
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     model(torch.randn(4, 16)).sum().backward()
     model_ref = weakref.ref(model)
     handle.unwatch()
@@ -154,7 +155,7 @@ def test_model_is_collectable_after_unwatch_and_when_never_unwatched():
     assert model_ref() is None
 
     model = Small()
-    wandb_modprof.watch(model, log_freq=1, structure=False)  # never unwatched
+    wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())  # never unwatched
     model(torch.randn(4, 16)).sum().backward()
     model_ref = weakref.ref(model)
     del model
@@ -199,7 +200,9 @@ def _assert_flat(step_fn: Callable[[], None]) -> None:
 def test_memory_flat_over_300_sampled_training_steps():
     model = Small()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    handle = wandb_modprof.watch(model, log_freq=1, optimizer=opt, structure=False)
+    handle = wandb_modprof.watch(
+        model, log_freq=1, optimizer=opt, structure=False, run=disabled_run()
+    )
     x = torch.randn(8, 16)
 
     def step() -> None:
@@ -215,7 +218,7 @@ def test_memory_flat_over_300_sampled_forwards_without_backward():
     """Training-mode forwards whose loss is never backpropagated (a skipped step, metrics
     computed with grad enabled): each is sampled, and its sample is dropped, not kept."""
     model = Small()
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     x = torch.randn(8, 16)
 
     def step() -> None:

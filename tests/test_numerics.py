@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import hook_counts
+from helpers import disabled_run, hook_counts
 from models import (
     CustomFunctionModel,
     KwargsDictModel,
@@ -49,7 +49,9 @@ def _instrumented(
     if mode == "plain":
         yield None
     elif mode == "watch":
-        handle = wandb_modprof.watch(model, log_freq=1, optimizer=optimizer, structure=False)
+        handle = wandb_modprof.watch(
+            model, log_freq=1, optimizer=optimizer, structure=False, run=disabled_run()
+        )
         try:
             yield handle
             if samples is not None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import requires_cuda
+from helpers import disabled_run
 from models import Reused, TinyGPT, gpt_input
 
 import wandb_modprof
@@ -69,7 +70,7 @@ def _check_balanced(calls: list[tuple[str, Any, int]]) -> list[str]:
 
 def test_sampled_step_emits_balanced_forward_and_backward_ranges(nvtx: Recorder) -> None:
     model = TinyGPT()
-    handle = wandb_modprof.watch(model, log_freq=2, nvtx=True)
+    handle = wandb_modprof.watch(model, log_freq=2, nvtx=True, run=disabled_run())
     nvtx.calls.clear()  # the availability check at watch()
     x = gpt_input(2, 16)
     model(x).sum().backward()  # step 1: structure pass, no ranges
@@ -113,9 +114,9 @@ def test_nvtx_without_cuda_is_a_clear_error() -> None:
     if torch.cuda.is_available():
         pytest.skip("this torch has CUDA: NVTX is available")
     with pytest.raises(ModProfError, match="nvtx=True needs a CUDA build of torch"):
-        wandb_modprof.watch(Reused(), nvtx=True)
+        wandb_modprof.watch(Reused(), nvtx=True, run=disabled_run())
     with pytest.raises(ModProfError, match="nvtx must be True or False"):
-        wandb_modprof.watch(Reused(), nvtx="yes")
+        wandb_modprof.watch(Reused(), nvtx="yes", run=disabled_run())
 
 
 @requires_cuda

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import pytest
 import torch
-from helpers import hook_counts
+from helpers import disabled_run, hook_counts
 from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
@@ -37,7 +37,7 @@ class Interruptible(nn.Module):
 
 def test_keyboard_interrupt_in_a_sampled_forward_does_not_stick():
     model, x = Interruptible(), torch.randn(4, 8)
-    handle = wandb_modprof.watch(model, log_freq=2, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=2, structure=False, run=disabled_run())
     model(x).sum().backward()
     model.interrupt = True
     with pytest.raises(KeyboardInterrupt):
@@ -73,7 +73,7 @@ class Pyramid(nn.Module):
 
 def test_a_root_that_calls_itself_is_one_step():
     model = Pyramid()
-    handle = wandb_modprof.watch(model, log_freq=3, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=3, structure=False, run=disabled_run())
     for _ in range(6):
         model(torch.randn(2, 3, 32, 32)).backward()
     assert handle.steps == 6
@@ -85,7 +85,7 @@ def test_a_root_that_calls_itself_is_one_step():
 
 def test_copies_of_a_watched_model_are_plain_models():
     model = _mlp()
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     model(torch.randn(2, 8)).sum().backward()
     clone = copy.deepcopy(model)
     AveragedModel(model)
@@ -173,7 +173,7 @@ def test_sampled_steps_do_not_keep_discarded_graphs_alive():
     model(h0).sum().backward()
     plain = model.peak
     model.peak = 0
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     model(h0).sum().backward()
     assert model.peak == plain == 4
     assert handle.unwatch().num_samples == 1
@@ -232,7 +232,7 @@ def test_a_backward_that_raised_leaves_no_hooks_after_unwatch(monkeypatch):
 
     monkeypatch.setattr(_session.StepSession, "_node_pre", counting)
     model, x = _mlp(), torch.randn(4, 8)
-    handle = wandb_modprof.watch(model, log_freq=2, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=2, structure=False, run=disabled_run())
     model(x).sum().backward()
     loss = model(FailingBackward.apply(x.clone().requires_grad_())).sum()  # sampled
     with pytest.raises(RuntimeError, match="boom"):

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import by_key, hook_counts
+from helpers import by_key, disabled_run, hook_counts
 from models import RaisingModel
 from torch import nn
 
@@ -115,7 +115,7 @@ def _non_training(kind: str, model: nn.Module) -> Iterator[None]:
 @pytest.mark.parametrize("kind", ["no_grad", "inference_mode", "eval"])
 def test_non_training_forwards_are_not_steps_and_add_no_hooks(kind):
     model = Probed()
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     assert hook_counts(model) == _root_only(model)
     x = torch.randn(8, 16)
     for _ in range(3):
@@ -143,7 +143,7 @@ def test_non_training_forwards_are_not_steps_and_add_no_hooks(kind):
 
 def test_non_training_forwards_do_not_shift_the_sampling_schedule():
     model = Probed()
-    handle = wandb_modprof.watch(model, log_freq=2, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=2, structure=False, run=disabled_run())
     x = torch.randn(8, 16)
     _step(model, x)  # step 1
     with torch.no_grad():
@@ -164,7 +164,7 @@ def test_non_training_forwards_do_not_shift_the_sampling_schedule():
 
 def test_unsampled_steps_carry_no_submodule_hooks():
     model = Probed()
-    handle = wandb_modprof.watch(model, log_freq=3, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=3, structure=False, run=disabled_run())
     x = torch.randn(8, 16)
     for _ in range(7):
         _step(model, x)
@@ -189,7 +189,7 @@ def test_step_after_a_sampled_forward_without_backward_is_hook_free():
     """A sampled forward may keep its hooks until its backward (a checkpoint recompute needs
     them); if the backward never comes, the next, unsampled, step must still run hook-free."""
     model = Probed()
-    handle = wandb_modprof.watch(model, log_freq=2, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=2, structure=False, run=disabled_run())
     x = torch.randn(8, 16)
     _step(model, x)  # step 1
     model(x)  # step 2: sampled, its output dropped
@@ -207,7 +207,7 @@ def test_forwards_without_backward_do_not_become_backward_samples():
     """Sampled training forwards whose output is dropped (a skipped step) must not be
     completed by the next step's backward: one backward ran, so one backward measurement."""
     model = Probed()
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     x = torch.randn(8, 16)
     for _ in range(3):
         model(x)  # steps 1-3: forward only, output dropped
@@ -227,7 +227,7 @@ def test_exception_in_forward_propagates_and_next_step_is_measured(how):
     model = RaisingModel()
     x = torch.randn(4, 16)
     if how == "watch":
-        handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+        handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
         prof = handle.profile()
         block = None
     else:
@@ -280,7 +280,7 @@ def test_exception_in_root_forward_after_children_ran():
             return y
 
     model = RaisesLate()
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     model.fail = True
     with _recorded_warnings() as caught, pytest.raises(KeyError, match="late"):
         _step(model, torch.randn(2, 8))
@@ -297,7 +297,9 @@ def test_exception_in_root_forward_after_children_ran():
 def test_gradient_accumulation_counts_optimizer_steps_and_samples_first_micro_batch():
     model = Probed()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    handle = wandb_modprof.watch(model, log_freq=2, optimizer=opt, structure=False)
+    handle = wandb_modprof.watch(
+        model, log_freq=2, optimizer=opt, structure=False, run=disabled_run()
+    )
     micro_batches, optimizer_steps = 3, 4
     sizes = [8, 4, 2]  # distinct batch sizes tell the micro-batches apart in the records
     for step in range(optimizer_steps):
@@ -444,7 +446,7 @@ def test_internal_error_once_drops_that_sample_only(where, monkeypatch):
 
     model = copy.deepcopy(base)
     model.probe.root_ref = weakref.ref(model)
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     trigger = Trigger(once=True)
     _inject(where, trigger, monkeypatch)
@@ -482,7 +484,7 @@ def test_internal_error_that_keeps_raising_warns_once(where, monkeypatch):
 
     model = copy.deepcopy(base)
     model.probe.root_ref = weakref.ref(model)
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     trigger = Trigger(once=False)
     with monkeypatch.context() as patch:
@@ -530,7 +532,7 @@ def _assert_error(excinfo: pytest.ExceptionInfo[ModProfError], *needles: str) ->
 
 def test_watch_rejects_a_non_module():
     with pytest.raises(ModProfError) as excinfo:
-        wandb_modprof.watch(object(), structure=False)  # type: ignore[arg-type]
+        wandb_modprof.watch(object(), structure=False, run=disabled_run())  # type: ignore[arg-type]
     _assert_error(excinfo, "expected a torch.nn.Module", "got", "object")
     with pytest.raises(ModProfError) as excinfo:
         wandb_modprof.profile(lambda x: x, structure=False)  # type: ignore[arg-type]
@@ -541,31 +543,33 @@ def test_watch_rejects_a_non_module():
 def test_watch_rejects_bad_log_freq(bad):
     model = nn.Linear(2, 2)
     with pytest.raises(ModProfError) as excinfo:
-        wandb_modprof.watch(model, log_freq=bad, structure=False)
+        wandb_modprof.watch(model, log_freq=bad, structure=False, run=disabled_run())
     _assert_error(excinfo, "log_freq", "int >= 1", f"got {bad!r}")
     assert hook_counts(model) == _no_hooks(model)
-    wandb_modprof.watch(model, log_freq=1, structure=False).unwatch()  # nothing half-registered
+    wandb_modprof.watch(
+        model, log_freq=1, structure=False, run=disabled_run()
+    ).unwatch()  # nothing half-registered
 
 
 def test_bad_timing_and_optimizer():
     model = nn.Linear(2, 2)
     with pytest.raises(ModProfError) as excinfo:
-        wandb_modprof.watch(model, timing="gpu", structure=False)
+        wandb_modprof.watch(model, timing="gpu", structure=False, run=disabled_run())
     _assert_error(excinfo, "timing must be one of", "'auto'", "'cpu'", "'device'", "got 'gpu'")
     with pytest.raises(ModProfError) as excinfo:
         wandb_modprof.profile(model, timing="gpu", structure=False)
     _assert_error(excinfo, "timing must be one of", "got 'gpu'")
     with pytest.raises(ModProfError) as excinfo:
-        wandb_modprof.watch(model, optimizer="adam", structure=False)  # type: ignore[arg-type]
+        wandb_modprof.watch(model, optimizer="adam", structure=False, run=disabled_run())  # type: ignore[arg-type]
     _assert_error(excinfo, "optimizer must be a torch.optim.Optimizer", "got str")
     assert hook_counts(model) == _no_hooks(model)
 
 
 def test_watching_twice_and_profiling_a_watched_model():
     model = Probed()
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     with pytest.raises(ModProfError) as excinfo:
-        wandb_modprof.watch(model, log_freq=5, structure=False)
+        wandb_modprof.watch(model, log_freq=5, structure=False, run=disabled_run())
     _assert_error(excinfo, "Probed", "already being watched", "expected a model that is not hooked")
     with pytest.raises(ModProfError) as excinfo, wandb_modprof.profile(model, structure=False):
         pass
@@ -579,7 +583,7 @@ def test_watching_twice_and_profiling_a_watched_model():
         wandb_modprof.profile(other := Probed(), structure=False),
         pytest.raises(ModProfError) as excinfo,
     ):
-        wandb_modprof.watch(other, structure=False)
+        wandb_modprof.watch(other, structure=False, run=disabled_run())
     _assert_error(excinfo, "already being profiled")
     assert hook_counts(other) == _no_hooks(other)
 
@@ -592,7 +596,7 @@ def test_unwatch_of_an_unwatched_model():
     with pytest.raises(ModProfError) as excinfo:
         wandb_modprof.unwatch("model")  # type: ignore[arg-type]
     _assert_error(excinfo, "expected a torch.nn.Module", "got builtins.str")
-    handle = wandb_modprof.watch(model, structure=False)
+    handle = wandb_modprof.watch(model, structure=False, run=disabled_run())
     handle.unwatch()
     with pytest.raises(ModProfError):
         wandb_modprof.unwatch(model)  # already unwatched
@@ -603,7 +607,9 @@ def test_unwatch_of_an_unwatched_model():
 def test_unwatch_removes_every_hook():
     model = Probed()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    handle = wandb_modprof.watch(model, log_freq=2, optimizer=opt, structure=False)
+    handle = wandb_modprof.watch(
+        model, log_freq=2, optimizer=opt, structure=False, run=disabled_run()
+    )
     x = torch.randn(4, 16)
     for _ in range(5):
         _step(model, x)
@@ -618,7 +624,9 @@ def test_unwatch_removes_every_hook():
     _step(model, x)
     assert model.probe.snapshots[n] == _no_hooks(model)  # inside the forward too
     assert prof.num_samples == 2
-    wandb_modprof.watch(model, structure=False).unwatch()  # can be watched again
+    wandb_modprof.watch(
+        model, structure=False, run=disabled_run()
+    ).unwatch()  # can be watched again
 
 
 def test_unwatch_between_sampled_forward_and_backward():
@@ -629,7 +637,7 @@ def test_unwatch_between_sampled_forward_and_backward():
 
     model = copy.deepcopy(base)
     model.probe.root_ref = weakref.ref(model)
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     with _recorded_warnings() as caught:
         loss = model(x).pow(2).mean()
         assert _sampled_snapshot(model.probe.snapshots[-1])
@@ -643,14 +651,14 @@ def test_unwatch_between_sampled_forward_and_backward():
     # A second backward-bearing step on the unwatched model, and a fresh watch, both work.
     model.zero_grad(set_to_none=True)
     _step(model, x)
-    handle = wandb_modprof.watch(model, log_freq=1, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     _step(model, x)
     assert handle.profile().num_samples == 1
 
 
 def test_unwatch_all():
     a, b = Probed(), Probed()
-    wandb_modprof.watch(a, log_freq=1, structure=False)
-    wandb_modprof.watch(b, log_freq=1, structure=False)
+    wandb_modprof.watch(a, log_freq=1, structure=False, run=disabled_run())
+    wandb_modprof.watch(b, log_freq=1, structure=False, run=disabled_run())
     wandb_modprof.unwatch()
     assert hook_counts(a) == _no_hooks(a) and hook_counts(b) == _no_hooks(b)

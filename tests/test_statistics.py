@@ -29,13 +29,14 @@ def test_running_mean_std_min_max_last_match_numpy(values):
 
 def test_profile_stats_fold_every_sample():
     import torch
+    from helpers import disabled_run
     from models import Reused
 
     import wandb_modprof
 
     model = Reused()
     x = torch.randn(16, 32)
-    handle = wandb_modprof.watch(model, log_freq=2, structure=False)
+    handle = wandb_modprof.watch(model, log_freq=2, structure=False, run=disabled_run())
     fwd = []
     for _ in range(10):
         model(x).sum().backward()

@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812 (the usual alias)
-from helpers import hook_counts
+from helpers import disabled_run, hook_counts
 from models import (
     BasicBlock,
     Branchy,
@@ -162,7 +162,7 @@ def test_eval_no_grad_forward_has_the_training_graph() -> None:
 
 def test_branch_change_between_steps_captures_a_second_structure() -> None:
     model = Branchy()
-    handle = wandb_modprof.watch(model, log_freq=1)
+    handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
     x = torch.randn(2, 16)
     for step in range(1, 6):
         model.use_b = step >= 3
@@ -209,7 +209,7 @@ def test_flops_per_call_match_flop_counter_mode() -> None:
 
 def test_structure_pass_is_untimed_and_first_step_of_watch() -> None:
     model = TinyGPT()
-    handle = wandb_modprof.watch(model, log_freq=2)
+    handle = wandb_modprof.watch(model, log_freq=2, run=disabled_run())
     x = gpt_input()
     model.eval()
     with torch.no_grad():
@@ -239,7 +239,7 @@ def test_structure_pass_does_not_change_numerics() -> None:
         model = TinyGPT()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         if watched:
-            wandb_modprof.watch(model, log_freq=2, optimizer=opt)
+            wandb_modprof.watch(model, log_freq=2, optimizer=opt, run=disabled_run())
         out = []
         for _ in range(3):
             loss = F.cross_entropy(model(gpt_input()).flatten(0, 1), gpt_input().flatten())
@@ -260,7 +260,7 @@ def test_forward_that_raises_during_the_pass_keeps_no_partial_graph() -> None:
     from models import RaisingModel
 
     model = RaisingModel()
-    handle = wandb_modprof.watch(model, log_freq=1)
+    handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
     model.boom.armed = True
     with pytest.raises(ValueError, match="boom"):
         model(torch.randn(2, 16))
@@ -287,7 +287,7 @@ def test_keyboard_interrupt_during_the_pass_leaves_no_mode_behind() -> None:
             return x
 
     model = Interrupting()
-    handle = wandb_modprof.watch(model, log_freq=1)
+    handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
     with pytest.raises(KeyboardInterrupt):
         model(torch.randn(2, 4))
     model.interrupt = False
@@ -301,7 +301,7 @@ def test_keyboard_interrupt_during_the_pass_leaves_no_mode_behind() -> None:
 @pytest.mark.parametrize("checkpointing", ["reentrant", "non_reentrant"])
 def test_structure_pass_with_activation_checkpointing(checkpointing: str) -> None:
     model = TinyGPT(checkpointing=checkpointing)
-    handle = wandb_modprof.watch(model, log_freq=1)
+    handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
     for _ in range(3):
         model(gpt_input()).sum().backward()
     prof = handle.unwatch()
@@ -416,7 +416,7 @@ def test_a_failing_flop_formula_warns_once_and_training_goes_on(monkeypatch) -> 
     torch.manual_seed(0)
     model = Reused()
     reference = [p.detach().clone() for p in model.parameters()]
-    handle = wandb_modprof.watch(model, log_freq=1)
+    handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
     x = torch.randn(4, 32)
     with pytest.warns(RuntimeWarning, match="formula exploded") as caught:
         for _ in range(4):
@@ -442,7 +442,7 @@ def test_failed_passes_are_retried_a_bounded_number_of_times(monkeypatch) -> Non
 
     monkeypatch.setattr(_structure, "_FORMULAS", {torch.ops.aten.addmm: lambda *a, **k: 1 // 0})
     model = Reused()
-    handle = wandb_modprof.watch(model, log_freq=1)
+    handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
     with pytest.warns(RuntimeWarning):
         for _ in range(3 * _capture.MAX_PASSES):
             model(torch.randn(2, 32)).sum().backward()
@@ -459,7 +459,7 @@ def test_model_compiled_in_place_skips_the_pass_and_keeps_sampling() -> None:
     model = TwoBranchCat()
     model.compile(backend="eager")  # the root's hooks run inside compiled code
     x = torch.randn(3, 16)
-    handle = wandb_modprof.watch(model, log_freq=2)
+    handle = wandb_modprof.watch(model, log_freq=2, run=disabled_run())
     with pytest.warns(RuntimeWarning, match="inside torch.compile"):
         for _ in range(5):
             model(x).sum().backward()
@@ -497,7 +497,7 @@ def test_keyboard_interrupt_during_the_pass_stops_tracking_without_the_next_forw
         raise KeyboardInterrupt
 
     hook = model[0].register_forward_hook(interrupt)
-    handle = wandb_modprof.watch(model, log_freq=1)
+    handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
     with pytest.raises(KeyboardInterrupt):
         model(torch.randn(2, 4))
     hook.remove()
@@ -535,7 +535,7 @@ def test_compiled_function_inside_forward_is_not_recompiled() -> None:
     x = torch.randn(4, 8)
     model(x).sum().backward()
     assert counter.frame_count == 1
-    handle = wandb_modprof.watch(model, log_freq=2)
+    handle = wandb_modprof.watch(model, log_freq=2, run=disabled_run())
     with torch._dynamo.config.patch(error_on_recompile=True):
         for _ in range(4):
             model(x).sum().backward()
@@ -561,10 +561,10 @@ def test_inner_capture_pass_never_lands_in_outer_timed_sample() -> None:
 
     model = Outer()
     x = torch.randn(2, 8)
-    outer = wandb_modprof.watch(model, log_freq=1)
+    outer = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
     for step in range(1, 7):
         if step == 4:
-            inner = wandb_modprof.watch(model.inner, log_freq=1)
+            inner = wandb_modprof.watch(model.inner, log_freq=1, run=disabled_run())
         model(x).sum().backward()
     # outer: step 1 its own pass, step 4 the inner model's pass (not timed), others sampled
     assert outer.unwatch().num_samples == 4
@@ -578,7 +578,7 @@ def test_after_the_pass_unsampled_steps_are_hook_free_and_nothing_is_kept_alive(
     import weakref
 
     model = TinyGPT()
-    handle = wandb_modprof.watch(model, log_freq=1000)
+    handle = wandb_modprof.watch(model, log_freq=1000, run=disabled_run())
     gc.disable()
     try:
         x = gpt_input()
@@ -611,7 +611,7 @@ def test_structure_variants_are_capped_with_one_warning() -> None:
     from wandb_modprof._capture import MAX_STRUCTURES
 
     model = Varying()
-    handle = wandb_modprof.watch(model, log_freq=1)
+    handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
     with pytest.warns(RuntimeWarning, match="different sequences of modules") as caught:
         for step in range(60):
             model.calls = 1 + step // 2  # a new sequence every other step

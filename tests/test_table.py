@@ -36,7 +36,7 @@ from wandb_modprof._table import (
 GOLDEN = Path(__file__).parent / "golden"
 # Columns that hold measured times or values that depend on them: masked in goldens.
 MEASURED = {c for c in NUMBER_COLUMNS if "_ms" in c or "flop_per_s" in c or "norm" in c}
-MEASURED_META = {"total_fwd_ms", "total_bwd_ms"}
+MEASURED_META = {"total_fwd_ms", "total_bwd_ms", "total_fwd_bwd_ms"}
 
 
 def check_table(table: ProfileTable, max_rows: int = MAX_ROWS) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import disabled_run
 
 import wandb_modprof
 
@@ -33,7 +34,9 @@ def test_watch_trains_real_models_and_measures_every_module(build):
     model, _ = build()
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    handle = wandb_modprof.watch(model, log_freq=2, optimizer=opt, structure=False)
+    handle = wandb_modprof.watch(
+        model, log_freq=2, optimizer=opt, structure=False, run=disabled_run()
+    )
     ids = torch.randint(0, 256, (2, 16))
     for _ in range(4):
         if isinstance(model, transformers.GPT2LMHeadModel):

@@ -1,7 +1,7 @@
 """wandb_modprof: per-module forward/backward time and memory for PyTorch models.
 
 >>> import wandb_modprof                                         # doctest: +SKIP
->>> handle = wandb_modprof.watch(model, log_freq=100)            # in a training loop
+>>> handle = wandb_modprof.watch(model, log_freq=100)            # after wandb.init()
 >>> with wandb_modprof.profile(model) as prof:                   # one-shot
 ...     model(x).sum().backward()
 >>> print(prof.summary())
@@ -9,6 +9,7 @@
 """
 
 from ._callbacks import ModuleCallbacks, ModuleEvent, on_module
+from ._chart import register_chart
 from ._errors import ModProfError
 from ._profile import Profile
 from ._profile_block import ProfileBlock, profile
@@ -48,6 +49,7 @@ __all__ = [
     "load",
     "on_module",
     "profile",
+    "register_chart",
     "unwatch",
     "watch",
 ]

@@ -148,6 +148,11 @@ class Capture:
         self._sessions: list[StepSession] = []
         self._stale_sessions: list[StepSession] = []  # their saved-tensor hooks await popping
         self._root_depth = 0  # nesting of root calls (a root may call itself)
+        # `watch`'s W&B logging: called outside the autograd engine, at the next root forward
+        # after a sample finished; returns False to be asked again on a later step.
+        self.after_sample: Callable[[], bool] | None = None
+        self._sample_done = False
+        self._deliver_fn: Callable[[], None] = self._deliver
         self._warned = False
         self.attached = False
 
@@ -234,6 +239,8 @@ class Capture:
                     return
                 self._recover_interrupted()
             self._root_depth = 1
+            if self._sample_done:
+                self._deliver_fn()
             if self._stale_sessions:
                 self._stale_sessions = [
                     s for s in self._stale_sessions if not s.pop_saved_tensors_hooks()
@@ -465,6 +472,31 @@ class Capture:
         name, module_type = self._names.get(id(self.model), (ROOT_NAME, type(self.model).__name__))
         session.enter(id(self.model), name, module_type)
 
+    def set_after_sample(self, fn: Callable[[], bool]) -> None:
+        self.after_sample = fn
+        if "torch._dynamo" in sys.modules:
+            # A root compiled in place (`model.compile()`, which imports dynamo) runs its hooks
+            # inside compiled code: a disabled function runs eagerly there, after a graph
+            # break. Not applied otherwise: it would import dynamo (~1 s). (disable is untyped.)
+            self._deliver_fn = torch.compiler.disable(self._deliver)  # type: ignore[no-untyped-call]
+
+    def _deliver(self) -> None:
+        """Hand finished samples to `after_sample`, unless this forward is being compiled,
+        runs a structure pass or runs inside another watched model's timed forward (its time
+        would include ours): then on a later step."""
+        if torch.compiler.is_compiling() or structure_pass_active():
+            return
+        for owner in _registry.owners():
+            capture = getattr(owner, "_capture", None)
+            if capture is not None and capture is not self and capture._forward is not None:
+                return
+        assert self.after_sample is not None
+        # Cleared first: a sample finishing meanwhile on another thread (a device backward)
+        # sets it again instead of being overwritten.
+        self._sample_done = False
+        if not self.after_sample():
+            self._sample_done = True
+
     def _backward_session(self) -> StepSession | None:
         for session in self._sessions:
             if session.bwd_started and not session.closed:
@@ -500,6 +532,7 @@ class Capture:
                 gradients,
                 functools.partial(static_memory, index, optimizer=self.optimizer),
             )
+            self._sample_done = self.after_sample is not None
         except Exception as error:
             self._internal_error(ROOT_NAME, error)
         finally:

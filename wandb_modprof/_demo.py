@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import torch
 
@@ -29,12 +29,43 @@ def _gpt2(layers: int, dim: int) -> tuple[torch.nn.Module, int]:
     return transformers.GPT2LMHeadModel(config), config.vocab_size
 
 
+def _wandb_run(directory: Path) -> Any:
+    """An offline W&B run in `directory` (WANDB_MODE, when set, decides instead)."""
+    import wandb
+
+    directory.mkdir(parents=True, exist_ok=True)
+    settings = wandb.Settings(silent=True, console="off")
+    if os.environ.get("WANDB_MODE"):
+        return wandb.init(project="wandb-modprof-demo", dir=str(directory), settings=settings)
+    return wandb.init(
+        mode="offline", project="wandb-modprof-demo", dir=str(directory), settings=settings
+    )
+
+
 def run_demo(steps: int, log_freq: int, top: int, save: str, out: TextIO) -> int:
     torch.manual_seed(0)
     model, vocab = _gpt2(layers=4, dim=256)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    handle = watch(model, log_freq=log_freq, optimizer=optimizer)
+    run = _wandb_run(Path(save).parent)
+    try:
+        return _train(model, vocab, optimizer, run, steps, log_freq, top, save, out)
+    finally:
+        run.finish()
+
+
+def _train(
+    model: torch.nn.Module,
+    vocab: int,
+    optimizer: torch.optim.Optimizer,
+    run: Any,
+    steps: int,
+    log_freq: int,
+    top: int,
+    save: str,
+    out: TextIO,
+) -> int:
+    handle = watch(model, log_freq=log_freq, optimizer=optimizer, run=run)
     batch = torch.randint(0, vocab, (8, 128))
     n_params = sum(p.numel() for p in model.parameters())
     print(
@@ -48,6 +79,7 @@ def run_demo(steps: int, log_freq: int, top: int, save: str, out: TextIO) -> int
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        run.log({"loss": loss.item()})  # wandb_modprof's logs join this row (commit=False)
         # watch() spends the first training step on the structure pass (graph, FLOPs).
         sampled = " (structure pass)" if step == 1 else ""
         sampled = sampled or (" (sampled)" if step % log_freq == 0 else "")
@@ -70,4 +102,18 @@ def run_demo(steps: int, log_freq: int, top: int, save: str, out: TextIO) -> int
     print(
         f"Trace of the last sampled step written to {trace} (open it in ui.perfetto.dev).", file=out
     )
+    if run.offline:
+        where = run.settings.sync_dir
+        if handle.chart is None:
+            then = "Tables only: the run has no W&B entity; set WANDB_ENTITY to get the panel."
+        else:
+            entity = handle.chart.split("/")[0]
+            then = f"First, once: wandb-modprof register-chart --entity {entity}"
+        print(
+            f"W&B offline run ({handle.key}) written to {where}; upload it with "
+            f"`wandb sync {where}`. {then}",
+            file=out,
+        )
+    elif not run.disabled:
+        print(f"W&B run: {run.url}", file=out)
     return 0

@@ -25,7 +25,8 @@ _PLACEHOLDER = re.compile(r"\$\{string:([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
 
 def spec_text() -> str:
     """The spec file as shipped, placeholders unfilled (what is registered with W&B)."""
-    return resources.files("wandb_modprof").joinpath("vega_specs", SPEC_FILE).read_text("utf-8")
+    folder = resources.files("wandb_modprof").joinpath("vega_specs")
+    return folder.joinpath(SPEC_FILE).read_text("utf-8")
 
 
 def filled(string_fields: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -41,3 +42,36 @@ def check_run(run: Any) -> Any:
             f"run must be a wandb Run (from wandb.init()) or None; got {type(run).__qualname__}"
         )
     return run
+
+
+def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise ModProfError(
+            f"{name} expected one of {', '.join(repr(a) for a in allowed)}; got {value!r}"
+        )
+    return value
+
+
+_PRESET_PART = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def check_chart(chart: Any) -> str | None:
+    """A W&B custom chart preset name, "entity/name" (what `register_chart` returns)."""
+    if chart is None:
+        return None
+    parts = chart.split("/") if isinstance(chart, str) else []
+    if len(parts) != 2 or not all(_PRESET_PART.fullmatch(p) for p in parts):
+        raise ModProfError(
+            "chart expected a W&B chart preset name 'entity/name' (letters, digits, '_', '.', "
+            f"'-'), e.g. 'my-team/wandb-modprof-v1'; got {chart!r}"
+        )
+    return str(chart)
+
+
+def check_preset_part(what: str, value: Any) -> str:
+    """An entity or a preset name on its own (`register_chart`)."""
+    if not isinstance(value, str) or not _PRESET_PART.fullmatch(value):
+        raise ModProfError(
+            f"{what} expected a W&B name of letters, digits, '_', '.' or '-'; got {value!r}"
+        )
+    return value

@@ -7,12 +7,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import _registry
+from . import _modes, _registry
 from ._capture import Capture
 from ._errors import ModProfError
 from ._options import Options, check_bool, parse_timing
 from ._profile import Profile
-from ._validate import check_log_freq, check_model, check_optimizer, check_run
+from ._validate import (
+    check_chart,
+    check_choice,
+    check_log_freq,
+    check_model,
+    check_optimizer,
+    check_run,
+)
+from ._wandb_log import WandbLog, chart_name, current_run, model_key
 
 
 class _StepCounter:
@@ -61,7 +69,8 @@ class _StepCounter:
 
 
 class WatchHandle:
-    """Returned by `watch`; `profile()` gives the aggregated measurements so far."""
+    """Returned by `watch`; `profile()` gives the aggregated measurements so far, `key` the
+    W&B key its panel is logged under (`modprof/<ModelClass>`), `chart` the chart preset."""
 
     kind = "watched"
 
@@ -75,7 +84,10 @@ class WatchHandle:
     ) -> None:
         self.model = model
         self.log_freq = log_freq
-        self.run = run  # W&B logging arrives with the panel; the run is kept for it
+        self.run = run
+        self.key = ""  # set by `watch` once the model is claimed
+        self.chart: str | None = None  # the W&B chart preset; None: tables without the panel
+        self._wandb_log: WandbLog | None = None
         self._counter = _StepCounter(log_freq, optimizer)
         self._capture = Capture(
             model,
@@ -86,6 +98,11 @@ class WatchHandle:
             structure_eligible=self._counter.is_training_forward,
         )
         self._capture.owner = self
+        self._capture.set_after_sample(self._log_samples)
+
+    def _log_samples(self) -> bool:
+        log = self._wandb_log
+        return True if log is None else log.deliver(self._capture.profile)
 
     @property
     def steps(self) -> int:
@@ -102,11 +119,14 @@ class WatchHandle:
         return self._capture.profile
 
     def unwatch(self) -> Profile:
-        """Remove every hook (module, root, optimizer) and return the final profile."""
+        """Remove every hook (module, root, optimizer), log the samples not logged yet (waits
+        for the device), and return the final profile."""
         if self._capture.attached:
             self._capture.detach()
             self._counter.remove()
             _registry.release(self.model, self)
+            if self._wandb_log is not None:
+                self._wandb_log.deliver(self._capture.profile, force=True)
         return self._capture.profile
 
     def __repr__(self) -> str:
@@ -128,22 +148,34 @@ def watch(
     norms: bool = True,
     structure: bool = True,
     nvtx: bool = False,
+    default_mode: str = _modes.DEFAULT_MODE,
+    default_scale: str = _modes.DEFAULT_SCALE,
+    chart: str | None = None,
 ) -> WatchHandle:
-    """Measure every module of `model` on every `log_freq`-th training step.
+    """Measure every module of `model` on every `log_freq`-th training step; log to W&B.
 
+    >>> run = wandb.init(project="my-project")                 # doctest: +SKIP
     >>> handle = wandb_modprof.watch(model, log_freq=100)      # doctest: +SKIP
     >>> for batch in loader:                                   # doctest: +SKIP
     ...     loss = model(batch).loss; loss.backward(); opt.step(); opt.zero_grad()
-    >>> print(handle.profile().summary())                      # doctest: +SKIP
+    ...     run.log({"loss": loss.item()})
+    >>> print(handle.unwatch().summary())                      # doctest: +SKIP
 
     Between samples the model carries one cheap forward pre-hook and one forward hook on the
     root module only; every other module runs hook-free. On a sampled step, hooks are added
     before its forward and removed when its backward has finished.
 
+    Each sample is logged to the run with `commit=False` (it joins your next `run.log` row) at
+    the model's next forward, under `modprof/<ModelClass>`: the module-graph panel over the
+    aggregated profile table, and the step totals `modprof/<ModelClass>/fwd_ms`, `bwd_ms`,
+    `act_bytes`; `unwatch()` logs the last one (see `_wandb_log` for keys, timing, the chart
+    preset and offline runs). Call `unwatch()` before `run.finish()`.
+
     Args:
         model: the module to measure (the same object the training loop calls).
         log_freq: sample every `log_freq`-th training step (>= 1).
-        run: the W&B run to log to (default: `wandb.run`); logging comes with the W&B panel.
+        run: the W&B run to log to (default: `wandb.run`; one of them is required: for
+            profiling without W&B use `wandb_modprof.profile(model)`).
         optimizer: if given, steps are counted as optimizer steps (gradient accumulation) and
             optimizer-state bytes are measured per module.
         timing: "auto" (host clock on CPU, device events on accelerators), "cpu" or "device".
@@ -154,6 +186,12 @@ def watch(
             modules. That step is never timed (if it was due for sampling, it is skipped).
         nvtx: on sampled steps, emit NVTX ranges `<module>.forward` / `<module>.backward` for
             Nsight Systems (needs a CUDA build of torch).
+        default_mode: what the panel colours nodes by when opened: one of
+            `_modes.MODE_KEYS` ("fwd", "bwd", "fwd_bwd", "self", "act", "param", ...).
+        default_scale: the panel's initial colour scale, "linear" or "log".
+        chart: the W&B chart preset "entity/name" (from `register_chart`); default
+            `<run entity>/wandb-modprof-v1` (`$WANDB_ENTITY` when the run has none). An
+            offline run with no entity at all logs the tables without the panel, and says so.
     """
     check_model(model, "watch()")
     options = Options(
@@ -163,11 +201,19 @@ def watch(
         structure=check_bool("structure", structure),
         nvtx=check_bool("nvtx", nvtx),
     )
-    handle = WatchHandle(
-        model, check_log_freq(log_freq), check_run(run), check_optimizer(optimizer), options
-    )
+    log_freq = check_log_freq(log_freq)
+    optimizer = check_optimizer(optimizer)
+    default_mode = check_choice("default_mode", default_mode, _modes.MODE_KEYS)
+    default_scale = check_choice("default_scale", default_scale, _modes.SCALES)
+    chart = check_chart(chart)
+    run = current_run(check_run(run))
+    handle = WatchHandle(model, log_freq, run, optimizer, options)
     _registry.claim(model, handle, "watching")
     try:
+        key = model_key(run, model)
+        handle.key = key
+        handle.chart = chart_name(run, chart, key)
+        handle._wandb_log = WandbLog(run, key, handle.chart, default_mode, default_scale)
         handle._capture.attach()
     except BaseException:
         _registry.release(model, handle)

@@ -1,0 +1,95 @@
+"""`register_chart` / `wandb-modprof register-chart`: the panel's spec as a W&B chart preset.
+
+Creating a preset needs network, so `wandb.Api().create_custom_chart` is the one thing
+replaced here (by a recording fake); the no-API-key path runs the real SDK."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import wandb_modprof
+from wandb_modprof import ModProfError, _chart, _cli, _spec
+
+
+class FakeApi:
+    def __init__(self, default_entity: str | None = "me", error: Exception | None = None) -> None:
+        self.default_entity = default_entity
+        self.error = error
+        self.calls: list[dict[str, Any]] = []
+
+    def create_custom_chart(self, **kwargs: Any) -> str:
+        self.calls.append(kwargs)
+        if self.error is not None:
+            raise self.error
+        return f"{kwargs['entity']}/{kwargs['name']}"
+
+
+def test_register_chart_sends_the_spec():
+    api = FakeApi()
+    assert wandb_modprof.register_chart("my-team", api=api) == f"my-team/{_spec.CHART_NAME}"
+    (call,) = api.calls
+    assert call == {
+        "entity": "my-team",
+        "name": _spec.CHART_NAME,
+        "display_name": "wandb_modprof module graph",
+        "spec_type": "vega2",
+        "access": "private",
+        "spec": _spec.spec_text(),
+    }
+    spec = json.loads(call["spec"])
+    assert any(data["name"] == "wandb" for data in spec["data"])
+
+
+def test_register_chart_defaults_to_the_api_entity_and_can_be_public():
+    api = FakeApi(default_entity="me")
+    name = wandb_modprof.register_chart(name="other-v2", display_name="Mine", public=True, api=api)
+    assert name == "me/other-v2"
+    assert api.calls[0]["entity"] == "me" and api.calls[0]["access"] == "public"
+    assert api.calls[0]["display_name"] == "Mine"
+
+
+def test_register_chart_failures_are_mod_prof_errors():
+    with pytest.raises(ModProfError, match=r"pass entity="):
+        wandb_modprof.register_chart(api=FakeApi(default_entity=None))
+    api = FakeApi(error=RuntimeError("permission denied"))
+    with pytest.raises(ModProfError) as raised:
+        wandb_modprof.register_chart("team", api=api)
+    text = str(raised.value)
+    assert "could not register the chart preset 'team/wandb-modprof-v1'" in text
+    assert "RuntimeError: permission denied" in text and "wandb login" in text
+    for bad in ("a/b", "", "has space"):
+        with pytest.raises(ModProfError, match=r"entity expected a W&B name"):
+            wandb_modprof.register_chart(bad, api=FakeApi())
+    with pytest.raises(ModProfError, match=r"name expected a W&B name"):
+        wandb_modprof.register_chart("me", name="x/y", api=FakeApi())
+
+
+def test_without_an_api_key_the_error_says_how_to_log_in(tmp_path, monkeypatch):
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))  # no ~/.netrc either
+    with pytest.raises(ModProfError) as raised:
+        wandb_modprof.register_chart("me")  # the real wandb.Api(): no network needed to fail
+    text = str(raised.value)
+    assert "UsageError" in text and "run `wandb login` or set WANDB_API_KEY" in text
+
+
+def test_cli_register_chart(monkeypatch, capsys):
+    api = FakeApi()
+    monkeypatch.setattr(_chart, "_new_api", lambda: api)
+    assert _cli.main(["register-chart", "--entity", "my-team", "--public"]) == 0
+    assert capsys.readouterr().out == f"my-team/{_spec.CHART_NAME}\n"
+    assert api.calls[0]["access"] == "public"
+    assert _cli.main(["register-chart", "--name", "custom-v3"]) == 0
+    assert capsys.readouterr().out == "me/custom-v3\n"
+    assert api.calls[1]["access"] == "private"
+
+
+def test_cli_register_chart_failure_exits_2(monkeypatch, capsys):
+    monkeypatch.setattr(_chart, "_new_api", lambda: FakeApi(error=RuntimeError("HTTP 403")))
+    assert _cli.main(["register-chart", "--entity", "me"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("wandb-modprof: error: could not register the chart preset")
+    assert "HTTP 403" in captured.err

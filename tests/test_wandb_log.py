@@ -1,0 +1,401 @@
+"""`watch` logs every sample to W&B: the panel (a custom chart over the profile table) and the
+step totals, with `commit=False`, outside the autograd engine. Real W&B SDK, offline or
+disabled runs (the hermetic environment of conftest.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import wandb
+from conftest import requires_cuda
+from helpers import disabled_run, train_step
+from models import ResNet, TinyGPT, gpt_input, resnet_input
+
+import wandb_modprof
+from wandb_modprof import ModProfError, _autograd_private, _spec, _wandb_log
+from wandb_modprof._modes import MODE_KEYS
+
+CHART = f"me/{_spec.CHART_NAME}"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_notices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_wandb_log, "_NOTICES", set())  # the offline notice is once per process
+
+
+class RecordingRun:
+    """A W&B run stand-in that records what `watch` logs (and where), then passes it on."""
+
+    def __init__(self, inner: Any = None, fail: bool = False) -> None:
+        self.inner = inner
+        self.fail = fail
+        self.calls: list[tuple[dict[str, Any], Any, bool]] = []
+        self.entity = "me"
+        self.offline = False
+        self.disabled = False
+
+    def log(self, data: dict[str, Any], commit: Any = None) -> None:
+        self.calls.append((data, commit, _autograd_private.in_backward()))
+        if self.fail:
+            raise OSError("disk full")
+        if self.inner is not None:
+            self.inner.log(data, commit=commit)
+
+
+def _strict_json(text: str) -> Any:
+    def reject(constant: str) -> Any:
+        raise ValueError(f"non-JSON constant {constant} in a table file")
+
+    return json.loads(text, parse_constant=reject)
+
+
+def _table_files(root: Path, model: str) -> list[Path]:
+    (run_dir,) = (root / "wandb").glob("offline-run-*")
+    return sorted((run_dir / "files" / "media" / "table" / "modprof").glob(f"{model}_table_*"))
+
+
+def _step_of(path: Path) -> int:
+    match = re.search(r"_table_(\d+)_[0-9a-f]+\.table\.json$", path.name)
+    assert match, path.name
+    return int(match.group(1))
+
+
+# ---- the end-to-end path: an offline run, files on disk ---------------------------------------
+# W&B reads WANDB_* variables once per process (`wandb.setup`), so runs get their entity from
+# `wandb.init(entity=...)` here; the WANDB_ENTITY fallback is tested with a run stand-in.
+def test_offline_run_writes_one_table_per_sample(tmp_path):
+    model = TinyGPT()
+    x = gpt_input()
+    run = wandb.init(mode="offline", project="modprof-test", dir=str(tmp_path), entity="me")
+    with pytest.warns(UserWarning, match="is offline") as offline_notice:
+        handle = wandb_modprof.watch(model, log_freq=2, run=run)
+    assert handle.key == "modprof/TinyGPT" and handle.chart == CHART
+    assert len(offline_notice) == 1
+    for step in range(6):  # 1: structure pass; 2, 4, 6 sampled
+        loss = train_step(model, x)
+        run.log({"loss": float(loss)})
+        assert run.step == step + 1  # modprof's logs never advance the user's step
+    prof = handle.unwatch()  # logs the sample of step 6
+    run.finish()
+
+    assert prof.num_samples == 3
+    files = _table_files(tmp_path, "TinyGPT")
+    # logged at the forwards of steps 3 and 5 (run.step 2, 4) and at unwatch (run.step 6)
+    assert sorted(_step_of(f) for f in files) == [2, 4, 6]
+    table = prof.table()
+    last = _strict_json(max(files, key=_step_of).read_text())
+    assert last["columns"] == list(table.columns)
+    assert len(last["data"]) == len(table.rows) <= 10_000
+    assert last["data"] == [list(row) for row in table.rows]  # the aggregated profile
+    kinds = {row[last["columns"].index("row_kind")] for row in last["data"]}
+    assert {"node", "edge", "meta"} <= kinds
+    for path in files:
+        data = _strict_json(path.read_text())
+        assert data["columns"] == list(table.columns)
+        assert 0 < len(data["data"]) <= 10_000
+        assert not any(
+            isinstance(cell, float) and not math.isfinite(cell)
+            for row in data["data"]
+            for cell in row
+        )
+
+
+def test_offline_run_without_entity_logs_tables_and_says_how_to_get_the_panel(tmp_path):
+    model = ResNet()
+    x = resnet_input()
+    run = wandb.init(mode="offline", project="modprof-test", dir=str(tmp_path))
+    with pytest.warns(UserWarning) as caught:
+        handle = wandb_modprof.watch(model, log_freq=1, run=run, structure=False)
+    (notice,) = [w for w in caught if "wandb_modprof" in str(w.message)]
+    text = str(notice.message)
+    assert "has no W&B entity" in text and "modprof/ResNet_table" in text
+    assert "WANDB_ENTITY" in text and "wandb-modprof register-chart --entity E" in text
+    assert handle.chart is None
+    for _ in range(2):
+        train_step(model, x)
+        run.log({"loss": 1.0})
+    handle.unwatch()
+    run.finish()
+    files = _table_files(tmp_path, "ResNet")
+    assert len(files) == 2
+    assert _strict_json(files[0].read_text())["columns"] == list(handle.profile().table().columns)
+
+
+def test_offline_notice_is_emitted_once_per_process_with_the_command(tmp_path):
+    run = wandb.init(mode="offline", project="modprof-test", dir=str(tmp_path), entity="my-team")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = wandb_modprof.watch(TinyGPT(), run=run, structure=False)
+        second = wandb_modprof.watch(ResNet(), run=run, structure=False)
+        first.unwatch(), second.unwatch()
+        third = wandb_modprof.watch(TinyGPT(), run=run, structure=False, chart="x/other-v2")
+        third.unwatch()
+    run.finish()
+    records = [w for w in caught if "wandb_modprof" in str(w.message)]
+    notices = [str(w.message) for w in records]
+    assert notices == [
+        f"wandb_modprof: run {run.id} is offline; its modprof panels use the W&B chart preset "
+        f"'my-team/{_spec.CHART_NAME}'. Before `wandb sync`, register the preset once: "
+        "`wandb-modprof register-chart --entity my-team` (or `python -m wandb_modprof "
+        "register-chart --entity my-team`)."
+    ]
+    assert records[0].filename == __file__  # points at the watch() call
+
+
+# ---- logic on disabled runs (no disk) ---------------------------------------------------------
+def test_disabled_run_holds_the_chart_and_the_totals_and_warns_nothing():
+    run = disabled_run()
+    model = TinyGPT()
+    x = gpt_input()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        handle = wandb_modprof.watch(
+            model, log_freq=1, run=run, default_mode="bwd", default_scale="log", chart=CHART
+        )
+        for _ in range(3):  # 1: structure pass; 2, 3 sampled
+            train_step(model, x)
+        prof = handle.unwatch()
+    chart = run.summary["modprof/TinyGPT"]
+    assert isinstance(chart, wandb.plot.CustomChart)
+    assert chart.spec.spec_name == CHART
+    assert chart.spec.fields == {}
+    assert chart.spec.string_fields == {"mode": "bwd", "scale": "log"}
+    table = prof.table()
+    assert chart.table.columns == list(table.columns)
+    assert chart.table.data == [list(row) for row in table.rows]
+    assert len(chart.table.data) <= 10_000
+    totals = prof.last_sample.totals
+    assert run.summary["modprof/TinyGPT/fwd_ms"] == totals.fwd_ms > 0
+    assert run.summary["modprof/TinyGPT/bwd_ms"] == totals.bwd_ms > 0
+    assert run.summary["modprof/TinyGPT/act_bytes"] == totals.act_bytes > 0
+
+
+def test_default_chart_and_mode():
+    run = disabled_run()
+    model = TinyGPT()
+    handle = wandb_modprof.watch(model, log_freq=1, run=run, structure=False)
+    assert handle.chart == f"{run.entity}/{_spec.CHART_NAME}"  # "dummy" for disabled runs
+    train_step(model, gpt_input())
+    handle.unwatch()
+    spec = run.summary["modprof/TinyGPT"].spec
+    assert spec.string_fields == {"mode": "fwd_bwd", "scale": "linear"}
+
+
+def test_entity_falls_back_to_wandb_entity(monkeypatch):
+    run = RecordingRun()
+    run.entity = ""
+    monkeypatch.setenv("WANDB_ENTITY", "env-team")
+    assert wandb_modprof.watch(TinyGPT(), run=run).chart == f"env-team/{_spec.CHART_NAME}"
+    monkeypatch.delenv("WANDB_ENTITY")
+    assert wandb_modprof.watch(ResNet(), run=run).chart is None  # tables only
+
+
+def test_samples_are_logged_at_the_next_forward_outside_the_engine_with_commit_false():
+    run = RecordingRun(disabled_run())
+    model = TinyGPT()
+    x = gpt_input()
+    handle = wandb_modprof.watch(model, log_freq=2, run=run, structure=False)
+    train_step(model, x)
+    train_step(model, x)  # sampled
+    assert run.calls == []  # the backward ended; nothing is logged inside the engine
+    with torch.no_grad():
+        model.eval()
+        model(x)  # any forward of the model logs it (eval ones too)
+        model.train()
+    assert len(run.calls) == 1
+    data, commit, in_backward = run.calls[0]
+    assert commit is False and not in_backward
+    assert set(data) == {
+        "modprof/TinyGPT",
+        "modprof/TinyGPT/fwd_ms",
+        "modprof/TinyGPT/bwd_ms",
+        "modprof/TinyGPT/act_bytes",
+    }
+    train_step(model, x)
+    train_step(model, x)  # sampled: logged by unwatch
+    assert len(run.calls) == 1
+    handle.unwatch()
+    assert len(run.calls) == 2 and run.calls[1][1] is False
+    handle.unwatch()  # a second unwatch logs nothing more
+    assert len(run.calls) == 2
+
+
+def test_unsampled_steps_log_nothing():
+    run = RecordingRun()
+    model = TinyGPT()
+    x = gpt_input()
+    handle = wandb_modprof.watch(model, log_freq=1000, run=run, structure=False)
+    for _ in range(5):
+        train_step(model, x)
+    handle.unwatch()
+    assert run.calls == []
+
+
+def test_samples_wait_for_their_device_events(monkeypatch):
+    """On accelerators a sample resolves only once its events completed: until then each root
+    forward asks again (simulated on CPU by a clock that is not ready)."""
+    import wandb_modprof._profile as profile_module
+
+    ready = {"now": False}
+    monkeypatch.setattr(profile_module, "last_stamp_ready", lambda session: ready["now"])
+    run = RecordingRun()
+    model = TinyGPT()
+    x = gpt_input()
+    handle = wandb_modprof.watch(model, log_freq=2, run=run, structure=False)
+    for _ in range(3):
+        train_step(model, x)
+    assert run.calls == []  # step 2's sample is not ready at step 3's forward
+    ready["now"] = True
+    train_step(model, x)  # step 4's forward: ready now
+    assert len(run.calls) == 1
+    ready["now"] = False
+    train_step(model, x)
+    train_step(model, x)
+    assert len(run.calls) == 1
+    handle.unwatch()  # forced: waits for the device
+    assert len(run.calls) == 2
+
+
+def test_two_models_of_one_class_get_distinct_keys():
+    run = disabled_run()
+    a, b, c = TinyGPT(), TinyGPT(), ResNet()
+    ha = wandb_modprof.watch(a, log_freq=1, run=run, structure=False)
+    hb = wandb_modprof.watch(b, log_freq=1, run=run, structure=False)
+    hc = wandb_modprof.watch(c, log_freq=1, run=run, structure=False)
+    assert (ha.key, hb.key, hc.key) == ("modprof/TinyGPT", "modprof/TinyGPT_1", "modprof/ResNet")
+    train_step(a, gpt_input())
+    train_step(b, gpt_input())
+    train_step(c, resnet_input())
+    wandb_modprof.unwatch()
+    for key in ("modprof/TinyGPT", "modprof/TinyGPT_1", "modprof/ResNet"):
+        assert isinstance(run.summary[key], wandb.plot.CustomChart)
+    # re-watching keeps the model's key; a new model never takes an unwatched one's
+    assert wandb_modprof.watch(a, run=run, structure=False).key == "modprof/TinyGPT"
+    assert wandb_modprof.watch(TinyGPT(), run=run, structure=False).key == "modprof/TinyGPT_2"
+    other = disabled_run()
+    assert wandb_modprof.watch(TinyGPT(), run=other, structure=False).key == "modprof/TinyGPT"
+
+
+def test_a_failing_log_warns_once_and_training_is_unchanged():
+    torch.manual_seed(0)
+    plain = TinyGPT()
+    watched = copy.deepcopy(plain)
+    x = gpt_input()
+    run = RecordingRun(fail=True)
+    handle = wandb_modprof.watch(watched, log_freq=1, run=run, structure=False)
+    opt_a = torch.optim.SGD(plain.parameters(), lr=0.1)
+    opt_b = torch.optim.SGD(watched.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(4):
+            la, lb = train_step(plain, x), train_step(watched, x)
+            assert torch.equal(la, lb)
+            opt_a.step(), opt_b.step()
+            opt_a.zero_grad(), opt_b.zero_grad()
+        handle.unwatch()
+    assert len(run.calls) == 4  # every sample was tried
+    messages = [str(w.message) for w in caught if "wandb_modprof" in str(w.message)]
+    assert messages == [
+        "wandb_modprof: could not log modprof/TinyGPT to W&B (OSError: disk full). This log is "
+        "dropped; training continues and later samples are still logged (no further warning). "
+        "If the run was finished: call unwatch() before run.finish()."
+    ]
+    for pa, pb in zip(plain.parameters(), watched.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+    assert handle.profile().num_samples == 4
+
+
+# ---- arguments ---------------------------------------------------------------------------------
+def test_watch_without_a_run_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(wandb, "run", None)
+    with pytest.raises(ModProfError) as raised:
+        wandb_modprof.watch(TinyGPT())
+    assert str(raised.value) == (
+        "watch() needs a W&B run: call wandb.init() before watch(), or pass run=...; for "
+        "profiling without W&B use wandb_modprof.profile(model)"
+    )
+    assert wandb_modprof.unwatch() is None  # nothing was hooked
+
+
+def test_watch_uses_wandb_run_by_default():
+    run = disabled_run()
+    assert wandb.run is run
+    handle = wandb_modprof.watch(TinyGPT(), run=None, structure=False)
+    assert handle.run is run
+
+
+def test_bad_mode_scale_and_chart_are_clear_errors():
+    run = disabled_run()
+    model = TinyGPT()
+    modes = ", ".join(repr(m) for m in MODE_KEYS)
+    with pytest.raises(ModProfError, match=re.escape(f"expected one of {modes}; got 'time'")):
+        wandb_modprof.watch(model, run=run, default_mode="time")
+    with pytest.raises(
+        ModProfError, match=re.escape("default_scale expected one of 'linear', 'log'; got 'sqrt'")
+    ):
+        wandb_modprof.watch(model, run=run, default_scale="sqrt")
+    for bad in ("wandb-modprof-v1", "a/b/c", "me/", "me/has space", 3):
+        with pytest.raises(ModProfError, match=r"chart expected a W&B chart preset name"):
+            wandb_modprof.watch(model, run=run, chart=bad)  # type: ignore[arg-type]
+    handle = wandb_modprof.watch(model, run=run, chart="team_1/my.chart-v2", structure=False)
+    assert handle.chart == "team_1/my.chart-v2"
+
+
+def test_importing_the_package_does_not_import_wandb():
+    code = "import sys, wandb_modprof; assert 'wandb' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_root_compiled_in_place_logs_during_training():
+    """`model.compile()` runs the root's hooks inside compiled code; the log runs eagerly
+    there (a graph break), so samples are still logged at the next forward."""
+    import torch._dynamo
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    model = TinyGPT()
+    model.compile(backend=counter)
+    x = gpt_input()
+    run = RecordingRun()
+    handle = wandb_modprof.watch(model, log_freq=2, run=run, structure=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # dynamo's notes on the graph breaks in our hooks
+        for _ in range(5):
+            train_step(model, x)
+        assert len(run.calls) == 2  # steps 2 and 4, logged at the forwards of 3 and 5
+        frames = counter.frame_count
+        for _ in range(4):
+            train_step(model, x)
+    assert counter.frame_count == frames  # logging caused no recompiles
+    assert len(run.calls) == 4
+    handle.unwatch()
+    torch._dynamo.reset()
+    assert all(commit is False and not in_backward for _, commit, in_backward in run.calls)
+
+
+@requires_cuda
+def test_cuda_samples_are_logged_once_their_events_completed():
+    run = RecordingRun()
+    model = TinyGPT().cuda()
+    x = gpt_input().cuda()
+    handle = wandb_modprof.watch(model, log_freq=2, run=run, structure=False)
+    for _ in range(7):
+        train_step(model, x)
+        torch.cuda.synchronize()  # the sample's events are complete by the next forward
+    assert len(run.calls) == 3  # steps 2, 4, 6, at the forwards of 3, 5, 7
+    train_step(model, x)  # step 8, sampled; unwatch waits for it
+    handle.unwatch()
+    assert len(run.calls) == 4
+    data = run.calls[-1][0]
+    assert data["modprof/TinyGPT/fwd_ms"] > 0 and data["modprof/TinyGPT/bwd_ms"] > 0
