@@ -1194,33 +1194,21 @@ def graph() -> dict[str, Any]:
                     }
                 },
             },
-            {
-                "type": "rect",
-                "name": "node_rect",
-                "from": {"data": "vdraw"},
-                "encode": {"update": node_enc},
-            },
-            {
-                "type": "text",
-                "name": "node_label",
-                "from": {"data": "vdraw"},
-                "interactive": False,
-                "encode": {"update": label_enc},
-            },
-            {
-                "type": "text",
-                "name": "node_sublabel",
-                "from": {"data": "vdraw"},
-                "interactive": False,
-                "encode": {"update": sub_enc},
-            },
-            {
-                "type": "text",
-                "name": "node_open",
-                "from": {"data": "vdraw"},
-                "interactive": False,
-                "encode": {"update": plus_enc},
-            },
+            *(
+                {
+                    "type": kind,
+                    "name": name,
+                    "from": {"data": "vdraw"},
+                    "interactive": name == "node_rect",  # labels let events reach the box
+                    "encode": {"update": enc},
+                }
+                for kind, name, enc in (
+                    ("rect", "node_rect", node_enc),
+                    ("text", "node_label", label_enc),
+                    ("text", "node_sublabel", sub_enc),
+                    ("text", "node_open", plus_enc),
+                )
+            ),
             {
                 "type": "rect",
                 "name": "card_bg",
