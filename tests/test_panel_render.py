@@ -28,7 +28,7 @@ from panel import (
 
 from wandb_modprof import _spec
 from wandb_modprof._modes import MODES, mode
-from wandb_modprof._table import ProfileTable
+from wandb_modprof._table import COLUMNS, ProfileTable
 
 ROOT = Path(__file__).resolve().parent.parent
 TOLERANCE = 12  # Vega samples Turbo into a palette; the polynomial differs by a few units
@@ -76,8 +76,7 @@ def test_spec_obeys_wandb_rules() -> None:
     assert spec["data"][0] == {"name": "wandb"}
     assert all("url" not in d and "values" not in d for d in spec["data"])  # frozen: no inline data
     assert "${string:mode:" in text and "${string:scale:" in text
-    columns = set(resnet_table.__globals__["wandb_modprof"]._table.COLUMNS)
-    assert not {"id", "name", "color"} & columns  # W&B's own columns
+    assert not {"id", "name", "color"} & set(COLUMNS)  # W&B's own columns
 
 
 # ---- colours ---------------------------------------------------------------------------------
@@ -306,3 +305,15 @@ def test_drilled_view_shows_its_nodes_and_breadcrumbs(resnet: ProfileTable) -> N
     # an unknown view (e.g. from another run) falls back to the root view
     fallback = _with_signal(rows, view_pick="nope#0")
     assert texts(fallback, "node_label") == [r["label"] for r in root_nodes(rows)]
+
+
+def test_with_rows_fills_the_wandb_dataset_of_a_copy() -> None:
+    spec = _spec.filled({"mode": "bwd"})
+    out = _spec.with_rows(spec, ("a", "b"), [(1, "x"), (2, "y")])
+    assert out["data"][0] == {"name": "wandb", "values": [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]}
+    assert spec["data"][0] == {"name": "wandb"}  # the original is untouched
+    assert next(s for s in out["signals"] if s["name"] == "mode")["value"] == "bwd"
+    with pytest.raises(ValueError, match="no dataset named 'wandb'"):
+        _spec.with_rows({"data": [{"name": "other"}]}, ("a",), [(1,)])
+    with pytest.raises(ValueError):  # a row of the wrong length is not silently cut
+        _spec.with_rows(spec, ("a", "b"), [(1,)])
