@@ -30,6 +30,7 @@ bench-smoke: $(VENV)/.installed
 	$(PY) benchmarks/overhead.py --quick
 	$(PY) benchmarks/structure.py --quick
 	$(PY) benchmarks/layout.py --quick
+	$(PY) benchmarks/report.py --quick
 
 test: lint typecheck unit bench-smoke
 
@@ -37,6 +38,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/structure.py
 	$(PY) benchmarks/layout.py
+	$(PY) benchmarks/report.py
 
 pictures: $(VENV)/.installed
 	$(PY) tools/render_layout.py --out docs/images

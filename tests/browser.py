@@ -52,6 +52,9 @@ MARGIN_PX = 16  # the panel sits off the page origin so that offsets are really 
 TIMEOUT_MS = 15_000
 
 
+_RUNNING: list[Browser] = []  # launched and not closed yet (see `running`)
+
+
 class BrowserUnavailableError(RuntimeError):
     """Chromium, playwright or the vendored Vega is missing (tests skip, or fail in CI)."""
 
@@ -212,6 +215,14 @@ _HARNESS_JS = r"""
     } catch (e) {
       state.errors.push('open: ' + (e && e.stack ? e.stack : String(e)));
     }
+  };
+  // a view made elsewhere (the HTML report's own): listen as `open` does for its views
+  state.attach = (view) => {
+    state.view = view;
+    for (const type of ['click', 'dblclick', 'pointerdown', 'pointerup', 'wheel']) {
+      view.addEventListener(type, (e, item) => { state.events.push({type, ...pickedOf(item)}); });
+    }
+    view.addEventListener('pointermove', (e, item) => { state.lastMove = pickedOf(item); });
   };
   state.setRows = async (rows) => {
     state.view.change('wandb', vega.changeset().remove(vega.truthy).insert(rows));
@@ -444,6 +455,24 @@ class Panel:
             self._context.close()
 
 
+class Report(Panel):
+    """A report page (`Browser.open_report`): a Panel plus the URLs the page requested and the
+    dialogs it opened (alert, confirm, ...), which a report must never do."""
+
+    def __init__(
+        self,
+        context: Any,
+        page: Any,
+        blocked: list[str],
+        console: list[str],
+        requests: list[str],
+        dialogs: list[str],
+    ) -> None:
+        super().__init__(context, page, blocked, console)
+        self.requests = requests
+        self.dialogs = dialogs
+
+
 class Browser:
     """One Chromium for the whole session; every panel gets a fresh context and page."""
 
@@ -506,6 +535,58 @@ class Browser:
         )
         return panel
 
+    def open_report(
+        self, path: str | os.PathLike[str], width: int = 1280, height: int = 860
+    ) -> Report:
+        """The HTML report at `path` (`wandb_modprof._html`) loaded from file:// in a window of
+        `width` x `height`, as a Panel over the report's own Vega view (`window.__modprof_view`):
+        every request except the file itself is aborted and reported as an error, and
+        `requests` lists every URL the page asked for."""
+        url = Path(path).resolve().as_uri()
+        context = self._browser.new_context(
+            viewport={"width": width, "height": height}, device_scale_factor=1
+        )
+        blocked: list[str] = []
+        console: list[str] = []
+        requests: list[str] = []
+        dialogs: list[str] = []
+
+        def block(route: Any) -> None:
+            if route.request.url == url:
+                route.continue_()
+            else:
+                blocked.append(route.request.url)
+                route.abort()
+
+        context.route("**/*", block)
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("dialog", lambda d: (dialogs.append(f"{d.type}: {d.message}"), d.dismiss()))
+        page.on(
+            "console",
+            lambda m: (
+                console.append(f"console {m.type}: {m.text}")
+                if m.type in ("error", "warning")
+                else None
+            ),
+        )
+        page.on("pageerror", lambda e: console.append(f"page error: {e}"))
+        report = Report(context, page, blocked, console, requests, dialogs)
+        self._panels.append(report)
+        page.goto(url)
+        page.wait_for_function("() => window.__modprof_ready || window.__modprof_error")
+        # the harness's page side, over the report's view; the report exposes vegaEmbed only,
+        # so the harness gets the one constant of `vega` it reads at start (vega.Warn = 2)
+        page.add_script_tag(content="window.vega = window.vega || {Warn: 2};")
+        page.add_script_tag(content=_HARNESS_JS)
+        page.evaluate(
+            "() => { if (window.__modprof_view) __mp.attach(window.__modprof_view); "
+            "if (window.__modprof_error) __mp.errors.push(window.__modprof_error); }"
+        )
+        report.settle()
+        return report
+
     def close(self) -> None:
         for panel in self._panels:
             panel.close()
@@ -527,7 +608,15 @@ def launch(chromium: Path = CHROMIUM, vega_js: Path = VEGA_JS) -> Iterator[Brows
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(chromium), args=list(CHROMIUM_ARGS))
         wrapped = Browser(browser, vega_js.read_text("utf-8"))
+        _RUNNING.append(wrapped)
         try:
             yield wrapped
         finally:
+            _RUNNING.remove(wrapped)
             wrapped.close()
+
+
+def running() -> Browser | None:
+    """The Chromium a `launch()` still holds open in this process, if any: playwright's sync
+    API allows one at a time per thread, so test modules share it instead of launching."""
+    return _RUNNING[-1] if _RUNNING else None

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +45,11 @@ def _hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     yield
     wandb_modprof.unwatch()
+    # A run a test left open is `wandb.run` for the next test: transformers' WandbCallback
+    # would log into it instead of starting its own.
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and wandb.run is not None:
+        wandb.run.finish()
 
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import pytest
 
 import wandb_modprof
+from wandb_modprof import _demo
 
 
 def test_demo_trains_and_prints_top_modules(tmp_path):
@@ -44,10 +46,24 @@ def test_demo_trains_and_prints_top_modules(tmp_path):
     assert out.count("(sampled)") == 2
     assert out.count("(structure pass)") == 1
     assert f"Profile written to {saved}" in out
+    assert "step 1 is wandb_modprof's structure pass, it samples every later step" in out
+    # not a terminal: one plain line per step, no bar redrawn with \r
+    assert "\r" not in out
+    assert "  step   3/3  loss " in out
+    # the watch() warning about the missing entity is replaced by the demo's own notice
+    assert "has no W&B entity" not in proc.stderr
     prof = wandb_modprof.load(saved)
     assert prof.num_samples == 2
     assert len(prof.structures()) == 1
     assert any(r["node_kind"] == "self" for r in prof.table().records())
+    page = saved.with_name("demo.html")
+    assert f"HTML report written to {page}" in out
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("<!doctype html>") and "<title>GPT2LMHeadModel profile</title>" in text
+    assert '"node_kind"' in text and "transformer.h.0#0" in text  # the table rows are inlined
+    # the top modules: the summary's tables
+    assert "Top modules by forward time" in out
+    assert "Top modules by activation memory" in out
     trace = saved.with_name("demo.trace.json")
     assert f"Trace of the last sampled step written to {trace}" in out
     events = json.loads(trace.read_text())["traceEvents"]
@@ -70,3 +86,34 @@ def test_cli_rejects_bad_arguments():
     )
     assert proc.returncode == 2
     assert "expected an integer >= 1, got 0" in proc.stderr
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_demo_progress_is_one_bar_on_a_terminal():
+    out = _Tty()
+    progress = _demo._Progress(steps=4, log_freq=2, out=out)
+    for step in range(1, 5):
+        progress.step(step, 1.0 / step)
+    text = out.getvalue()
+    assert "\n" not in text[:-1] and text.endswith("\n")  # one line, redrawn
+    frames = text.rstrip("\n").split("\r")[1:]
+    assert len(frames) == 5  # step 0 (before the structure pass) and steps 1-4
+    assert frames[0].startswith("  [" + "-" * 30 + "] 0/4  samples 0")
+    assert frames[-1].startswith("  [" + "#" * 30 + "] 4/4  loss 0.2500  samples 2")
+    assert progress.samples == 2  # steps 2 and 4 (step 1 is the structure pass)
+
+
+def test_demo_progress_is_one_line_per_step_otherwise():
+    out = io.StringIO()
+    progress = _demo._Progress(steps=3, log_freq=1, out=out)
+    for step in range(1, 4):
+        progress.step(step, 2.0)
+    assert out.getvalue().splitlines() == [
+        "  step   1/3  loss 2.0000 (structure pass)",
+        "  step   2/3  loss 2.0000 (sampled)",
+        "  step   3/3  loss 2.0000 (sampled)",
+    ]

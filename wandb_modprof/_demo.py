@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -54,6 +55,42 @@ def run_demo(steps: int, log_freq: int, top: int, save: str, out: TextIO) -> int
         run.finish()
 
 
+class _Progress:
+    """One `\\r`-redrawn bar on a terminal; one line per step otherwise (logs, CI, pipes)."""
+
+    def __init__(self, steps: int, log_freq: int, out: TextIO) -> None:
+        self.steps, self.log_freq, self.out = steps, log_freq, out
+        self.tty = bool(getattr(out, "isatty", lambda: False)())
+        self.start = time.perf_counter()
+        self.samples = 0
+        if self.tty:  # the first step (the structure pass) takes a while: show the bar now
+            self._draw(0, "")
+
+    def step(self, step: int, loss: float) -> None:
+        # watch() spends the first training step on the structure pass (graph, FLOPs).
+        # Steps log_freq, 2 * log_freq, ... are sampled; with log_freq=1 all but the first.
+        sampled = step > 1 and step % self.log_freq == 0
+        self.samples += sampled
+        note = " (structure pass)" if step == 1 else " (sampled)" if sampled else ""
+        if not self.tty:
+            print(f"  step {step:3d}/{self.steps}  loss {loss:.4f}{note}", file=self.out)
+            return
+        self._draw(step, f"loss {loss:.4f}  ")
+        if step == self.steps:
+            self.out.write("\n")
+            self.out.flush()
+
+    def _draw(self, step: int, loss: str) -> None:
+        width = 30
+        done = width * step // self.steps
+        bar = "#" * done + "-" * (width - done)
+        elapsed = time.perf_counter() - self.start
+        self.out.write(
+            f"\r  [{bar}] {step}/{self.steps}  {loss}samples {self.samples}  {elapsed:5.1f} s "
+        )
+        self.out.flush()
+
+
 def _train(
     model: torch.nn.Module,
     vocab: int,
@@ -65,40 +102,48 @@ def _train(
     save: str,
     out: TextIO,
 ) -> int:
-    handle = watch(model, log_freq=log_freq, optimizer=optimizer, run=run)
+    with warnings.catch_warnings():
+        # The demo says itself, at the end, what an offline run without an entity gets.
+        warnings.filterwarnings("ignore", message=r".*has no W&B entity.*")
+        handle = watch(model, log_freq=log_freq, optimizer=optimizer, run=run)
     batch = torch.randint(0, vocab, (8, 128))
     n_params = sum(p.numel() for p in model.parameters())
+    sampled = "every later step"
+    if log_freq > 1:
+        sampled = f"every {log_freq} steps (steps {log_freq}, {2 * log_freq}, ...)"
     print(
         f"Training GPT-2 ({n_params / 1e6:.1f} M parameters, random weights) on CPU for "
-        f"{steps} steps; wandb_modprof samples every {log_freq}th step.",
+        f"{steps} steps; step 1 is wandb_modprof's structure pass, it samples {sampled}.",
         file=out,
+        flush=True,
     )
-    start = time.perf_counter()
+    progress = _Progress(steps, log_freq, out)
     for step in range(1, steps + 1):
         loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         run.log({"loss": loss.item()})  # wandb_modprof's logs join this row (commit=False)
-        # watch() spends the first training step on the structure pass (graph, FLOPs).
-        sampled = " (structure pass)" if step == 1 else ""
-        sampled = sampled or (" (sampled)" if step % log_freq == 0 else "")
-        print(f"  step {step:3d}/{steps}  loss {loss.item():.4f}{sampled}", file=out)
-    elapsed = time.perf_counter() - start
+        progress.step(step, loss.item())
+    elapsed = time.perf_counter() - progress.start
     profile = handle.unwatch()
     print(f"Done in {elapsed:.1f} s.\n", file=out)
     print(profile.summary(n=top), file=out)
-    Path(save).parent.mkdir(parents=True, exist_ok=True)
-    path = profile.save(save)
-    table = profile.table()
+    target = Path(save)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stem = target.name.split(".")[0]
+    path = profile.save(target)
     print(
-        f"Profile written to {path} ({len(table.rows)} table rows; "
-        f"load it with wandb_modprof.load({str(path)!r})).",
+        f"Profile written to {path} (load it with wandb_modprof.load({str(path)!r}), or "
+        f"`wandb-modprof summary {path} --mode bwd`).",
         file=out,
     )
-    trace = profile.export_chrome_trace(
-        Path(save).with_name(Path(save).name.split(".")[0] + ".trace.json")
+    html = profile.to_html(target.with_name(stem + ".html"))
+    print(
+        f"HTML report written to {html} (open it in a browser: the panel, offline, no server).",
+        file=out,
     )
+    trace = profile.export_chrome_trace(target.with_name(stem + ".trace.json"))
     print(
         f"Trace of the last sampled step written to {trace} (open it in ui.perfetto.dev).", file=out
     )

@@ -6,6 +6,7 @@ One list serves the Vega spec (generated from it by `tools/build_spec.py`), the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -19,7 +20,7 @@ class Mode:
     combine: str  # "sum" or "max" of `columns`
     total: str  # meta row whose meta_number is the model total ("" = no share shown)
 
-    def value(self, row: dict[str, object]) -> float | None:
+    def value(self, row: Mapping[str, object]) -> float | None:
         """The node's value in this mode, or None where the table says it was not measured."""
         missing = str(row.get("missing", ""))
         if missing == "*" or any(c in missing.split(",") for c in self.columns):

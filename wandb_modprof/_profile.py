@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ModProfError
+from ._modes import DEFAULT_MODE, DEFAULT_SCALE
 from ._records import METRICS, InvocationRecord, ModuleStats, Sample
 from ._resolve import last_stamp_ready, resolve, wait
 from ._statistics import StatsAccumulator
@@ -224,6 +225,86 @@ class Profile:
         from ._profile_file import save_profile
 
         return save_profile(self, path)
+
+    # ---- the HTML report and pictures (`_html`, `_images`) ---------------------------------
+    def to_html(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        mode: str = DEFAULT_MODE,
+        scale: str = DEFAULT_SCALE,
+        title: str | None = None,
+    ) -> Path:
+        """Write the panel as one self-contained HTML file (Vega inlined: opens from disk with
+        no network; every click, hover, drag and zoom of the panel works).
+
+        >>> prof.to_html("profile.html", mode="bwd")           # doctest: +SKIP
+        PosixPath('profile.html')
+
+        `mode` / `scale` set how it opens (`_modes.MODE_KEYS`, "linear" / "log"); a profile
+        without samples gives a page saying so. See `wandb_modprof._html.report_html` for
+        several profiles and compare mode.
+        """
+        from ._html import write_report
+
+        label = self.model_name
+        return write_report(path, [(label, self)], mode=mode, scale=scale, title=title)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the report in a sandboxed `<iframe srcdoc>` (scripts run without trusting
+        the notebook), 650 px high; about 1 MB (Vega) plus the table."""
+        from ._html import iframe_html, report_html
+
+        return iframe_html(report_html([(self.model_name, self)]))
+
+    def to_svg(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        mode: str = DEFAULT_MODE,
+        scale: str = DEFAULT_SCALE,
+        view: str | None = None,
+        width: int = 1100,
+        height: int = 640,
+    ) -> str:
+        """The panel as SVG text (written to `path` too when given), rendered without a
+        browser: opened at `mode`, `scale` and `view` (a view key such as "layer2#0", or a
+        module name for its first call; default the model's top view).
+
+        >>> prof.to_svg("bwd.svg", mode="bwd", view="layer2")  # doctest: +SKIP
+        """
+        from ._images import to_svg
+
+        return to_svg(self, path, mode=mode, scale=scale, view=view, width=width, height=height)
+
+    def to_png(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        mode: str = DEFAULT_MODE,
+        scale: str = DEFAULT_SCALE,
+        view: str | None = None,
+        width: int = 1100,
+        height: int = 640,
+        scale_factor: float = 2.0,
+    ) -> bytes:
+        """The panel as PNG bytes of `width * scale_factor` x `height * scale_factor` pixels
+        (written to `path` too when given); arguments as `to_svg`.
+
+        >>> run.log({"graph": wandb.Image(io.BytesIO(prof.to_png()))})  # doctest: +SKIP
+        """
+        from ._images import to_png
+
+        return to_png(
+            self,
+            path,
+            mode=mode,
+            scale=scale,
+            view=view,
+            width=width,
+            height=height,
+            scale_factor=scale_factor,
+        )
 
     def __str__(self) -> str:
         return self.summary()

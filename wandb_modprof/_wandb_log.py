@@ -17,6 +17,13 @@ order; re-watching the same model object in that run reuses its key):
 - `<key>/fwd_ms`, `<key>/bwd_ms`, `<key>/act_bytes`: the sample's `StepTotals` (a value that
   was not measured is left out), so W&B draws them over steps.
 
+At `unwatch()`: `<key>/report`, a `wandb.Html` of the final profile as the self-contained
+HTML report (`_html.report_html`, Vega inlined, about 1 MB plus the table), in the same
+`run.log` call as the last sample (alone if that was logged already; none if no sample was
+ever logged). Building it costs about 1 s once per process (vl-convert bundles Vega) and
+milliseconds after that (plus `table()`, up to ~1 s at 10,000 rows); a disabled run discards
+everything it is given, so for disabled runs the report is not built at all.
+
 Everything is logged with `commit=False`, as `wandb.watch` does: it joins the user's next
 `run.log` row and never advances `run.step`.
 
@@ -56,9 +63,11 @@ from ._errors import ModProfError
 
 if TYPE_CHECKING:
     from ._profile import Profile
+    from ._table import ProfileTable
 
 KEY_PREFIX = "modprof"
 TOTALS = ("fwd_ms", "bwd_ms", "act_bytes")
+REPORT_SUFFIX = "/report"  # `<key>/report`: the HTML report, logged once at unwatch()
 # Keys handed out per run (weakly held): distinct keys for same-class models, kept after
 # `unwatch` so a later model never overwrites an earlier one's panel.
 _RUN_KEYS: weakref.WeakKeyDictionary[Any, list[tuple[str, weakref.ref[nn.Module]]]] = (
@@ -191,27 +200,57 @@ class WandbLog:
         self.logged_samples = 0
         self._warned = False
 
-    def deliver(self, profile: Profile, force: bool = False) -> bool:
+    def deliver(self, profile: Profile, force: bool = False, final: bool = False) -> bool:
         """Log the samples resolved since the last log. False: some still await their device
-        events (only without `force`), ask again on a later step."""
+        events (only without `force`), ask again on a later step. `final` (at `unwatch`): the
+        HTML report joins that log (or is logged alone if every sample was logged already)."""
         try:
             profile._resolve_pending(force=force)
             if profile._pending:
                 return False
             count = profile._num_samples
-            if count == self.logged_samples:
+            new = count != self.logged_samples
+            report = final and count > 0 and not _flag(self.run, "disabled")
+            if not (new or report):
                 return True
             self.logged_samples = count  # set first: a failed log is dropped, not retried
-            self.run.log(self.entry(profile), commit=False)
+            table = profile.table()  # once, for the panel and the report
+            entry = self.entry(profile, table) if new else {}
+            if report:
+                entry.update(self.report(profile, table))
+            if entry:
+                self.run.log(entry, commit=False)
         except Exception as error:
             self._warn_once(error)
         return True
 
-    def entry(self, profile: Profile) -> dict[str, Any]:
+    def report(self, profile: Profile, table: ProfileTable | None = None) -> dict[str, Any]:
+        """`{<key>/report: wandb.Html}`: the final profile as the self-contained HTML report
+        (`_html`), or {} if it could not be built (warned once, like a failed log)."""
+        try:
+            import wandb
+
+            from ._html import report_html, tables_html
+
+            mode, scale = self.string_fields["mode"], self.string_fields["scale"]
+            if table is None:
+                page = report_html([(profile.model_name, profile)], mode=mode, scale=scale)
+            else:
+                page = tables_html([(profile.model_name, profile.model_name, table)], mode, scale)
+            # inject=False: W&B's default would add a <link> to its CDN stylesheet, and the
+            # page must work offline; data_is_not_path: never stat a 1 MB string as a path
+            html = wandb.Html(page, inject=False, data_is_not_path=True)
+        except Exception as error:
+            self._warn_once(error)
+            return {}
+        return {f"{self.key}{REPORT_SUFFIX}": html}
+
+    def entry(self, profile: Profile, table: ProfileTable | None = None) -> dict[str, Any]:
         """The dict of one `run.log` call: the panel (or its table) and the step totals."""
         import wandb
 
-        table = profile.table()
+        if table is None:
+            table = profile.table()
         types = column_types(table.columns)
         data = wandb.Table(
             columns=list(table.columns),

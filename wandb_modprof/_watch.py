@@ -120,13 +120,15 @@ class WatchHandle:
 
     def unwatch(self) -> Profile:
         """Remove every hook (module, root, optimizer), log the samples not logged yet (waits
-        for the device), and return the final profile."""
+        for the device) and the final HTML report (`<key>/report`), and return the final
+        profile."""
         if self._capture.attached:
             self._capture.detach()
             self._counter.remove()
             _registry.release(self.model, self)
             if self._wandb_log is not None:
-                self._wandb_log.deliver(self._capture.profile, force=True)
+                # final: the HTML report joins the last sample's log (`<key>/report`)
+                self._wandb_log.deliver(self._capture.profile, force=True, final=True)
         return self._capture.profile
 
     def __repr__(self) -> str:
