@@ -8,7 +8,9 @@ open the view with the blocks) and `panel_resnet_<mode>.png` (`tests/models.py`'
 clicks `layer2`, then its residual block `0`) for three analysis modes, each picked by
 clicking its legend entry, with the hover card of the most expensive node shown. Each model
 trains a few steps with AdamW under `wandb_modprof.profile`, so optimizer state is measured
-too. Needs `make vendor` and Debian's chromium (as the browser tests do).
+too. Also `report_gpt2.png`: the self-contained HTML report (`prof.to_html`) of the same
+GPT-2 profile, opened from file:// with the network blocked, drilled into `transformer`. Needs
+`make vendor` and Debian's chromium (as the browser tests do).
 """
 
 from __future__ import annotations
@@ -77,6 +79,18 @@ def screenshot(
     panel.close()
 
 
+def report_screenshot(browser: Any, prof: Any, path: Path) -> None:
+    html = path.with_suffix(".html")
+    prof.to_html(html, mode="bwd", title="GPT-2 (4 layers, from a config)")
+    report = browser.open_report(html, width=WIDTH + 40, height=HEIGHT + 160)
+    report.click("node_rect", lambda item: item.datum.get("label") == "transformer")
+    if report.errors():
+        raise SystemExit(f"the report reported errors: {report.errors()}")
+    report.page.screenshot(path=str(path))  # the whole page: header, totals and the chart
+    report.close()
+    html.unlink()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="docs/images", type=Path)
@@ -95,6 +109,9 @@ def main() -> None:
                 path = args.out / f"panel_{name}_{mode}.png"
                 screenshot(browser, prof, mode, scale, path, opens)
                 print(f"wrote {path}")
+            if name == "gpt2":
+                report_screenshot(browser, prof, args.out / "report_gpt2.png")
+                print(f"wrote {args.out / 'report_gpt2.png'}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 from ._callbacks import ModuleCallbacks, ModuleEvent, on_module
 from ._chart import register_chart
 from ._errors import ModProfError
+from ._html import write_report
 from ._profile import Profile
 from ._profile_block import ProfileBlock, profile
 from ._profile_file import load
@@ -52,4 +53,5 @@ __all__ = [
     "register_chart",
     "unwatch",
     "watch",
+    "write_report",
 ]
