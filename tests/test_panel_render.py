@@ -317,3 +317,28 @@ def test_with_rows_fills_the_wandb_dataset_of_a_copy() -> None:
         _spec.with_rows({"data": [{"name": "other"}]}, ("a",), [(1,)])
     with pytest.raises(ValueError):  # a row of the wrong length is not silently cut
         _spec.with_rows(spec, ("a", "b"), [(1,)])
+
+
+def test_imbalance_mode_makes_the_straggler_red(resnet: ProfileTable) -> None:
+    """Distributed runs add `rank_*` columns; a module slow on one rank is the red node in the
+    imbalance mode, and single-process tables (no such cells) grey the mode out."""
+    rows = [dict(r) for r in records(resnet)]
+    assert "was not measured" in texts(render(rows, mode="imbalance"), "message")[0]
+    for r in rows:
+        if r["row_kind"] != "node" or r["node_kind"] in ("input", "output"):
+            continue
+        slow = r["node_key"] == "layer3#0"
+        r.update(rank_count=2, rank_slowest=1 if slow else 0, rank_imbalance=1.8 if slow else 1.02)
+    scene = render(rows, mode="imbalance")
+    nodes = root_nodes(rows)
+    fills = dict(
+        zip(
+            (n["node_key"] for n in nodes),
+            (i["fill"] for i in marks(scene, "node_rect")),
+            strict=True,
+        )
+    )
+    assert color_distance(fills["layer3#0"], vega_turbo([1.0])[0]) <= 1
+    assert texts(scene, "colorbar_hi") == ["1.8×"]
+    assert "1. layer3" in texts(scene, "top_label")
+    assert texts(scene, "message") == []

@@ -46,7 +46,11 @@ DIVERGE = ["#3b4cc0", "#f2f2f2", "#b40426"]  # faster than baseline / same / slo
 
 # ---- expressions -----------------------------------------------------------------------------
 def missing(column: str, d: str = "datum") -> str:
-    return f"({d}.missing === '*' || indexof(',' + {d}.missing + ',', ',{column},') >= 0)"
+    # a table from before a column existed has no such cell: missing too
+    return (
+        f"({d}.missing === '*' || indexof(',' + {d}.missing + ',', ',{column},') >= 0 "
+        f"|| !isValid({d}.{column}))"
+    )
 
 
 def value_expr(m: Mode, d: str = "datum") -> str:
@@ -82,6 +86,8 @@ def fmt(unit: str, v: str) -> str:
         return _decimal(v, "FLOP")
     if unit == "flop_s":
         return _decimal(v, "FLOP/s")
+    if unit == "ratio":
+        return f"format({v}, '.3~r') + '×'"
     return f"format({v}, '.4~g')"
 
 
@@ -306,6 +312,10 @@ def data() -> list[dict[str, Any]]:
         "datum.samples > 0 && isValid(datum.fwd_ms_std) && datum.node_kind === 'module' ? "
         f"'Forward spread: ' + ({fmt('ms', 'datum.fwd_ms_min')}) + ' – ' + "
         f"({fmt('ms', 'datum.fwd_ms_max')}) + ' over ' + datum.samples + ' samples' : ''"
+    )
+    card_lines.append(
+        f"!{missing('rank_slowest')} && datum.rank_count > 1 ? 'Slowest rank: ' + "
+        "datum.rank_slowest + ' of ' + datum.rank_count : ''"
     )
     card_lines.append("datum.has_view ? 'Click to open' : ''")
     card_lines.append(
@@ -636,7 +646,7 @@ def data() -> list[dict[str, Any]]:
 
 def _mode_cell(m: Mode) -> tuple[int, int]:
     """(column, row) of a mode's legend entry: Time + Compute left, Memory + Health right."""
-    layout = {0: ["Time", "Compute"], 1: ["Memory", "Health"]}
+    layout = {0: ["Time", "Compute", "Ranks"], 1: ["Memory", "Health"]}
     for col, groups in layout.items():
         row = 0
         for group in groups:
@@ -650,7 +660,7 @@ def _mode_cell(m: Mode) -> tuple[int, int]:
 
 
 def _heading_rows() -> list[tuple[str, int, int]]:
-    layout = {0: ["Time", "Compute"], 1: ["Memory", "Health"]}
+    layout = {0: ["Time", "Compute", "Ranks"], 1: ["Memory", "Health"]}
     out = []
     for col, groups in layout.items():
         row = 0

@@ -15,7 +15,7 @@ class Mode:
     key: str  # the value of the spec's `mode` signal and of `default_mode=`
     label: str  # legend entry
     group: str  # legend column heading
-    unit: str  # "ms" | "bytes" | "flops" | "flop_s" | "norm": how values are written
+    unit: str  # "ms" | "bytes" | "flops" | "flop_s" | "norm" | "ratio": how values are written
     columns: tuple[str, ...]  # table columns the value reads; missing if any of them is
     combine: str  # "sum" or "max" of `columns`
     total: str  # meta row whose meta_number is the model total ("" = no share shown)
@@ -23,8 +23,8 @@ class Mode:
     def value(self, row: Mapping[str, object]) -> float | None:
         """The node's value in this mode, or None where the table says it was not measured."""
         missing = str(row.get("missing", ""))
-        if missing == "*" or any(c in missing.split(",") for c in self.columns):
-            return None
+        if missing == "*" or any(c in missing.split(",") or c not in row for c in self.columns):
+            return None  # (a table from before a column existed has no such cell)
         values = [float(row[c]) for c in self.columns]  # type: ignore[arg-type]
         return sum(values) if self.combine == "sum" else max(values)
 
@@ -61,6 +61,8 @@ MODES: tuple[Mode, ...] = (
     Mode("grad_norm", "Gradient norm", "Health", "norm", ("grad_norm",), "sum", ""),
     Mode("flops", "FLOPs (fwd)", "Compute", "flops", ("fwd_flops",), "sum", "total_fwd_flops"),
     Mode("flop_s", "FLOP/s (fwd)", "Compute", "flop_s", ("fwd_flop_per_s",), "sum", ""),
+    # max / mean over ranks of the call's fwd + bwd time (distributed runs only): stragglers
+    Mode("imbalance", "Rank imbalance", "Ranks", "ratio", ("rank_imbalance",), "sum", ""),
 )
 MODE_KEYS: tuple[str, ...] = tuple(m.key for m in MODES)
 DEFAULT_MODE = "fwd_bwd"
