@@ -31,6 +31,10 @@ bench-smoke: $(VENV)/.installed
 	$(PY) benchmarks/structure.py --quick
 	$(PY) benchmarks/layout.py --quick
 	$(PY) benchmarks/report.py --quick
+	$(PY) benchmarks/peers.py --quick
+	$(PY) benchmarks/accuracy.py --quick
+	$(PY) benchmarks/scale.py --quick
+	$(PY) benchmarks/gpu.py --dry-run
 
 test: lint typecheck unit bench-smoke
 
@@ -39,6 +43,9 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/structure.py
 	$(PY) benchmarks/layout.py
 	$(PY) benchmarks/report.py
+	$(PY) benchmarks/peers.py
+	$(PY) benchmarks/accuracy.py
+	$(PY) benchmarks/scale.py
 
 pictures: $(VENV)/.installed
 	$(PY) tools/render_layout.py --out docs/images

@@ -1,0 +1,153 @@
+"""Accuracy of per-module forward / backward time and activation bytes, against ground truth.
+
+Run (full run about a minute; ``--quick`` is the CI smoke run, seconds):
+
+    cd /work/main && .venv/bin/python benchmarks/accuracy.py [--quick] [--repeats N] [--out PATH]
+
+Times: every module call of one training step is measured by wandb_modprof and by
+``torch.profiler`` at once (benchmarks/_truth.py, the method of tests/test_ground_truth.py:
+forward = the profiler's ``nn.Module`` event minus our traced hook functions, backward = the
+profiler's autograd node events in the call's sequence-number range). Judged are the calls
+taking >= 1 % of the step (forward + backward, by our numbers), as in the test suite: relative
+error |ours - truth| / truth, its median and its worst over those calls and ``--repeats``
+independent measurements (default 5; each is a fresh warm-up plus two profiled steps), and the
+share within the suite's tolerance (15 % or 0.1 ms, whichever is larger). ``per-repeat
+medians`` shows how much the median moves between repeats (the machine's noise).
+
+Activation bytes: PyTorch's ``MemTracker`` on the same step (benchmarks/_truth.py, the method
+of tests/test_memtracker.py): every block (ResNet BasicBlocks and stages, transformer layers)
+and the whole model minus the outputs it returns.
+
+Models: benchmarks/_workloads.py (ResNet-style net, GPT-2 and BERT from transformers configs),
+one torch thread, garbage collector paused inside the profiled steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+
+import torch
+from _report import emit, revision
+from _truth import MemCheck, TimeCheck, activation_checks, time_checks
+from _workloads import make_workloads, returned_bytes
+
+import wandb_modprof
+
+SHARE = 0.01
+REL_TOL, ABS_TOL_MS = 0.15, 0.1
+
+
+def rel(ours: float, truth: float) -> float:
+    return abs(ours - truth) / truth if truth > 0 else (0.0 if ours == 0 else float("inf"))
+
+
+def within(ours: float, truth: float) -> bool:
+    return abs(ours - truth) <= max(REL_TOL * truth, ABS_TOL_MS)
+
+
+def time_row(model: str, repeats: list[list[TimeCheck]]) -> str:
+    """One markdown row: median / worst error of forward and backward over the judged calls."""
+    judged = [[c for c in checks if c.share >= SHARE] for checks in repeats]
+    pooled = [c for checks in judged for c in checks]
+    cells = [model, str(len(repeats)), str(len(judged[0]))]
+    ok = total = 0
+    for what in ("fwd", "bwd"):
+        errors = [
+            (rel(getattr(c, f"{what}_ms"), getattr(c, f"{what}_truth_ms")), c) for c in pooled
+        ]
+        ok += sum(within(getattr(c, f"{what}_ms"), getattr(c, f"{what}_truth_ms")) for c in pooled)
+        total += len(pooled)
+        worst, worst_call = max(errors, key=lambda e: e[0])
+        ours, truth = getattr(worst_call, f"{what}_ms"), getattr(worst_call, f"{what}_truth_ms")
+        per_repeat = [
+            statistics.median(
+                rel(getattr(c, f"{what}_ms"), getattr(c, f"{what}_truth_ms")) for c in r
+            )
+            for r in judged
+        ]
+        cells += [
+            f"{100 * statistics.median(e for e, _ in errors):.1f} %",
+            f"{100 * worst:.1f} % (`{worst_call.key}`: {ours:.3f} vs {truth:.3f} ms)",
+            f"{100 * min(per_repeat):.1f} - {100 * max(per_repeat):.1f} %",
+        ]
+    cells.append(f"{ok} / {total}")
+    return "| " + " | ".join(cells) + " |"
+
+
+def mem_row(model: str, checks: list[MemCheck]) -> str:
+    blocks, root = checks[:-1], checks[-1]
+    worst = max(blocks, key=lambda c: rel(c.act_bytes, c.memtracker_bytes))
+    exact = sum(c.act_bytes == c.memtracker_bytes for c in blocks)
+    mib = 1024 * 1024
+    cells = [
+        model,
+        str(len(blocks)),
+        f"{exact} / {len(blocks)}",
+        f"{100 * rel(worst.act_bytes, worst.memtracker_bytes):.2f} % (`{worst.name}`)",
+        f"{root.act_bytes / mib:.2f}",
+        f"{root.memtracker_bytes / mib:.2f}",
+        f"{100 * rel(root.act_bytes, root.memtracker_bytes):.2f} %",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny models, 1 repeat (CI smoke)")
+    parser.add_argument("--repeats", type=int, help="independent measurements (default 5)")
+    parser.add_argument("--models", default="resnet,gpt2,bert", help="comma-separated")
+    parser.add_argument("--out", metavar="PATH", help="also write the markdown report to PATH")
+    args = parser.parse_args(argv)
+    repeats = args.repeats or (1 if args.quick else 5)
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    time_rows, mem_rows = [], []
+    for workload in make_workloads(args.models, "quick" if args.quick else "cpu"):
+        torch.manual_seed(0)
+        model = workload.build().train()
+
+        def make_loss(model: torch.nn.Module = model, w: object = workload) -> torch.Tensor:
+            return w.loss(model)  # type: ignore[attr-defined, no-any-return]
+
+        runs = [time_checks(model, make_loss) for _ in range(repeats)]
+        time_rows.append(time_row(workload.name, runs))
+        mem = activation_checks(
+            model, workload.forward, workload.loss_of, workload.blocks(model), returned_bytes
+        )
+        mem_rows.append(mem_row(workload.name, mem))
+        print(f"[{workload.name} done, {time.perf_counter() - started:.0f} s]", file=sys.stderr)
+    given = sys.argv[1:] if argv is None else argv
+    command = " ".join(["cd /work/main && .venv/bin/python benchmarks/accuracy.py", *given])
+    quick_note = "--quick: tiny models, a smoke test of the script.\n\n" if args.quick else ""
+    report = "\n".join(
+        [
+            f"Command: `{command}`\n",
+            f"{quick_note}wandb_modprof {wandb_modprof.__version__} at git {revision()}, "
+            f"torch {torch.__version__}, Python {platform.python_version()}, "
+            f"{platform.machine()}, 1 torch thread, CPU. {repeats} repeat(s) per model; "
+            f"total {time.perf_counter() - started:.0f} s.\n",
+            "Per-module time against torch.profiler (calls >= 1 % of the step):\n",
+            "| model | repeats | calls judged | fwd median err | fwd worst err | "
+            "fwd per-repeat medians | bwd median err | bwd worst err | bwd per-repeat medians "
+            "| within 15 % or 0.1 ms |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *time_rows,
+            "",
+            "Activation bytes against MemTracker (same step):\n",
+            "| model | blocks | blocks exact | worst block err | model act MiB (ours) "
+            "| MemTracker MiB | model err |",
+            "|---|---|---|---|---|---|---|",
+            *mem_rows,
+            "",
+        ]
+    )
+    emit(report, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,450 @@
+"""How wandb_modprof scales from 100 to 20,000 module invocations, stage by stage.
+
+Run (full run about 4 minutes on 2 CPU cores; ``--quick`` is the CI smoke run, seconds):
+
+    cd /work/main && .venv/bin/python benchmarks/scale.py [--quick] [--out PATH]
+
+Models
+------
+* ``nested-N``: synthetic, N ~ 100, 1,000, 5,000, 10,000, 20,000 invocations: a root
+  ``Sequential`` of stages, each a ``Sequential`` of 25 blocks of ``Linear -> ReLU -> Linear``
+  (width 8, batch 2: the model's own compute is small, so the profiler's cost shows);
+* ``gpt2-L``: Hugging Face GPT-2 from a config (dim 32, 2 heads, seq 16, batch 1, vocab 256)
+  with L = 96 layers (~1,200 invocations) and 768 layers (~9,200 invocations): a real model's
+  call tree (5 levels deep, kwargs, dict outputs).
+
+Measured per model (one torch thread; plain and watched copies alternate step by step)
+-----------------------------------------------------------------------------------
+* ``plain ms``: median plain step (forward, loss, backward) of an unwatched deep copy;
+* ``structure ms``: the watched copy's first step, the one-off structure pass (never timed by
+  wandb_modprof; it is paid once per model, so it is not part of the per-sample cost);
+* ``sampled +ms``: median sampled step (``watch(log_freq=1)``, W&B log off) minus median plain
+  step: hooks, saved-tensor hooks, node hooks, norms, the sample folded into the statistics;
+* ``table ms`` (``layout ms`` of it): ``prof.table()``: merge, level graphs, layout of every
+  view (``_layout.layout_level``, timed by wrapping it), rows; median of ``--repeats``;
+* ``entry ms``: ``handle._wandb_log.entry(prof, table)`` for a disabled W&B run: the
+  ``wandb.Table`` (per-cell type checks) and the chart object;
+* ``run.log ms``: an **offline** run's ``run.log(entry)`` of a fresh entry (serialises the table
+  to the run directory; the entry's own build time is in ``entry ms``);
+* ``extra s`` = sampled +ms + table + entry + run.log: the extra work one logged sample costs.
+  Target (issue 8): <= 2 s at 10,000 invocations;
+* ``profiler peak MB`` / ``retained MB``: ``tracemalloc`` (Python heap: the profiler's records,
+  statistics, tables, wandb.Table rows; wandb_modprof keeps no tensors, and the model's
+  tensors live outside the Python heap) around one sampled step + table + entry, minus the
+  same for a plain step; and what stays allocated after it (the running profile). RSS deltas
+  were not used: the allocator's arenas make them step-like and noisy;
+* HTML report: ``prof.to_html`` (``write s``, ``MB``), then opened from file:// in fresh headless
+  Chromium (Debian's, network blocked; ``--browser-repeats``, default 3): ``first view ms``
+  from navigation start to the first view drawn (``window.__modprof_ready``, as
+  benchmarks/report.py), then the **largest** view (most nodes) and the **deepest** view opened
+  by setting the view signal, timed in the page until Vega has run and two frames were painted.
+  Target: every level renders in <= 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from _peers import wandb_runs
+from _report import emit, revision
+from report import CHROMIUM, CHROMIUM_ARGS, COUNT_NODES_JS
+from torch import nn
+
+import wandb_modprof
+import wandb_modprof._table as table_module
+from wandb_modprof._wandb_log import WandbLog
+
+LOG_TARGET_S = 2.0
+LOG_TARGET_AT = 10_000
+RENDER_TARGET_MS = 2000.0
+STAGE = 25
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    build: Callable[[], nn.Module]
+    forward: Callable[[nn.Module], torch.Tensor]  # returns the loss
+
+
+def _block(width: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width))
+
+
+def nested(invocations: int, width: int = 8) -> Case:
+    """Root + stages of 25 blocks of 3 modules: 1 + stages + 4 * blocks invocations."""
+    blocks = max(1, round((invocations - 1) / (4 + 1 / STAGE)))
+    x = torch.randn(2, width, generator=torch.Generator().manual_seed(0))
+
+    def build() -> nn.Module:
+        stages = [min(STAGE, blocks - i) for i in range(0, blocks, STAGE)]
+        return nn.Sequential(*(nn.Sequential(*(_block(width) for _ in range(n))) for n in stages))
+
+    return Case(f"nested-{invocations}", build, lambda m: m(x).pow(2).mean())
+
+
+def gpt2(layers: int) -> Case:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    config = transformers.GPT2Config(
+        vocab_size=256, n_positions=16, n_embd=32, n_layer=layers, n_head=2,
+        attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(0))
+    return Case(
+        f"gpt2-{layers}",
+        lambda: transformers.GPT2LMHeadModel(config),
+        lambda m: m(input_ids=ids, labels=ids).loss,
+    )
+
+
+def cases(quick: bool, sizes: str, layers: str) -> list[Case]:
+    if quick:
+        return [nested(100), gpt2(2)]
+    out = [nested(int(n)) for n in sizes.split(",") if n]
+    return out + [gpt2(int(n)) for n in layers.split(",") if n]
+
+
+# ---- capture ---------------------------------------------------------------------------------
+class LayoutTimer:
+    """Wraps `_table.layout_level` to add up the layout's share of `prof.table()`."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._inner = table_module.layout_level
+
+    def __call__(self, graph: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return self._inner(graph)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def __enter__(self) -> LayoutTimer:
+        table_module.layout_level = self  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        table_module.layout_level = self._inner
+
+
+def _step(model: nn.Module, case: Case) -> float:
+    start = time.perf_counter()
+    case.forward(model).backward()
+    model.zero_grad(set_to_none=True)
+    return (time.perf_counter() - start) * 1e3
+
+
+@dataclass
+class Row:
+    case: str
+    invocations: int = 0
+    plain_ms: float = 0.0
+    structure_ms: float = 0.0
+    sampled_ms: float = 0.0
+    sampled_min_max: tuple[float, float] = (0.0, 0.0)
+    plain_min_max: tuple[float, float] = (0.0, 0.0)
+    table_ms: float = 0.0
+    layout_ms: float = 0.0
+    rows: int = 0
+    reduced: str = ""
+    entry_ms: float = 0.0
+    log_ms: float = 0.0
+    peak_mb: float = 0.0
+    retained_mb: float = 0.0
+    html_mb: float = 0.0
+    write_s: float = 0.0
+    views: int = 0
+    first_ms: tuple[float, ...] = ()
+    largest: tuple[str, int] = ("", 0)
+    largest_ms: tuple[float, ...] = ()
+    deepest: tuple[str, int] = ("", 0)
+    deepest_ms: tuple[float, ...] = ()
+
+    @property
+    def extra_s(self) -> float:
+        return (self.sampled_ms - self.plain_ms + self.table_ms + self.entry_ms + self.log_ms) / 1e3
+
+
+def measure_capture(
+    case: Case, steps: int, repeats: int, new_run: Callable[[str], Any]
+) -> tuple[Row, wandb_modprof.Profile]:
+    torch.manual_seed(0)
+    plain = case.build().train()
+    watched = copy.deepcopy(plain)
+    handle = wandb_modprof.watch(watched, log_freq=1, run=new_run("disabled"))
+    log = handle._wandb_log
+    assert log is not None
+    handle._wandb_log = None  # W&B work is timed on its own below
+    row = Row(case.name)
+    try:
+        _step(plain, case)  # warm-up: allocator, lazy init
+        row.structure_ms = _step(watched, case)  # first training step: the structure pass
+        plain_ms, sampled_ms = [], []
+        gc.collect()
+        for _ in range(steps):
+            plain_ms.append(_step(plain, case))
+            sampled_ms.append(_step(watched, case))
+        row.plain_ms, row.sampled_ms = statistics.median(plain_ms), statistics.median(sampled_ms)
+        row.plain_min_max = (min(plain_ms), max(plain_ms))
+        row.sampled_min_max = (min(sampled_ms), max(sampled_ms))
+        prof = handle.profile()
+        row.invocations = len(prof.invocations())
+        if prof.num_samples != steps or len(prof.structures()) != 1:
+            raise SystemExit(f"{case.name}: {prof.num_samples} samples, expected {steps}")
+
+        table_ms, layout_ms = [], []
+        for _ in range(repeats):
+            with LayoutTimer() as layout:
+                start = time.perf_counter()
+                table = prof.table()
+                table_ms.append((time.perf_counter() - start) * 1e3)
+            layout_ms.append(layout.seconds * 1e3)
+        row.table_ms, row.layout_ms = statistics.median(table_ms), statistics.median(layout_ms)
+        row.rows, row.reduced = len(table.rows), table.reduced or ""
+
+        entry_ms = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            log.entry(prof, table)
+            entry_ms.append((time.perf_counter() - start) * 1e3)
+        row.entry_ms = statistics.median(entry_ms)
+        offline = new_run("offline")
+        entry = WandbLog(offline, f"modprof/{case.name}", None, "fwd_bwd", "linear").entry(
+            prof, table
+        )
+        start = time.perf_counter()
+        offline.log(entry)
+        row.log_ms = (time.perf_counter() - start) * 1e3
+
+        row.peak_mb, row.retained_mb = profiler_memory(plain, watched, case, handle, log)
+    finally:
+        handle.unwatch()
+    return row, prof
+
+
+def profiler_memory(
+    plain: nn.Module, watched: nn.Module, case: Case, handle: Any, log: WandbLog
+) -> tuple[float, float]:
+    """Python-heap peak of (sampled step + table + entry) minus that of a plain step, and the
+    heap still held after it, in MB (see the module docstring)."""
+
+    def peak_of(work: Callable[[], object]) -> tuple[int, int]:
+        gc.collect()
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        work()
+        peak = tracemalloc.get_traced_memory()[1] - before
+        gc.collect()
+        return peak, tracemalloc.get_traced_memory()[0] - before
+
+    def sampled() -> None:
+        _step(watched, case)
+        prof = handle.profile()
+        log.entry(prof, prof.table())
+
+    tracemalloc.start()
+    try:
+        plain_peak, _ = peak_of(lambda: _step(plain, case))
+        sampled_peak, retained = peak_of(sampled)
+    finally:
+        tracemalloc.stop()
+    return (sampled_peak - plain_peak) / 1e6, retained / 1e6
+
+
+# ---- HTML report -----------------------------------------------------------------------------
+SWITCH_JS = """async (key) => {
+  const view = window.__modprof_view;
+  const t0 = performance.now();
+  view.signal('view_pick', key);
+  await view.runAsync();
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  return [performance.now() - t0, view.signal('view_now')];
+}"""
+
+
+def views_of(table: Any) -> tuple[int, tuple[str, int], tuple[str, int]]:
+    """Number of views drawn, the largest (key, nodes) and the deepest (key, depth)."""
+    nodes: dict[str, int] = {}
+    depth: dict[str, int] = {}
+    for record in table.records():
+        if record["row_kind"] == "node":
+            key = record["view_key"]
+            nodes[key] = nodes.get(key, 0) + 1
+            depth[key] = str(record["view_path"]).count("/")
+    largest = max(nodes, key=lambda k: (nodes[k], k))
+    deepest = max(depth, key=lambda k: (depth[k], k))
+    return len(nodes), (largest, nodes[largest]), (deepest, depth[deepest])
+
+
+def measure_html(row: Row, prof: wandb_modprof.Profile, tmp: Path, repeats: int) -> None:
+    from playwright.sync_api import sync_playwright
+
+    table = prof.table()
+    row.views, row.largest, row.deepest = views_of(table)
+    path = tmp / f"{row.case}.html"
+    start = time.perf_counter()
+    prof.to_html(path)
+    row.write_s = time.perf_counter() - start
+    row.html_mb = path.stat().st_size / 1e6
+    url = path.resolve().as_uri()
+    first, largest, deepest = [], [], []
+    with sync_playwright() as pw:
+        for _ in range(repeats):
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                context = browser.new_context(viewport={"width": 1400, "height": 900})
+                blocked: list[str] = []
+
+                def route(r: Any, blocked: list[str] = blocked) -> None:
+                    if r.request.url == url:
+                        r.continue_()
+                    else:
+                        blocked.append(r.request.url)
+                        r.abort()
+
+                context.route("**/*", route)
+                page = context.new_page()
+                errors: list[str] = []
+                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+                page.goto(url)
+                page.wait_for_function(
+                    "() => window.__modprof_ready || window.__modprof_error", timeout=120_000
+                )
+                failed = page.evaluate("() => window.__modprof_error || ''")
+                if failed or errors or blocked or not page.evaluate(COUNT_NODES_JS):
+                    raise RuntimeError(f"{row.case}: report failed: {failed} {errors} {blocked}")
+                first.append(float(page.evaluate("() => window.__modprof_ready")))
+                # the first view's time is its own; a view opened twice keeps its first time
+                done = {page.evaluate("() => window.__modprof_view.signal('view_now')"): first[-1]}
+                for (key, _), times in ((row.largest, largest), (row.deepest, deepest)):
+                    if key not in done:
+                        ms, now = page.evaluate(SWITCH_JS, key)
+                        if now != key or not page.evaluate(COUNT_NODES_JS):
+                            raise RuntimeError(f"{row.case}: view {key} not opened ({now})")
+                        done[key] = float(ms)
+                    times.append(done[key])
+            finally:
+                browser.close()
+    row.first_ms, row.largest_ms, row.deepest_ms = tuple(first), tuple(largest), tuple(deepest)
+
+
+# ---- report ----------------------------------------------------------------------------------
+def _mmm(values: tuple[float, ...]) -> str:
+    return f"{min(values):.0f} / {statistics.median(values):.0f} / {max(values):.0f}"
+
+
+def capture_table(rows: list[Row], judged: bool) -> str:
+    lines = [
+        "| model | invocations | plain ms (min / med / max) | structure ms | sampled +ms "
+        "(step min / max) | table ms | layout ms | rows | entry ms | run.log ms | extra s "
+        "| target | met | profiler peak MB | retained MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        judge = judged and r.invocations >= 0.9 * LOG_TARGET_AT
+        met = r.extra_s <= LOG_TARGET_S
+        rows_text = f"{r.rows}" + (" (reduced)" if r.reduced else "")
+        lines.append(
+            f"| {r.case} | {r.invocations} | {r.plain_min_max[0]:.1f} / {r.plain_ms:.1f} / "
+            f"{r.plain_min_max[1]:.1f} | {r.structure_ms:.0f} | "
+            f"{r.sampled_ms - r.plain_ms:+.1f} ({r.sampled_min_max[0]:.0f} / "
+            f"{r.sampled_min_max[1]:.0f}) | {r.table_ms:.0f} | {r.layout_ms:.0f} | {rows_text} | "
+            f"{r.entry_ms:.0f} | {r.log_ms:.0f} | {r.extra_s:.2f} | "
+            f"{'<= 2 s' if judge else ''} | {('yes' if met else '**no**') if judge else ''} | "
+            f"{r.peak_mb:.1f} | {r.retained_mb:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def html_table(rows: list[Row], judged: bool) -> str:
+    lines = [
+        "| model | rows | views | HTML MB | write s | first view ms (min / med / max) "
+        "| largest view (nodes) | ms | deepest view (depth) | ms | target | met |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        worst = max(statistics.median(t) for t in (r.first_ms, r.largest_ms, r.deepest_ms))
+        met = worst <= RENDER_TARGET_MS
+        lines.append(
+            f"| {r.case} | {r.rows} | {r.views} | {r.html_mb:.2f} | {r.write_s:.2f} | "
+            f"{_mmm(r.first_ms)} | `{r.largest[0]}` ({r.largest[1]}) | {_mmm(r.largest_ms)} | "
+            f"`{r.deepest[0]}` ({r.deepest[1]}) | {_mmm(r.deepest_ms)} | "
+            f"{'<= 2000 ms' if judged else ''} | "
+            f"{('yes' if met else '**no**') if judged else ''} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="CI smoke run: small models")
+    parser.add_argument("--sizes", default="100,1000,5000,10000,20000", help="nested-N sizes")
+    parser.add_argument("--layers", default="96,768", help="GPT-2 depths (comma-separated)")
+    parser.add_argument("--steps", type=int, help="sampled / plain steps (default 5; quick 2)")
+    parser.add_argument("--repeats", type=int, help="table / entry repeats (default 3; quick 1)")
+    parser.add_argument("--browser-repeats", type=int, help="fresh browsers (default 3; quick 1)")
+    parser.add_argument("--no-browser", action="store_true", help="skip the HTML report")
+    parser.add_argument("--out", metavar="PATH", help="also write the markdown report to PATH")
+    args = parser.parse_args(argv)
+    steps = args.steps or (2 if args.quick else 5)
+    repeats = args.repeats or (1 if args.quick else 3)
+    browser_repeats = args.browser_repeats or (1 if args.quick else 3)
+    torch.set_num_threads(1)
+    from wandb_modprof._html import vega_bundle
+
+    vega_bundle()  # built once per process (vl-convert's Vega bundle): not a per-report cost
+    started = time.perf_counter()
+    rows: list[Row] = []
+    with wandb_runs() as new_run, tempfile.TemporaryDirectory() as tmp:
+        for case in cases(args.quick, args.sizes, args.layers):
+            row, prof = measure_capture(case, steps, repeats, new_run)
+            if not args.no_browser:
+                measure_html(row, prof, Path(tmp), browser_repeats)
+            rows.append(row)
+            print(f"[{case.name} done, {time.perf_counter() - started:.0f} s]", file=sys.stderr)
+            del prof
+            gc.collect()
+    given = sys.argv[1:] if argv is None else argv
+    command = " ".join(["cd /work/main && .venv/bin/python benchmarks/scale.py", *given])
+    judged = not args.quick
+    parts = [
+        f"Command: `{command}`\n",
+        (
+            "--quick: small models, a smoke test of the script; targets not judged.\n"
+            if args.quick
+            else ""
+        ),
+        f"wandb_modprof {wandb_modprof.__version__} at git {revision()}, "
+        f"torch {torch.__version__}, "
+        f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"1 torch thread; {steps} plain + {steps} sampled steps alternating, {repeats} table / "
+        f"entry repeat(s), {browser_repeats} fresh Chromium(s) per model. "
+        f"Total {time.perf_counter() - started:.0f} s.\n",
+        "Capture, table, W&B log, profiler memory:\n",
+        capture_table(rows, judged),
+        "",
+    ]
+    if not args.no_browser:
+        parts += ["HTML report in Chromium:\n", html_table(rows, judged), ""]
+    emit("\n".join(parts), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
