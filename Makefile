@@ -35,6 +35,7 @@ bench-smoke: $(VENV)/.installed
 	$(PY) benchmarks/accuracy.py --quick
 	$(PY) benchmarks/scale.py --quick
 	$(PY) benchmarks/gpu.py --dry-run
+	$(PY) benchmarks/distributed.py --quick
 
 test: lint typecheck unit bench-smoke
 
@@ -46,6 +47,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/peers.py
 	$(PY) benchmarks/accuracy.py
 	$(PY) benchmarks/scale.py
+	$(PY) benchmarks/distributed.py
 
 pictures: $(VENV)/.installed
 	$(PY) tools/render_layout.py --out docs/images

@@ -27,7 +27,7 @@ from wandb_modprof._table import (
     COLUMNS,
     INT_COLUMNS,
     MAX_ROWS,
-    METRIC_COLUMNS,
+    MISSABLE_COLUMNS,
     NUMBER_COLUMNS,
     TEXT_COLUMNS,
     ProfileTable,
@@ -66,7 +66,7 @@ def check_table(table: ProfileTable, max_rows: int = MAX_ROWS) -> None:
         if r["node_kind"] in ("input", "output") or r["node_key"].endswith(("|inputs", "|outputs")):
             assert r["missing"] == "*"  # no metric applies to inputs and outputs, merged or not
         missing = set(r["missing"].split(",")) if r["missing"] not in ("", "*") else set()
-        assert missing <= set(METRIC_COLUMNS)
+        assert missing <= set(MISSABLE_COLUMNS)
         for column in missing:
             assert r[column] == 0.0
     for r in records:

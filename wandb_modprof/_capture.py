@@ -23,6 +23,7 @@ from . import _registry
 from ._callstack import call_depth
 from ._clock import Clock, CpuClock, EventClock
 from ._device_memory import AcceleratorMemory, DeviceMemory
+from ._distributed import type_name
 from ._errors import ModProfError
 from ._nvtx import NvtxRanges, check_available
 from ._options import Options, Timing
@@ -137,7 +138,7 @@ class Capture:
         self.memory: DeviceMemory | None = None
         if options.device_memory and device.type != "cpu":
             self.memory = AcceleratorMemory(device)
-        self.profile = Profile(type(model).__name__)
+        self.profile = Profile(type_name(model))
         self._root_handles: list[RemovableHandle] = []
         self._child_handles: list[RemovableHandle] = []
         self._names: dict[int, tuple[str, str]] = {}
@@ -191,7 +192,7 @@ class Capture:
         if self._index is None or not self._index.current(self.model):
             self._index = build_index(self.model)
             self._names = {
-                mid: (name, type(m).__name__) for mid, (name, m) in self._index.modules.items()
+                mid: (name, type_name(m)) for mid, (name, m) in self._index.modules.items()
             }
         return self._index
 
@@ -469,7 +470,7 @@ class Capture:
             nvtx=NvtxRanges() if self.options.nvtx else None,
         )
         self._forward = session
-        name, module_type = self._names.get(id(self.model), (ROOT_NAME, type(self.model).__name__))
+        name, module_type = self._names.get(id(self.model), (ROOT_NAME, type_name(self.model)))
         session.enter(id(self.model), name, module_type)
 
     def set_after_sample(self, fn: Callable[[], bool]) -> None:

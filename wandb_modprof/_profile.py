@@ -18,6 +18,7 @@ from ._statistics import StatsAccumulator
 from ._summary import format_summary
 
 if TYPE_CHECKING:
+    from ._distributed import RankData
     from ._session import StepSession
     from ._static_memory import PendingGradientState, StaticMemory
     from ._structure import Structure
@@ -49,6 +50,9 @@ class Profile:
         self._lock = threading.Lock()
         self._structures: dict[str, Structure] = {}  # by call-sequence signature, in order
         self._loaded_stats: dict[str, ModuleStats] | None = None  # set by `load()`
+        # Every rank's compact statistics, folded by rank 0 of a distributed `watch` when it
+        # logs (`_distributed.RankChannel.collect`); None: no distributed data.
+        self._ranks: RankData | None = None
 
     @classmethod
     def _restore(
@@ -110,6 +114,27 @@ class Profile:
                 self._acc.fold(sample.invocations)
                 self._last = sample
                 self._num_samples += 1
+
+    def _means(
+        self, metrics: tuple[str, ...]
+    ) -> tuple[dict[str, tuple[float | None, ...]], dict[str, int]]:
+        """Per call key the running means of `metrics` (None: not measured) and the sample
+        count: what a rank publishes to rank 0 (`_distributed`), without a full snapshot."""
+        self._resolve_pending(force=True)
+        means: dict[str, tuple[float | None, ...]] = {}
+        counts: dict[str, int] = {}
+        if self._loaded_stats is not None:
+            for key, stats in self._loaded_stats.items():
+                means[key] = tuple(stats.mean(m) for m in metrics)
+                stat = stats.metrics.get("fwd_ms")
+                counts[key] = stat.count if stat is not None else 0
+            return means, counts
+        for key, per_metric in self._acc._stats.items():
+            accs = [per_metric.get(m) for m in metrics]
+            means[key] = tuple(None if a is None else a.mean for a in accs)
+            fwd = per_metric.get("fwd_ms")
+            counts[key] = fwd.count if fwd is not None else 0
+        return means, counts
 
     # ---- public --------------------------------------------------------------------------
     @property

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ._distributed import inner_model
 from ._storage import StorageKey, extents, storages
 
 ROOT_NAME = "<root>"
@@ -50,13 +51,23 @@ def hookable_modules(model: nn.Module) -> dict[int, tuple[str, nn.Module]]:
     region never fire (hooks added after compile) or force graph breaks. Modules compiled in
     place with `Module.compile()` run their hooks inside the compiled code, so they are not
     hooked at all (their time shows in the parent's self time).
+
+    A `DistributedDataParallel` wrapper is the root (its forward is the step) and the modules
+    inside are named as in the user's model (`fc1`, not `module.fc1`). The wrapped model
+    itself is not hooked: its call is the root's, and DDP's own work is the root's self time.
     """
     out: dict[int, tuple[str, nn.Module]] = {}
     skip_prefixes: list[str] = []
-    for name, module in model.named_modules():
-        if any(name == p or name.startswith(p + ".") for p in skip_prefixes):
+    inner = inner_model(model)
+    if inner is not None:
+        out[id(model)] = (ROOT_NAME, model)
+        if _is_compiled_wrapper(inner):  # DDP(torch.compile(model)): one leaf, the root
+            return out
+    walked = model if inner is None else inner
+    for name, module in walked.named_modules():
+        if module is inner or any(name == p or name.startswith(p + ".") for p in skip_prefixes):
             continue
-        if module is not model and getattr(module, "_compiled_call_impl", None) is not None:
+        if module is not walked and getattr(module, "_compiled_call_impl", None) is not None:
             skip_prefixes.append(name)
             continue
         out[id(module)] = (name or ROOT_NAME, module)
@@ -69,14 +80,60 @@ def _fingerprint(model: nn.Module) -> tuple[object, ...]:
     """Identity of every module, parameter and buffer (and where its data lives), in one walk.
 
     Checked once per sampled step, so it avoids `parameters()`/`buffers()`, which each walk
-    the module tree again."""
+    the module tree again. FSDP2 parameters count as their persistent sharded parameter: the
+    unsharded one registered during a forward is reallocated every step."""
     parts: list[object] = []
+    sharded: dict[tuple[int, str], nn.Parameter] = {}
     for module in model.modules():
         parts.append(id(module))
-        for tensor in (*module._parameters.values(), *module._buffers.values()):
-            if tensor is not None:
-                parts.append((id(tensor), tensor.data_ptr()))
+        if hasattr(module, "_get_fsdp_state"):
+            sharded.update(_fsdp2_params(module))
+        for pname, param in module._parameters.items():
+            if param is not None:
+                held = sharded.get((id(module), pname), param)
+                parts.append((id(held), _local(held).data_ptr()))
+        for buffer in module._buffers.values():
+            if buffer is not None:
+                parts.append((id(buffer), _local(buffer).data_ptr()))
     return tuple(parts)
+
+
+def _fsdp2_params(module: nn.Module) -> dict[tuple[int, str], nn.Parameter]:
+    """FSDP2 (`fully_shard`): (id(module), parameter name) -> the sharded parameter (a DTensor
+    holding this rank's shard) of every parameter this FSDP module manages. Private torch API
+    (torch 2.13): if it changes, the registered parameters are used as they are."""
+    try:
+        group = module._get_fsdp_state()._fsdp_param_group  # type: ignore[operator]
+        if group is None:
+            return {}
+        return {
+            (id(fp._module_info.module), fp._module_info.param_name): fp.sharded_param
+            for fp in group.fsdp_params
+        }
+    except AttributeError:
+        return {}
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (what this rank holds); any other tensor as it is. Norms and
+    bytes are read from it: a DTensor reduction would start a collective."""
+    local = getattr(tensor, "_local_tensor", None)
+    return local if isinstance(local, torch.Tensor) else tensor
+
+
+def _parameters(
+    module: nn.Module, sharded: dict[tuple[int, str], nn.Parameter]
+) -> Iterable[nn.Parameter]:
+    """`module.parameters()` (unique objects: tied weights once), FSDP2 ones as sharded."""
+    seen: set[int] = set()
+    for m in module.modules():
+        for pname, registered in m._parameters.items():
+            if registered is None:
+                continue
+            param = sharded.get((id(m), pname), registered)
+            if id(param) not in seen:
+                seen.add(id(param))
+                yield param
 
 
 def _dedup_bytes(keyed: Iterable[tuple[StorageKey, int]]) -> int:
@@ -100,7 +157,13 @@ class ModelIndex:
 
 
 def build_index(model: nn.Module) -> ModelIndex:
+    """FSDP2 models: each parameter is its sharded DTensor, whose bytes, gradient bytes and
+    norms are those of this rank's shard (its count is the full parameter's)."""
     modules = hookable_modules(model)
+    sharded: dict[tuple[int, str], nn.Parameter] = {}
+    for module in model.modules():
+        if hasattr(module, "_get_fsdp_state"):
+            sharded.update(_fsdp2_params(module))
     index: dict[int, int] = {}
     params: list[nn.Parameter] = []
     param_storages: list[list[tuple[StorageKey, int]]] = []
@@ -108,21 +171,22 @@ def build_index(model: nn.Module) -> ModelIndex:
     static: dict[str, tuple[int, int, int]] = {}
     for name, module in modules.values():
         own: list[int] = []
-        for p in module.parameters():  # already unique per Parameter object (tied weights)
+        for p in _parameters(module, sharded):
             if id(p) not in index:
                 index[id(p)] = len(params)
                 params.append(p)
-                param_storages.append(list(extents(p)))
+                param_storages.append(list(extents(_local(p))))
             own.append(index[id(p)])
         members[name] = own
         static[name] = (
             _dedup_bytes(kv for i in own for kv in param_storages[i]),
             sum(params[i].numel() for i in own),
-            _dedup_bytes(kv for b in module.buffers() for kv in extents(b)),
+            _dedup_bytes(kv for b in module.buffers() for kv in extents(_local(b))),
         )
     # Saved tensors are matched by whole storage: a parameter's storage is never an activation.
-    excluded = {key for p in params for key, _ in storages(p)}
-    excluded |= {key for b in model.buffers() for key, _ in storages(b)}
+    excluded = {key for p in params for key, _ in storages(_local(p))}
+    excluded |= {key for p in model.parameters() for key, _ in storages(_local(p))}
+    excluded |= {key for b in model.buffers() for key, _ in storages(_local(b))}
     return ModelIndex(_fingerprint(model), modules, params, members, static, excluded)
 
 
@@ -139,7 +203,7 @@ def static_memory(
                 for value in state.values():
                     # 0-d tensors (Adam's `step`) are bookkeeping, not state memory.
                     if isinstance(value, torch.Tensor) and value.dim() > 0:
-                        total += _dedup_bytes(extents(value))
+                        total += _dedup_bytes(extents(_local(value)))
             optim_param.append(total)
     out: dict[str, StaticMemory] = {}
     for name in names:
@@ -187,7 +251,7 @@ def _to_floats(tensors: list[torch.Tensor]) -> list[float]:
 
 def gradient_state(index: ModelIndex, names: set[str], norms: bool) -> PendingGradientState:
     """Gradient bytes now; parameter and gradient L2 norms as pending device tensors."""
-    grads = [p.grad for p in index.params]
+    grads = [None if p.grad is None else _local(p.grad) for p in index.params]
     grad_extents = [[] if g is None else list(extents(g)) for g in grads]
     members = {name: index.members[name] for name in names if name in index.members}
     grad_bytes = {
@@ -197,7 +261,7 @@ def gradient_state(index: ModelIndex, names: set[str], norms: bool) -> PendingGr
     param_norms: list[torch.Tensor] = []
     grad_norms: list[torch.Tensor | None] = []
     if norms and index.params:
-        param_norms = _l2_norms([p.detach() for p in index.params])
+        param_norms = _l2_norms([_local(p).detach() for p in index.params])
         present = [g.detach() for g in grads if g is not None]
         computed = iter(_l2_norms(present))
         grad_norms = [next(computed) if g is not None else None for g in grads]

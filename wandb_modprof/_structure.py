@@ -34,6 +34,7 @@ from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ._callstack import call_depth
+from ._distributed import inner_model
 from ._invocation import tensors_in
 
 
@@ -484,7 +485,8 @@ class StructurePass:
             len(self._stack),
         )
         self._calls.append(call)
-        slots = input_slots(module, args, kwargs)
+        # DDP's forward(*inputs) hands its arguments on unchanged: name them after the user's
+        slots = input_slots(inner_model(module) or module, args, kwargs)
         call.inputs = tuple(slot for slot, _ in slots)
         frame = _Frame(len(self._calls) - 1, call.key)
         for slot, tensors in slots:

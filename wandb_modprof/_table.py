@@ -6,6 +6,16 @@ node is written as 0 and its column name is listed in that row's `missing` cell 
 of the metrics apply, e.g. input nodes). No `null` (W&B rewrites nulls in specs; browsers
 reject bare NaN), no NaN/inf, and no column named `id`, `name` or `color` (W&B adds those).
 
+Distributed runs (rank 0 of a `watch` under `torch.distributed`, see `_distributed`): module,
+`self` and group nodes carry `rank_count` (ranks with data for the call), `rank_fwd_bwd_mean_ms`
+and `rank_fwd_bwd_max_ms` (mean and max over ranks of each rank's mean fwd_ms + bwd_ms; self
+nodes: self times; group nodes: each rank's sum over the merged calls), `rank_slowest` (the
+rank with that max, the lowest on a tie) and `rank_imbalance` (max / mean; 1.0: balanced; the
+panel's imbalance mode); meta rows `ranks` (world size), `ranks_reported` (how many ranks'
+statistics are in the table; text: `rank@step` of each one's newest sample folded in) and
+`ranks_missing` (how many sent none; text: which). Without per-rank data these are 0 and
+listed in `missing`.
+
 Values that do not convert to a finite float (a loaded file may hold `"nan"`, `"inf"` or an
 integer beyond a float's range) are treated as not measured: written as 0 and named in
 `missing` (`meta_number` for meta rows).
@@ -24,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,6 +45,7 @@ from ._records import MEMORY_METRICS, METRICS, TIME_METRICS, ModuleStats, Runnin
 from ._structure import CallInfo
 
 if TYPE_CHECKING:
+    from ._distributed import RankData
     from ._profile import Profile
 
 MAX_ROWS = 10_000
@@ -75,7 +86,19 @@ TEXT_COLUMNS = (
     "meta_value",
     "missing",
 )
-INT_COLUMNS = ("view_depth", "call_index", "group_count", "samples")
+# Distributed runs (`_distributed`): across ranks, the mean and max of each rank's mean
+# fwd_ms + bwd_ms, the rank with that max, and max / mean (1.0: balanced); 0 and `missing`
+# without per-rank data.
+RANK_INT_COLUMNS = ("rank_count", "rank_slowest")
+RANK_NUMBER_COLUMNS = ("rank_fwd_bwd_mean_ms", "rank_fwd_bwd_max_ms", "rank_imbalance")
+RANK_COLUMNS = (
+    "rank_count",
+    "rank_fwd_bwd_mean_ms",
+    "rank_fwd_bwd_max_ms",
+    "rank_slowest",
+    "rank_imbalance",
+)
+INT_COLUMNS = ("view_depth", "call_index", "group_count", "samples", *RANK_INT_COLUMNS)
 BOOL_COLUMNS = ("has_view",)
 LAYOUT_COLUMNS = ("x_px", "y_px", "w_px", "h_px", "view_w_px", "view_h_px")
 METRIC_COLUMNS = (
@@ -83,7 +106,9 @@ METRIC_COLUMNS = (
     + tuple(f"{m}_{s}" for m in SPREAD_METRICS for s in ("std", "min", "max", "last"))
     + FLOP_COLUMNS
 )
-NUMBER_COLUMNS = LAYOUT_COLUMNS + METRIC_COLUMNS + ("meta_number",)
+NUMBER_COLUMNS = LAYOUT_COLUMNS + METRIC_COLUMNS + RANK_NUMBER_COLUMNS + ("meta_number",)
+# Columns named in `missing` when not measured for a row.
+MISSABLE_COLUMNS = METRIC_COLUMNS + RANK_COLUMNS
 COLUMNS = TEXT_COLUMNS + INT_COLUMNS + BOOL_COLUMNS + NUMBER_COLUMNS
 Cell = str | int | float | bool
 
@@ -384,9 +409,55 @@ class _RowWriter:
                 if number is not None:
                     row[column] = number
                     measured.add(column)
-            missing = [c for c in METRIC_COLUMNS if c not in measured]
-            row["missing"] = "*" if len(missing) == len(METRIC_COLUMNS) else ",".join(missing)
+            for column in RANK_INT_COLUMNS:
+                if column in measured:
+                    row[column] = int(row[column])
+            missing = [c for c in MISSABLE_COLUMNS if c not in measured]
+            row["missing"] = "*" if len(missing) == len(MISSABLE_COLUMNS) else ",".join(missing)
         self.rows.append(tuple(row[c] for c in COLUMNS))
+
+
+def _rank_values(per_rank: Mapping[int, float] | None) -> dict[str, float]:
+    """The rank columns of one node from each rank's mean fwd + bwd time (ms)."""
+    finite = {r: v for r, v in (per_rank or {}).items() if math.isfinite(_as_float(v))}
+    if not finite:
+        return {}
+    mean = sum(finite.values()) / len(finite)
+    slowest = max(sorted(finite), key=lambda r: finite[r])  # the lowest rank on a tie
+    out = {
+        "rank_count": float(len(finite)),
+        "rank_fwd_bwd_mean_ms": mean,
+        "rank_fwd_bwd_max_ms": finite[slowest],
+        "rank_slowest": float(slowest),
+    }
+    if mean > 0:
+        out["rank_imbalance"] = finite[slowest] / mean
+    return out
+
+
+def _group_rank_values(members: list[str], ranks: RankData | None) -> dict[str, float]:
+    """A group node's rank columns: each rank's sum over the merged modules it measured."""
+    if ranks is None:
+        return {}
+    sums: dict[int, float] = {}
+    for key in members:
+        for rank, value in ranks.fwd_bwd.get(key, {}).items():
+            sums[rank] = sums.get(rank, 0.0) + value
+    return _rank_values(sums)
+
+
+def _rank_meta(ranks: RankData | None) -> list[tuple[str, str, float | None]]:
+    """`ranks` (world size), `ranks_reported` (how many; text `rank@step` of each rank's newest
+    sample folded in) and `ranks_missing` (how many; text: which ranks sent nothing)."""
+    if ranks is None:
+        return [("ranks", "", None), ("ranks_reported", "", None), ("ranks_missing", "", None)]
+    reported = ",".join(f"{r}@{ranks.steps[r]}" for r in ranks.reported)
+    missing = ",".join(str(r) for r in ranks.missing)
+    return [
+        ("ranks", "", float(ranks.world_size)),
+        ("ranks_reported", reported, float(len(ranks.reported))),
+        ("ranks_missing", missing, float(len(ranks.missing))),
+    ]
 
 
 def _group_values(
@@ -435,6 +506,8 @@ def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
     if root is not None and root.flops_known:
         flops = root.fwd_flops
     meta.append(("total_fwd_flops", "", flops))
+    ranks = prof._ranks
+    meta.extend(_rank_meta(ranks))
     budget = max_rows - len(meta) - 2  # the `reduced` and `views` rows
     if budget < MIN_VIEW_ROWS:
         raise ValueError(f"max_rows must leave room for a view; got {max_rows}")
@@ -493,6 +566,8 @@ def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
                     group_count=1,
                 )
                 values = _module_values(count_from, call if call.flops_known else None)
+                if ranks is not None:
+                    values.update(_rank_values(ranks.fwd_bwd.get(call.key)))
             elif node.kind == "self":
                 view_call = calls[graph.view_key]
                 count_from = stats.get(graph.view_key)
@@ -500,11 +575,14 @@ def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
                 values = _self_values(
                     count_from, kids, view_call if view_call.flops_known else None
                 )
+                if ranks is not None:
+                    values.update(_rank_values(ranks.self_ms.get(graph.view_key)))
             elif node.kind == "group":
                 # merged modules carry their sums; merged inputs or outputs only their count
                 members = groups.get(node.node_key, [])
                 cells["group_count"] = len(members)
                 values = _group_values([k for k in members if k in calls], stats, calls)
+                values.update(_group_rank_values(members, ranks))
             else:
                 values = {}
             if count_from is not None and "fwd_ms" in count_from.metrics:

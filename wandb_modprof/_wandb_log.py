@@ -45,6 +45,9 @@ the no-op run without a warning.
 
 A failure while building or logging (a finished run, a full disk) warns once per watched
 model and drops that log; training never sees it.
+
+Distributed runs: only rank 0 has a `WandbLog`; just before it builds the table it folds every
+rank's published statistics into the profile (`before_table`, `_distributed.RankChannel`).
 """
 
 from __future__ import annotations
@@ -53,12 +56,13 @@ import math
 import os
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from . import _spec
+from ._distributed import type_name
 from ._errors import ModProfError
 
 if TYPE_CHECKING:
@@ -97,7 +101,7 @@ def current_run(run: Any) -> Any:
 
 def model_key(run: Any, model: nn.Module) -> str:
     """`modprof/<Class>`, suffixed `_1`, `_2` ... for further models of that class in `run`."""
-    base = f"{KEY_PREFIX}/{type(model).__name__}"
+    base = f"{KEY_PREFIX}/{type_name(model)}"
     try:
         taken = _RUN_KEYS.setdefault(run, [])
     except TypeError:  # a run object that cannot be weakly referenced: no registry
@@ -200,22 +204,36 @@ class WandbLog:
         self.logged_samples = 0
         self._warned = False
 
-    def deliver(self, profile: Profile, force: bool = False, final: bool = False) -> bool:
+    def deliver(
+        self,
+        profile: Profile,
+        force: bool = False,
+        final: bool = False,
+        before_table: Callable[[Profile], bool] | None = None,
+    ) -> bool:
         """Log the samples resolved since the last log. False: some still await their device
         events (only without `force`), ask again on a later step. `final` (at `unwatch`): the
-        HTML report joins that log (or is logged alone if every sample was logged already)."""
+        HTML report joins that log (or is logged alone if every sample was logged already).
+        `before_table` runs just before the table is built: a distributed run's rank 0 folds
+        the other ranks' statistics into the profile there, and at the final log, when they
+        are newer than in the last table logged (it said True), the table is logged again."""
         try:
             profile._resolve_pending(force=force)
             if profile._pending:
                 return False
             count = profile._num_samples
-            new = count != self.logged_samples
+            new = totals = count != self.logged_samples
+            if final and not new and count > 0 and before_table is not None:
+                new = before_table(profile)  # other ranks' last samples arrived since
+                before_table = None
             report = final and count > 0 and not _flag(self.run, "disabled")
             if not (new or report):
                 return True
             self.logged_samples = count  # set first: a failed log is dropped, not retried
+            if before_table is not None:
+                before_table(profile)
             table = profile.table()  # once, for the panel and the report
-            entry = self.entry(profile, table) if new else {}
+            entry = self.entry(profile, table, totals) if new else {}
             if report:
                 entry.update(self.report(profile, table))
             if entry:
@@ -245,8 +263,11 @@ class WandbLog:
             return {}
         return {f"{self.key}{REPORT_SUFFIX}": html}
 
-    def entry(self, profile: Profile, table: ProfileTable | None = None) -> dict[str, Any]:
-        """The dict of one `run.log` call: the panel (or its table) and the step totals."""
+    def entry(
+        self, profile: Profile, table: ProfileTable | None = None, totals: bool = True
+    ) -> dict[str, Any]:
+        """The dict of one `run.log` call: the panel (or its table) and, with `totals`, the
+        step totals (not when a table is logged again for the same samples)."""
         import wandb
 
         if table is None:
@@ -265,7 +286,7 @@ class WandbLog:
             entry[self.key] = wandb.plot_table(
                 self.chart, data, fields={}, string_fields=dict(self.string_fields)
             )
-        last = profile._last
+        last = profile._last if totals else None
         if last is not None:
             for name in TOTALS:
                 value = getattr(last.totals, name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -9,6 +10,7 @@ from torch import nn
 
 from . import _modes, _registry
 from ._capture import Capture
+from ._distributed import RankChannel, check_supported, open_channel, rank_info, type_name
 from ._errors import ModProfError
 from ._options import Options, check_bool, parse_timing
 from ._profile import Profile
@@ -88,6 +90,7 @@ class WatchHandle:
         self.key = ""  # set by `watch` once the model is claimed
         self.chart: str | None = None  # the W&B chart preset; None: tables without the panel
         self._wandb_log: WandbLog | None = None
+        self._ranks: RankChannel | None = None  # distributed runs: per-rank statistics
         self._counter = _StepCounter(log_freq, optimizer)
         self._capture = Capture(
             model,
@@ -100,9 +103,24 @@ class WatchHandle:
         self._capture.owner = self
         self._capture.set_after_sample(self._log_samples)
 
-    def _log_samples(self) -> bool:
+    def _log_samples(self, force: bool = False, final: bool = False) -> bool:
+        """Called at the root forward after a sample (and by `unwatch`): rank 0 (or a run
+        that is not distributed) logs; every other rank publishes its statistics for rank 0."""
+        profile = self._capture.profile
+        ranks = self._ranks
+        if ranks is not None and not ranks.is_logger:
+            profile._resolve_pending(force=force)
+            if profile._pending:
+                return False  # device events not complete: asked again at a later step
+            ranks.publish(profile)
+            return True
         log = self._wandb_log
-        return True if log is None else log.deliver(self._capture.profile)
+        if log is None:
+            return True
+        before = None
+        if ranks is not None:
+            before = functools.partial(ranks.collect, final=final)
+        return log.deliver(profile, force=force, final=final, before_table=before)
 
     @property
     def steps(self) -> int:
@@ -126,9 +144,8 @@ class WatchHandle:
             self._capture.detach()
             self._counter.remove()
             _registry.release(self.model, self)
-            if self._wandb_log is not None:
-                # final: the HTML report joins the last sample's log (`<key>/report`)
-                self._wandb_log.deliver(self._capture.profile, force=True, final=True)
+            # final: the HTML report joins the last sample's log (`<key>/report`)
+            self._log_samples(force=True, final=True)
         return self._capture.profile
 
     def __repr__(self) -> str:
@@ -173,11 +190,18 @@ def watch(
     `act_bytes`; `unwatch()` logs the last one (see `_wandb_log` for keys, timing, the chart
     preset and offline runs). Call `unwatch()` before `run.finish()`.
 
+    Distributed training: `watch(ddp_model)` names modules as in the wrapped model (no
+    `module.` prefix); FSDP2 (`fully_shard`) modules keep their class names. See
+    `_distributed` for how per-rank statistics reach rank 0 without any collective.
+
     Args:
         model: the module to measure (the same object the training loop calls).
         log_freq: sample every `log_freq`-th training step (>= 1).
         run: the W&B run to log to (default: `wandb.run`; one of them is required: for
-            profiling without W&B use `wandb_modprof.profile(model)`).
+            profiling without W&B use `wandb_modprof.profile(model)`). In a distributed
+            run (`torch.distributed` initialised) only rank 0 needs and uses one: every other
+            rank measures its own samples and publishes them to rank 0, whose table holds
+            every rank's (`_distributed`); a run given on another rank is not logged to.
         optimizer: if given, steps are counted as optimizer steps (gradient accumulation) and
             optimizer-state bytes are measured per module.
         timing: "auto" (host clock on CPU, device events on accelerators), "cpu" or "device".
@@ -208,14 +232,23 @@ def watch(
     default_mode = check_choice("default_mode", default_mode, _modes.MODE_KEYS)
     default_scale = check_choice("default_scale", default_scale, _modes.SCALES)
     chart = check_chart(chart)
-    run = current_run(check_run(run))
+    run = check_run(run)
+    check_supported(model)
+    info = rank_info()
+    logs = info is None or info.rank == 0
+    run = current_run(run) if logs else None
     handle = WatchHandle(model, log_freq, run, optimizer, options)
     _registry.claim(model, handle, "watching")
     try:
-        key = model_key(run, model)
-        handle.key = key
-        handle.chart = chart_name(run, chart, key)
-        handle._wandb_log = WandbLog(run, key, handle.chart, default_mode, default_scale)
+        if info is not None and info.world_size > 1:
+            handle._ranks = open_channel(info, type_name(model))
+        if logs:
+            key = model_key(run, model)
+            handle.key = key
+            handle.chart = chart_name(run, chart, key)
+            handle._wandb_log = WandbLog(run, key, handle.chart, default_mode, default_scale)
+        else:
+            handle.key = f"modprof/{type_name(model)}"  # as rank 0 names it (first model)
         handle._capture.attach()
     except BaseException:
         _registry.release(model, handle)
