@@ -176,6 +176,27 @@ def test_only_world_process_zero_watches():
     callback.on_train_end(SimpleNamespace(), state, None, model=model)
 
 
+def test_other_processes_of_a_process_group_watch_without_a_run(monkeypatch):
+    """Under torch.distributed every process measures (for rank 0's rank columns); only
+    process zero has the W&B run. The process group is simulated: rank 1 of 2, no store."""
+    import wandb_modprof._watch as watch_module
+    import wandb_modprof.integrations.huggingface as hf
+    from wandb_modprof._distributed import RankInfo
+
+    monkeypatch.setattr(hf, "other_rank_watches", lambda: True)
+    monkeypatch.setattr(watch_module, "rank_info", lambda: RankInfo(1, 2))
+    monkeypatch.setattr(watch_module, "open_channel", lambda info, name: None)
+    model = gpt2_from_config()
+    callback = ModProfCallback(log_freq=1, structure=False)
+    state = SimpleNamespace(is_world_process_zero=False, global_step=0)
+    callback.on_train_begin(SimpleNamespace(), state, None, model=model, optimizer=None)
+    handle = callback.handle
+    assert handle is not None and handle.active and handle.run is None
+    assert handle._wandb_log is None  # measures, never logs
+    callback.on_train_end(SimpleNamespace(), state, None, model=model)
+    assert not handle.active and set(hook_counts(model).values()) == {0}
+
+
 def test_a_raised_train_is_unwatched_by_the_next_one(tmp_path):
     run = disabled_run()
     model = gpt2_from_config()

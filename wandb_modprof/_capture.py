@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import sys
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +36,7 @@ from ._static_memory import (
     static_memory,
 )
 from ._structure import StructurePass, call_signature, prepare, structure_pass_active
+from ._warn import warn_safely
 
 _MAX_PENDING = 4
 MAX_STRUCTURES = 8  # distinct call sequences captured; beyond that the graph stops growing
@@ -392,7 +392,7 @@ class Capture:
         if self._warned_structures:
             return
         self._warned_structures = True
-        warnings.warn(
+        warn_safely(
             f"wandb_modprof: {why}; the graph shows the structures captured so far (module "
             "statistics still cover every module, drawn without edges where no pass saw them).",
             RuntimeWarning,
@@ -569,7 +569,7 @@ class Capture:
         if self._warned:
             return
         self._warned = True
-        warnings.warn(
+        warn_safely(
             f"wandb_modprof: internal error while measuring module '{where}' "
             f"({type(error).__name__}: {error}). This sample is dropped; training continues "
             "and later steps are still sampled. Please report this with the model class.",

@@ -47,6 +47,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from ._warn import warn_safely
+
 if TYPE_CHECKING:
     from ._profile import Profile
 
@@ -328,7 +330,7 @@ class RankChannel:
         if self._warned:
             return
         self._warned = True
-        warnings.warn(
+        warn_safely(
             f"wandb_modprof: rank {self.info.rank} could not {what} through the process "
             f"group's store ({type(error).__name__}: {error}). "
             + (

@@ -370,19 +370,27 @@ def tables_html(
     )
 
 
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (surrogateescape'd bytes) become U+FFFD
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
+
+
 def write_file(path: str | os.PathLike[str], data: str | bytes, what: str) -> Path:
     """Write `data` to `path`; a ModProfError says what could not be written and why."""
     if not isinstance(path, (str, os.PathLike)):
         raise ModProfError(f"{what} expected a path (str or os.PathLike); got {path!r:.80}")
     target = Path(path)
+    # Encoded before the file is opened: undecodable names (lone surrogates from a file name
+    # or argument that is not UTF-8) become U+FFFD instead of failing half-way, leaving a
+    # truncated file.
+    payload = _utf8(data) if isinstance(data, str) else data
     try:
-        if isinstance(data, str):
-            target.write_text(data, encoding="utf-8")
-        else:
-            target.write_bytes(data)
+        target.write_bytes(payload)
     except OSError as error:
         why = error.strerror or str(error)
-        if isinstance(error, FileNotFoundError):
+        if isinstance(error, FileNotFoundError) and not target.parent.is_dir():
             why = f"directory {str(target.parent)!r} does not exist"
         elif isinstance(error, IsADirectoryError) or target.is_dir():
             why = "it is a directory (expected a file name)"

@@ -250,14 +250,22 @@ def format_mode_summary(values: ModeValues, n: int) -> str:
     if m.total:
         header.append("share")
         right.add(5)
+    # Parameters, gradients and optimizer state belong to the module, not to one call: a module
+    # called twice has two rows with the same bytes, but its share is counted once.
+    per_module = set(m.columns) <= {"param_bytes", "grad_bytes", "optim_bytes"}
+    counted: set[str] = set()
     rows = []
     for rank, v in enumerate(shown, 1):
         cells = [str(rank), v.key, v.module_type, str(v.calls), format_value(m.unit, v.value)]
         if m.total:
-            cells.append(format_percent(values.share(v.value)))
+            repeat = per_module and v.module_name in counted
+            counted.add(v.module_name)
+            cells.append("(same)" if repeat else format_percent(values.share(v.value)))
         rows.append(cells)
     lines = [head, f"top {len(shown)} of {len(measured)} module calls (means over samples)"]
     lines += render_columns(header, rows, right)
     if m.total and m.key != "self":
         lines.append("(share: of the model total; a module's value includes its children)")
+    if per_module and m.total:
+        lines.append("(same: another call of a module above; its memory is counted once)")
     return "\n".join(lines) + "\n"

@@ -64,6 +64,7 @@ from torch import nn
 from . import _spec
 from ._distributed import type_name
 from ._errors import ModProfError
+from ._warn import warn_safely
 
 if TYPE_CHECKING:
     from ._profile import Profile
@@ -298,7 +299,7 @@ class WandbLog:
         if self._warned:
             return
         self._warned = True
-        warnings.warn(
+        warn_safely(
             f"wandb_modprof: could not log {self.key} to W&B ({type(error).__name__}: {error}). "
             "This log is dropped; training continues and later samples are still logged (no "
             "further warning). If the run was finished: call unwatch() before run.finish().",

@@ -92,14 +92,18 @@ class WatchHandle:
         self._wandb_log: WandbLog | None = None
         self._ranks: RankChannel | None = None  # distributed runs: per-rank statistics
         self._counter = _StepCounter(log_freq, optimizer)
-        self._capture = Capture(
-            model,
-            options,
-            optimizer,
-            self._counter,
-            hooks_only_when_sampling=True,
-            structure_eligible=self._counter.is_training_forward,
-        )
+        try:
+            self._capture = Capture(
+                model,
+                options,
+                optimizer,
+                self._counter,
+                hooks_only_when_sampling=True,
+                structure_eligible=self._counter.is_training_forward,
+            )
+        except BaseException:
+            self._counter.remove()  # a refused watch leaves no optimizer hook behind
+            raise
         self._capture.owner = self
         self._capture.set_after_sample(self._log_samples)
 
@@ -238,7 +242,11 @@ def watch(
     logs = info is None or info.rank == 0
     run = current_run(run) if logs else None
     handle = WatchHandle(model, log_freq, run, optimizer, options)
-    _registry.claim(model, handle, "watching")
+    try:
+        _registry.claim(model, handle, "watching")
+    except BaseException:
+        handle._counter.remove()
+        raise
     try:
         if info is not None and info.world_size > 1:
             handle._ranks = open_channel(info, type_name(model))
@@ -251,6 +259,7 @@ def watch(
             handle.key = f"modprof/{type_name(model)}"  # as rank 0 names it (first model)
         handle._capture.attach()
     except BaseException:
+        handle._counter.remove()
         _registry.release(model, handle)
         raise
     return handle

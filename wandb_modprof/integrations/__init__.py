@@ -107,3 +107,12 @@ def start_at_step(handle: WatchHandle, global_step: int) -> None:
 def training_forwards(handle: WatchHandle) -> int:
     """Training forwards of the watched module counted so far (every micro-batch)."""
     return handle._counter.forwards
+
+
+def other_rank_watches() -> bool:
+    """Whether a process other than global rank zero should watch too: in a process group of
+    more than one rank it measures and publishes its statistics for rank 0's table (it never
+    logs and needs no W&B run); without one it has nothing to send anywhere."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1

@@ -25,8 +25,10 @@ nothing):
   your `wandb.finish()`), so the run is still open. If `train()` raises, the hooks stay until
   the next `train()` with this callback, `handle.unwatch()` or `wandb_modprof.unwatch()`.
 
-Distributed training: only world process zero watches its replica and logs; the other
-processes are not measured (gathering them is issue 7).
+Distributed training (a torch.distributed process group of more than one rank): every process
+watches its replica; only world process zero logs, and its table gains the other ranks'
+statistics (`rank_*` columns, the panel's rank imbalance mode). Without a process group only
+process zero watches.
 """
 
 from __future__ import annotations
@@ -38,7 +40,13 @@ from torch import nn
 from .._errors import ModProfError
 from .._wandb_log import current_run
 from .._watch import WatchHandle, watch
-from . import check_watch_options, import_framework, start_at_step, unwrap_optimizer
+from . import (
+    check_watch_options,
+    import_framework,
+    other_rank_watches,
+    start_at_step,
+    unwrap_optimizer,
+)
 
 (_TRANSFORMERS,) = import_framework(("transformers",), "Hugging Face transformers", "huggingface")
 if TYPE_CHECKING:
@@ -60,7 +68,7 @@ class ModProfCallback(_TrainerCallback):
             overrides `wandb.run`.
 
     After training, `handle` is the `WatchHandle` of the last `train()` (None before, and on
-    processes other than zero): `callback.handle.profile().summary()`.
+    processes that do not watch): `callback.handle.profile().summary()`.
     """
 
     def __init__(self, log_freq: int = 100, **watch_options: Any) -> None:
@@ -69,7 +77,8 @@ class ModProfCallback(_TrainerCallback):
         self.handle: WatchHandle | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not state.is_world_process_zero:
+        zero = state.is_world_process_zero
+        if not zero and not other_rank_watches():
             return
         self._unwatch()  # a previous train() that raised before on_train_end
         model = kwargs.get("model")
@@ -79,7 +88,9 @@ class ModProfCallback(_TrainerCallback):
                 f"on_train_begin; got {type(model).__qualname__}"
             )
         optimizer = unwrap_optimizer(kwargs.get("optimizer"))
-        options = {**self.watch_options, "run": self._find_run(args)}
+        # Every rank measures; only process zero logs (and needs the run): the others publish
+        # their statistics to its table (`watch` under torch.distributed).
+        options = {**self.watch_options, "run": self._find_run(args) if zero else None}
         self.handle = watch(model, self.log_freq, optimizer=optimizer, **options)
         if optimizer is not None:
             start_at_step(self.handle, int(state.global_step))

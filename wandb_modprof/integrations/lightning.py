@@ -7,7 +7,8 @@
 ...                     callbacks=[ModProfCallback(log_freq=100)], accumulate_grad_batches=4)
 >>> trainer.fit(lit_module, train_loader)   # every 100th optimizer step is measured and logged
 
-What it does, hook by hook (global rank zero only; other ranks do nothing):
+What it does, hook by hook (on global rank zero; other ranks watch too under a process group,
+see below):
 
 - `setup` (fit): finds the run, so a fit without one fails before any work: the
   `experiment` of the first `WandbLogger` among `trainer.loggers`, else `run=` if given, else
@@ -26,8 +27,10 @@ What it does, hook by hook (global rank zero only; other ranks do nothing):
   the last sample and the HTML report. This runs before Lightning finalizes its loggers;
   `WandbLogger` never finishes the run itself, so the run is still open.
 
-Distributed training: only global rank zero (`trainer.is_global_zero`) watches its replica and
-logs; the other ranks are not measured (gathering them is issue 7).
+Distributed training (a torch.distributed process group of more than one rank): every rank
+watches its replica; only global rank zero (`trainer.is_global_zero`) logs, and its table gains
+the other ranks' statistics (`rank_*` columns, the panel's rank imbalance mode). Without a
+process group only global rank zero watches.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from .._watch import WatchHandle, watch
 from . import (
     check_watch_options,
     import_framework,
+    other_rank_watches,
     start_at_step,
     training_forwards,
     unwrap_optimizer,
@@ -111,14 +115,17 @@ class ModProfCallback(_Callback):
             self._run = self._find_run(trainer)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        if not trainer.is_global_zero:
+        zero = trainer.is_global_zero
+        if not zero and not other_rank_watches():
             return
         self._unwatch()  # a previous fit that ended without on_train_end
-        if self._run is None:  # `setup` ran for another stage, or was overridden
+        if zero and self._run is None:  # `setup` ran for another stage, or was overridden
             self._run = self._find_run(trainer)
         optimizers = list(trainer.optimizers)
         optimizer = unwrap_optimizer(optimizers[0]) if optimizers else None
-        options = {**self.watch_options, "run": self._run}
+        # Every rank measures; only global zero logs (and needs the run): the others publish
+        # their statistics to its table (`watch` under torch.distributed).
+        options = {**self.watch_options, "run": self._run if zero else None}
         self.handle = watch(self._target(pl_module), self.log_freq, optimizer=optimizer, **options)
         if optimizer is not None:
             start_at_step(self.handle, int(trainer.global_step))
