@@ -63,7 +63,7 @@ import platform
 import pstats
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,24 +198,46 @@ def timed_step(config: Config, workload: Workload) -> float:
     return (time.perf_counter_ns() - start) / 1e6
 
 
-def measure(
-    configs: list[Config], workload: Workload, warmup: int, rounds: int, block: int, seed: int
+def shuffled_rounds(
+    configs: Sequence[Any],
+    step: Callable[[Any], object],
+    timed: Callable[[Any], float],
+    warmup: int,
+    rounds: int,
+    block: int,
+    seed: int,
 ) -> None:
-    """Warm up, then `rounds` rounds; in each, every config runs `block` consecutive steps.
+    """Warm up, then `rounds` rounds; in each, every config runs `block` consecutive steps
+    (`step(config)`, then `timed(config)` in ms appended to `config.times_ms`).
 
     The order of the configs is shuffled afresh every round. The first step of each block is
     untimed: it refills the caches with this copy's weights, which the previous copy evicted.
+    Shared by every side-by-side benchmark (peers.py too).
     """
     for _ in range(warmup):
         for config in configs:
-            train_step(config, workload)
+            step(config)
     rng = np.random.default_rng(seed)
     gc.collect()
     for _ in range(rounds):
         for k in rng.permutation(len(configs)):
             config = configs[k]
-            train_step(config, workload)
-            config.times_ms.append([timed_step(config, workload) for _ in range(block - 1)])
+            step(config)
+            config.times_ms.append([timed(config) for _ in range(block - 1)])
+
+
+def measure(
+    configs: list[Config], workload: Workload, warmup: int, rounds: int, block: int, seed: int
+) -> None:
+    shuffled_rounds(
+        configs,
+        lambda c: train_step(c, workload),
+        lambda c: timed_step(c, workload),
+        warmup,
+        rounds,
+        block,
+        seed,
+    )
 
 
 def check_sampling(configs: list[Config], expected_steps: int) -> None:

@@ -46,7 +46,7 @@ import torch
 from _peers import ALL, Tool, make_tool, wandb_runs
 from _report import emit, revision
 from _workloads import Workload, make_workloads
-from overhead import ratio_stats  # the house statistics: one definition of the bootstrap
+from overhead import ratio_stats, shuffled_rounds  # the house method, defined once
 
 import wandb_modprof
 
@@ -96,16 +96,15 @@ def measure(
     configs: list[Config], workload: Workload, warmup: int, rounds: int, block: int, seed: int
 ) -> None:
     cuda = workload.device.type == "cuda"
-    for _ in range(warmup):
-        for config in configs:
-            run_step(config, workload)
-    rng = np.random.default_rng(seed)
-    gc.collect()
-    for _ in range(rounds):
-        for k in rng.permutation(len(configs)):
-            config = configs[k]
-            run_step(config, workload)  # untimed: reloads this copy into the caches
-            config.times_ms.append([timed_step(config, workload, cuda) for _ in range(block - 1)])
+    shuffled_rounds(
+        configs,
+        lambda c: run_step(c, workload),
+        lambda c: timed_step(c, workload, cuda),
+        warmup,
+        rounds,
+        block,
+        seed,
+    )
 
 
 @dataclass(frozen=True)

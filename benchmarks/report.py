@@ -30,8 +30,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from _report import emit, revision
@@ -105,12 +107,13 @@ def _family(name: str, size: int) -> nn.Module:
     return flat(size)
 
 
-def open_times(path: Path, repeats: int) -> tuple[list[float], int]:
+def opened_reports(path: Path, repeats: int, timeout_ms: int = 60_000) -> Iterator[Any]:
+    """The report at `path` loaded `repeats` times, each in a fresh headless Chromium with
+    every request but the file itself aborted: yields each page once its first view is drawn
+    (`window.__modprof_ready`); a page error, a report error or any blocked request raises."""
     from playwright.sync_api import sync_playwright
 
     url = path.resolve().as_uri()
-    times: list[float] = []
-    nodes = 0
     with sync_playwright() as pw:
         for _ in range(repeats):
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -118,13 +121,12 @@ def open_times(path: Path, repeats: int) -> tuple[list[float], int]:
                 context = browser.new_context(viewport={"width": 1400, "height": 900})
                 blocked: list[str] = []
 
-                def route(r: object, blocked: list[str] = blocked) -> None:
-                    request = r.request  # type: ignore[attr-defined]
-                    if request.url == url:
-                        r.continue_()  # type: ignore[attr-defined]
+                def route(r: Any, blocked: list[str] = blocked) -> None:
+                    if r.request.url == url:
+                        r.continue_()
                     else:
-                        blocked.append(request.url)
-                        r.abort()  # type: ignore[attr-defined]
+                        blocked.append(r.request.url)
+                        r.abort()
 
                 context.route("**/*", route)
                 page = context.new_page()
@@ -132,15 +134,22 @@ def open_times(path: Path, repeats: int) -> tuple[list[float], int]:
                 page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
                 page.goto(url)
                 page.wait_for_function(
-                    "() => window.__modprof_ready || window.__modprof_error", timeout=60_000
+                    "() => window.__modprof_ready || window.__modprof_error", timeout=timeout_ms
                 )
                 failed = page.evaluate("() => window.__modprof_error || ''")
                 if failed or errors or blocked:
-                    raise RuntimeError(f"report failed: {failed} {errors} {blocked}")
-                times.append(float(page.evaluate("() => window.__modprof_ready")))
-                nodes = int(page.evaluate(COUNT_NODES_JS))
+                    raise RuntimeError(f"{path.name}: report failed: {failed} {errors} {blocked}")
+                yield page
             finally:
                 browser.close()
+
+
+def open_times(path: Path, repeats: int) -> tuple[list[float], int]:
+    times: list[float] = []
+    nodes = 0
+    for page in opened_reports(path, repeats):
+        times.append(float(page.evaluate("() => window.__modprof_ready")))
+        nodes = int(page.evaluate(COUNT_NODES_JS))
     return times, nodes
 
 

@@ -61,7 +61,7 @@ from typing import Any
 import torch
 from _peers import wandb_runs
 from _report import emit, revision
-from report import CHROMIUM, CHROMIUM_ARGS, COUNT_NODES_JS
+from report import COUNT_NODES_JS, opened_reports
 from torch import nn
 
 import wandb_modprof
@@ -293,8 +293,6 @@ def views_of(table: Any) -> tuple[int, tuple[str, int], tuple[str, int]]:
 
 
 def measure_html(row: Row, prof: wandb_modprof.Profile, tmp: Path, repeats: int) -> None:
-    from playwright.sync_api import sync_playwright
-
     table = prof.table()
     row.views, row.largest, row.deepest = views_of(table)
     path = tmp / f"{row.case}.html"
@@ -302,45 +300,20 @@ def measure_html(row: Row, prof: wandb_modprof.Profile, tmp: Path, repeats: int)
     prof.to_html(path)
     row.write_s = time.perf_counter() - start
     row.html_mb = path.stat().st_size / 1e6
-    url = path.resolve().as_uri()
     first, largest, deepest = [], [], []
-    with sync_playwright() as pw:
-        for _ in range(repeats):
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            try:
-                context = browser.new_context(viewport={"width": 1400, "height": 900})
-                blocked: list[str] = []
-
-                def route(r: Any, blocked: list[str] = blocked) -> None:
-                    if r.request.url == url:
-                        r.continue_()
-                    else:
-                        blocked.append(r.request.url)
-                        r.abort()
-
-                context.route("**/*", route)
-                page = context.new_page()
-                errors: list[str] = []
-                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
-                page.goto(url)
-                page.wait_for_function(
-                    "() => window.__modprof_ready || window.__modprof_error", timeout=120_000
-                )
-                failed = page.evaluate("() => window.__modprof_error || ''")
-                if failed or errors or blocked or not page.evaluate(COUNT_NODES_JS):
-                    raise RuntimeError(f"{row.case}: report failed: {failed} {errors} {blocked}")
-                first.append(float(page.evaluate("() => window.__modprof_ready")))
-                # the first view's time is its own; a view opened twice keeps its first time
-                done = {page.evaluate("() => window.__modprof_view.signal('view_now')"): first[-1]}
-                for (key, _), times in ((row.largest, largest), (row.deepest, deepest)):
-                    if key not in done:
-                        ms, now = page.evaluate(SWITCH_JS, key)
-                        if now != key or not page.evaluate(COUNT_NODES_JS):
-                            raise RuntimeError(f"{row.case}: view {key} not opened ({now})")
-                        done[key] = float(ms)
-                    times.append(done[key])
-            finally:
-                browser.close()
+    for page in opened_reports(path, repeats, timeout_ms=120_000):
+        if not page.evaluate(COUNT_NODES_JS):
+            raise RuntimeError(f"{row.case}: the report drew no nodes")
+        first.append(float(page.evaluate("() => window.__modprof_ready")))
+        # the first view's time is its own; a view opened twice keeps its first time
+        done = {page.evaluate("() => window.__modprof_view.signal('view_now')"): first[-1]}
+        for (key, _), times in ((row.largest, largest), (row.deepest, deepest)):
+            if key not in done:
+                ms, now = page.evaluate(SWITCH_JS, key)
+                if now != key or not page.evaluate(COUNT_NODES_JS):
+                    raise RuntimeError(f"{row.case}: view {key} not opened ({now})")
+                done[key] = float(ms)
+            times.append(done[key])
     row.first_ms, row.largest_ms, row.deepest_ms = tuple(first), tuple(largest), tuple(deepest)
 
 

@@ -52,9 +52,6 @@ MARGIN_PX = 16  # the panel sits off the page origin so that offsets are really 
 TIMEOUT_MS = 15_000
 
 
-_RUNNING: list[Browser] = []  # launched and not closed yet (see `running`)
-
-
 class BrowserUnavailableError(RuntimeError):
     """Chromium, playwright or the vendored Vega is missing (tests skip, or fail in CI)."""
 
@@ -493,29 +490,9 @@ class Browser:
         the panel stays as W&B shows it while loading; `()`: an empty table arrives)."""
         if renderer not in ("svg", "canvas"):
             raise ValueError(f"renderer must be 'svg' or 'canvas', got {renderer!r}")
-        context = self._browser.new_context(
-            viewport={"width": width + 2 * MARGIN_PX, "height": height + 2 * MARGIN_PX},
-            device_scale_factor=1,
+        context, page, blocked, console = self._page(
+            width + 2 * MARGIN_PX, height + 2 * MARGIN_PX, allowed=""
         )
-        blocked: list[str] = []
-        console: list[str] = []
-
-        def block(route: Any) -> None:
-            blocked.append(route.request.url)
-            route.abort()
-
-        context.route("**/*", block)
-        page = context.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        page.on(
-            "console",
-            lambda m: (
-                console.append(f"console {m.type}: {m.text}")
-                if m.type in ("error", "warning")
-                else None
-            ),
-        )
-        page.on("pageerror", lambda e: console.append(f"page error: {e}"))
         panel = Panel(context, page, blocked, console)
         self._panels.append(panel)
         page.set_content(_PAGE_HTML.format(m=MARGIN_PX, w=width, h=height))
@@ -543,35 +520,11 @@ class Browser:
         every request except the file itself is aborted and reported as an error, and
         `requests` lists every URL the page asked for."""
         url = Path(path).resolve().as_uri()
-        context = self._browser.new_context(
-            viewport={"width": width, "height": height}, device_scale_factor=1
-        )
-        blocked: list[str] = []
-        console: list[str] = []
+        context, page, blocked, console = self._page(width, height, allowed=url)
         requests: list[str] = []
         dialogs: list[str] = []
-
-        def block(route: Any) -> None:
-            if route.request.url == url:
-                route.continue_()
-            else:
-                blocked.append(route.request.url)
-                route.abort()
-
-        context.route("**/*", block)
-        page = context.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
         page.on("request", lambda r: requests.append(r.url))
         page.on("dialog", lambda d: (dialogs.append(f"{d.type}: {d.message}"), d.dismiss()))
-        page.on(
-            "console",
-            lambda m: (
-                console.append(f"console {m.type}: {m.text}")
-                if m.type in ("error", "warning")
-                else None
-            ),
-        )
-        page.on("pageerror", lambda e: console.append(f"page error: {e}"))
         report = Report(context, page, blocked, console, requests, dialogs)
         self._panels.append(report)
         page.goto(url)
@@ -586,6 +539,37 @@ class Browser:
         )
         report.settle()
         return report
+
+    def _page(self, width: int, height: int, allowed: str) -> tuple[Any, Any, list[str], list[str]]:
+        """A fresh context and page of `width` x `height` where every request but `allowed`
+        is aborted and recorded (`blocked`), and console errors / warnings and page errors
+        are collected (`console`)."""
+        context = self._browser.new_context(
+            viewport={"width": width, "height": height}, device_scale_factor=1
+        )
+        blocked: list[str] = []
+        console: list[str] = []
+
+        def block(route: Any) -> None:
+            if allowed and route.request.url == allowed:
+                route.continue_()
+            else:
+                blocked.append(route.request.url)
+                route.abort()
+
+        context.route("**/*", block)
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.on(
+            "console",
+            lambda m: (
+                console.append(f"console {m.type}: {m.text}")
+                if m.type in ("error", "warning")
+                else None
+            ),
+        )
+        page.on("pageerror", lambda e: console.append(f"page error: {e}"))
+        return context, page, blocked, console
 
     def close(self) -> None:
         for panel in self._panels:
@@ -608,15 +592,7 @@ def launch(chromium: Path = CHROMIUM, vega_js: Path = VEGA_JS) -> Iterator[Brows
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(chromium), args=list(CHROMIUM_ARGS))
         wrapped = Browser(browser, vega_js.read_text("utf-8"))
-        _RUNNING.append(wrapped)
         try:
             yield wrapped
         finally:
-            _RUNNING.remove(wrapped)
             wrapped.close()
-
-
-def running() -> Browser | None:
-    """The Chromium a `launch()` still holds open in this process, if any: playwright's sync
-    API allows one at a time per thread, so test modules share it instead of launching."""
-    return _RUNNING[-1] if _RUNNING else None

@@ -4,6 +4,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,6 +18,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="rewrite tests/golden/* from the current output instead of comparing with it",
     )
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    """One headless Chromium for the whole session (playwright's sync API allows one per
+    thread): the panel's and the report's browser tests share it. Skips where the browser or
+    the vendored Vega is missing, fails instead under MODPROF_REQUIRE_BROWSER (CI)."""
+    import browser
+
+    try:
+        launched = browser.launch()
+        started = launched.__enter__()
+    except browser.BrowserUnavailableError as e:
+        if os.environ.get("MODPROF_REQUIRE_BROWSER"):
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+    try:
+        yield started
+    finally:
+        launched.__exit__(None, None, None)
 
 
 @pytest.fixture

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,3 +50,37 @@ def disabled_run() -> Any:
     import wandb
 
     return wandb.init(mode="disabled")
+
+
+def strict_json(text: str) -> Any:
+    """`json.loads` that rejects NaN / Infinity (W&B writes them bare; browsers refuse them)."""
+
+    def reject(constant: str) -> Any:
+        raise ValueError(f"non-JSON constant {constant} in a table file")
+
+    return json.loads(text, parse_constant=reject)
+
+
+def check_logged_tables(files: Sequence[Path], columns: Sequence[str]) -> None:
+    """Every W&B table file is strict JSON with these columns, 1 to 10,000 rows and only
+    finite numbers."""
+    for path in files:
+        data = strict_json(path.read_text())
+        assert data["columns"] == list(columns)
+        assert 0 < len(data["data"]) <= 10_000
+        assert not any(
+            isinstance(cell, float) and not math.isfinite(cell)
+            for row in data["data"]
+            for cell in row
+        )
+
+
+def profiled(model: nn.Module, x: torch.Tensor, steps: int = 3) -> Any:
+    """A `wandb_modprof.profile` of `steps` forward + backward steps (the first is the
+    structure pass)."""
+    import wandb_modprof
+
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(steps):
+            model(x).sum().backward()
+    return prof

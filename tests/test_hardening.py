@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 import torch
-from helpers import disabled_run
+from helpers import disabled_run, profiled
 from models import TinyGPT
 from test_wandb_log import RecordingRun
 from torch import nn
@@ -68,11 +68,7 @@ def _profile_of_a_reused_layer() -> wandb_modprof.Profile:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.head(self.big(self.big(x)))
 
-    model = Twice()
-    with wandb_modprof.profile(model) as prof:
-        for _ in range(3):
-            model(torch.randn(4, 64)).sum().backward()
-    return prof
+    return profiled(Twice(), torch.randn(4, 64))
 
 
 def test_undecodable_text_is_written_as_replacement_characters(tmp_path) -> None:

@@ -4,8 +4,6 @@ environment of conftest.py)."""
 
 from __future__ import annotations
 
-import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 import wandb
-from helpers import disabled_run, hook_counts
+from helpers import check_logged_tables, disabled_run, hook_counts, strict_json
 from models import gpt2_from_config
 
 from wandb_modprof import ModProfError
@@ -71,13 +69,6 @@ def _record_measured(model: torch.nn.Module) -> list[bool]:
     return hooked
 
 
-def _strict_json(text: str) -> Any:
-    def reject(constant: str) -> Any:
-        raise ValueError(f"non-JSON constant {constant} in a table file")
-
-    return json.loads(text, parse_constant=reject)
-
-
 @pytest.fixture(autouse=True)
 def _no_run_left() -> Any:
     yield
@@ -120,17 +111,9 @@ def test_trainer_logs_every_log_freq_th_optimizer_step_to_the_report_to_wandb_ru
     )
     assert len(tables) == 3  # one per sample
     table = prof.table()
-    for path in tables:
-        data = _strict_json(path.read_text())
-        assert data["columns"] == list(table.columns)
-        assert 0 < len(data["data"]) <= 10_000
-        assert not any(
-            isinstance(cell, float) and not math.isfinite(cell)
-            for row in data["data"]
-            for cell in row
-        )
+    check_logged_tables(tables, table.columns)
     newest = max(tables, key=lambda path: int(path.name.split("_")[2]))
-    assert _strict_json(newest.read_text())["data"] == [list(row) for row in table.rows]
+    assert strict_json(newest.read_text())["data"] == [list(row) for row in table.rows]
     (report,) = (run_dir / "files/media/html/modprof/GPT2LMHeadModel").glob("report_*.html")
     assert "GPT2LMHeadModel" in report.read_text()  # the final report, logged at unwatch
 

@@ -3,8 +3,6 @@ logging through a real offline `WandbLogger` run (the hermetic environment of co
 
 from __future__ import annotations
 
-import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 import wandb
-from helpers import disabled_run, hook_counts
+from helpers import check_logged_tables, disabled_run, hook_counts, strict_json
 from models import TinyGPT
 from torch import nn
 from torch.nn import functional as F  # noqa: N812  (the PyTorch convention)
@@ -81,13 +79,6 @@ def _trainer(logger: Any, callback: ModProfCallback, max_steps: int = 6, **kwarg
     )
 
 
-def _strict_json(text: str) -> Any:
-    def reject(constant: str) -> Any:
-        raise ValueError(f"non-JSON constant {constant} in a table file")
-
-    return json.loads(text, parse_constant=reject)
-
-
 def _measured_steps(hooked: list[bool]) -> list[tuple[int, int]]:
     """(optimizer step, micro-batch in it), 1-based steps, for every hooked training forward."""
     return [(i // ACCUMULATE + 1, i % ACCUMULATE) for i, on in enumerate(hooked) if on]
@@ -128,17 +119,9 @@ def test_fit_logs_every_log_freq_th_optimizer_step_to_the_wandb_logger_run(tmp_p
     tables = sorted((run_dir / "files/media/table/modprof").glob("LitGPT_table_*.table.json"))
     assert len(tables) == 3  # one per sample; the last one logged by unwatch at train end
     table = prof.table()
-    for path in tables:
-        data = _strict_json(path.read_text())
-        assert data["columns"] == list(table.columns)
-        assert 0 < len(data["data"]) <= 10_000
-        assert not any(
-            isinstance(cell, float) and not math.isfinite(cell)
-            for row in data["data"]
-            for cell in row
-        )
+    check_logged_tables(tables, table.columns)
     newest = max(tables, key=lambda path: int(path.name.split("_")[2]))
-    assert _strict_json(newest.read_text())["data"] == [list(row) for row in table.rows]
+    assert strict_json(newest.read_text())["data"] == [list(row) for row in table.rows]
     (report,) = (run_dir / "files/media/html/modprof/LitGPT").glob("report_*.html")
     assert "LitGPT" in report.read_text()  # the final report, logged at unwatch
 

@@ -30,21 +30,6 @@ OpenPanel = Callable[..., browser.Panel]
 RENDERERS = pytest.mark.parametrize("renderer", ["svg", "canvas"])
 
 
-@pytest.fixture(scope="session")
-def chromium() -> Iterator[browser.Browser]:
-    try:
-        launched = browser.launch()
-        started = launched.__enter__()
-    except browser.BrowserUnavailableError as e:
-        if os.environ.get("MODPROF_REQUIRE_BROWSER"):
-            pytest.fail(str(e))
-        pytest.skip(str(e))
-    try:
-        yield started
-    finally:
-        launched.__exit__(None, None, None)
-
-
 @pytest.fixture
 def open_panel(chromium: browser.Browser) -> Iterator[OpenPanel]:
     opened: list[browser.Panel] = []

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 import wandb
-from helpers import disabled_run, train_step
+from helpers import disabled_run, profiled, train_step
 from models import ResNet, TinyGPT, gpt_input, resnet_input
 from torch import nn
 
@@ -28,23 +28,16 @@ from wandb_modprof._html import ROWS_ID, SPEC_ID, report_html, script_json, writ
 XSS = "</script><img src=x onerror=alert(1)>"
 
 
-def _profile(model: nn.Module, x: torch.Tensor, steps: int = 3) -> wandb_modprof.Profile:
-    with wandb_modprof.profile(model) as prof:
-        for _ in range(steps):
-            model(x).sum().backward()
-    return prof
-
-
 @pytest.fixture(scope="module")
 def resnet() -> wandb_modprof.Profile:
     torch.manual_seed(0)
-    return _profile(ResNet(), resnet_input())
+    return profiled(ResNet(), resnet_input())
 
 
 @pytest.fixture(scope="module")
 def gpt() -> wandb_modprof.Profile:
     torch.manual_seed(0)
-    return _profile(TinyGPT(), gpt_input())
+    return profiled(TinyGPT(), gpt_input())
 
 
 class _Page(HTMLParser):
@@ -128,7 +121,7 @@ def test_hostile_names_are_text(tmp_path: Path) -> None:
     Hostile.__name__ = Hostile.__qualname__ = XSS
     model = nn.Sequential(nn.Linear(4, 4))
     model.add_module(XSS, Hostile(4, 4))
-    prof = _profile(model, torch.randn(2, 4))
+    prof = profiled(model, torch.randn(2, 4))
     text = report_html([(XSS, prof)], title=XSS)
     assert "<img" not in text.replace(_html.vega_bundle(), "")
     page = _Page(text)

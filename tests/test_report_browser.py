@@ -7,13 +7,12 @@ its own Vega (6, bundled by vl-convert), so the vendored Vega 5 is not used here
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import browser
 import pytest
 import torch
+from helpers import profiled
 from models import ResNet, resnet_input
 from torch import nn
 
@@ -26,37 +25,9 @@ XSS = "</script><img src=x onerror=alert(1)>"
 
 
 @pytest.fixture(scope="module")
-def chromium() -> Iterator[browser.Browser]:
-    # test_panel_browser.py's session-wide Chromium when it is open (one sync playwright per
-    # thread), else this module's own
-    shared = browser.running()
-    if shared is not None:
-        yield shared
-        return
-    try:
-        launched = browser.launch()
-        started = launched.__enter__()
-    except browser.BrowserUnavailableError as e:
-        if os.environ.get("MODPROF_REQUIRE_BROWSER"):
-            pytest.fail(str(e))
-        pytest.skip(str(e))
-    try:
-        yield started
-    finally:
-        launched.__exit__(None, None, None)
-
-
-def _profile(model: nn.Module, x: torch.Tensor, steps: int = 3) -> wandb_modprof.Profile:
-    with wandb_modprof.profile(model) as prof:
-        for _ in range(steps):
-            model(x).sum().backward()
-    return prof
-
-
-@pytest.fixture(scope="module")
 def resnet_prof() -> wandb_modprof.Profile:
     torch.manual_seed(0)
-    return _profile(ResNet(), resnet_input())
+    return profiled(ResNet(), resnet_input())
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +124,7 @@ def test_hostile_names_render_as_text_and_run_nothing(
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
     model.add_module(XSS, _Hostile(8, 8))
     path = write_report(
-        tmp_path / "xss.html", [(XSS, _profile(model, torch.randn(4, 8)))], title=XSS
+        tmp_path / "xss.html", [(XSS, profiled(model, torch.randn(4, 8)))], title=XSS
     )
     report = _open(chromium, path)
     try:
@@ -182,7 +153,7 @@ def test_compare_report_opens_in_compare_mode(
     chromium: browser.Browser, resnet_prof: wandb_modprof.Profile, tmp_path: Path
 ) -> None:
     torch.manual_seed(1)
-    other = _profile(ResNet(), resnet_input(batch=16))
+    other = profiled(ResNet(), resnet_input(batch=16))
     path = write_report(
         tmp_path / "compare.html", [("batch 8", resnet_prof), ("batch 16", other)], compare=True
     )

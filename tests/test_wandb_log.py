@@ -5,8 +5,6 @@ disabled runs (the hermetic environment of conftest.py)."""
 from __future__ import annotations
 
 import copy
-import json
-import math
 import re
 import subprocess
 import sys
@@ -18,7 +16,7 @@ import pytest
 import torch
 import wandb
 from conftest import requires_cuda
-from helpers import disabled_run, train_step
+from helpers import check_logged_tables, disabled_run, strict_json, train_step
 from models import ResNet, TinyGPT, gpt_input, resnet_input
 
 import wandb_modprof
@@ -50,13 +48,6 @@ class RecordingRun:
             raise OSError("disk full")
         if self.inner is not None:
             self.inner.log(data, commit=commit)
-
-
-def _strict_json(text: str) -> Any:
-    def reject(constant: str) -> Any:
-        raise ValueError(f"non-JSON constant {constant} in a table file")
-
-    return json.loads(text, parse_constant=reject)
 
 
 def _table_files(root: Path, model: str) -> list[Path]:
@@ -93,21 +84,13 @@ def test_offline_run_writes_one_table_per_sample(tmp_path):
     # logged at the forwards of steps 3 and 5 (run.step 2, 4) and at unwatch (run.step 6)
     assert sorted(_step_of(f) for f in files) == [2, 4, 6]
     table = prof.table()
-    last = _strict_json(max(files, key=_step_of).read_text())
+    last = strict_json(max(files, key=_step_of).read_text())
     assert last["columns"] == list(table.columns)
     assert len(last["data"]) == len(table.rows) <= 10_000
     assert last["data"] == [list(row) for row in table.rows]  # the aggregated profile
     kinds = {row[last["columns"].index("row_kind")] for row in last["data"]}
     assert {"node", "edge", "meta"} <= kinds
-    for path in files:
-        data = _strict_json(path.read_text())
-        assert data["columns"] == list(table.columns)
-        assert 0 < len(data["data"]) <= 10_000
-        assert not any(
-            isinstance(cell, float) and not math.isfinite(cell)
-            for row in data["data"]
-            for cell in row
-        )
+    check_logged_tables(files, table.columns)
 
 
 def test_offline_run_without_entity_logs_tables_and_says_how_to_get_the_panel(tmp_path):
@@ -128,7 +111,7 @@ def test_offline_run_without_entity_logs_tables_and_says_how_to_get_the_panel(tm
     run.finish()
     files = _table_files(tmp_path, "ResNet")
     assert len(files) == 2
-    assert _strict_json(files[0].read_text())["columns"] == list(handle.profile().table().columns)
+    assert strict_json(files[0].read_text())["columns"] == list(handle.profile().table().columns)
 
 
 def test_offline_notice_is_emitted_once_per_process_with_the_command(tmp_path):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from . import _autograd_private as ap
 from ._capture import _Hook
 from ._errors import ModProfError
 from ._invocation import grad_fns
+from ._warn import warn_safely
 
 Phase = Literal["forward_start", "forward_end", "backward_start", "backward_end"]
 PHASES: tuple[Phase, ...] = get_args(Phase)
@@ -511,7 +511,7 @@ class ModuleCallbacks:
         if key in self._warned:
             return
         self._warned.add(key)
-        warnings.warn(
+        warn_safely(
             f"wandb_modprof.on_module({self._module_type}): {what} (warned once).",
             RuntimeWarning,
             stacklevel=3,

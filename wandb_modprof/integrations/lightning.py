@@ -36,13 +36,13 @@ process group only global rank zero watches.
 from __future__ import annotations
 
 import sys
-import warnings
 from typing import TYPE_CHECKING, Any, cast
 
 from torch import nn
 
 from .._errors import ModProfError
 from .._wandb_log import current_run
+from .._warn import warn_safely
 from .._watch import WatchHandle, watch
 from . import (
     check_watch_options,
@@ -139,7 +139,7 @@ class ModProfCallback(_Callback):
             return
         self._checked_forward = True
         if training_forwards(handle) == 0:
-            warnings.warn(
+            warn_safely(
                 f"wandb_modprof: ModProfCallback watches {type(handle.model).__name__}, but the "
                 "first training batch never called it in training mode, so no step is counted "
                 "or measured. If training_step calls a submodule (self.model(x)) rather than "
