@@ -1,4 +1,4 @@
-"""Time of the layout stage (`wandb_modprof._layout.layout_level`) on large synthetic views.
+"""Time of the layout stage (`wandb_modprof.view.layout.layout_level`) on large synthetic views.
 
 Run (full run a few seconds; ``--quick`` is the CI smoke run, small graphs, one repeat):
 
@@ -43,8 +43,8 @@ from dataclasses import dataclass
 import igraph
 from _report import emit, revision
 
-from wandb_modprof._graph import GraphEdge, GraphNode, LevelGraph
-from wandb_modprof._layout import layout_level
+from wandb_modprof.records.graph import GraphEdge, GraphNode, LevelGraph
+from wandb_modprof.view.layout import layout_level
 
 TARGET_MS = 1000.0
 

@@ -65,8 +65,8 @@ from report import COUNT_NODES_JS, opened_reports
 from torch import nn
 
 import wandb_modprof
-import wandb_modprof._table as table_module
-from wandb_modprof._wandb_log import WandbLog
+import wandb_modprof.view.table as table_module
+from wandb_modprof.sinks.wandb_log import WandbLog
 
 LOG_TARGET_S = 2.0
 LOG_TARGET_AT = 10_000
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 3)
     browser_repeats = args.browser_repeats or (1 if args.quick else 3)
     torch.set_num_threads(1)
-    from wandb_modprof._html import vega_bundle
+    from wandb_modprof.sinks.html import vega_bundle
 
     vega_bundle()  # built once per process (vl-convert's Vega bundle): not a per-report cost
     started = time.perf_counter()

@@ -38,8 +38,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from models import ResNet, TinyGPT, gpt2_from_config, gpt_input, resnet_input
 
 import wandb_modprof
-from wandb_modprof._capture import Capture
-from wandb_modprof._options import Options
+from wandb_modprof.capture.hooks import Capture
+from wandb_modprof.capture.options import Options
 
 Step = Callable[[], None]
 

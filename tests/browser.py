@@ -515,7 +515,7 @@ class Browser:
     def open_report(
         self, path: str | os.PathLike[str], width: int = 1280, height: int = 860
     ) -> Report:
-        """The HTML report at `path` (`wandb_modprof._html`) loaded from file:// in a window of
+        """The HTML report at `path` (`wandb_modprof.sinks.html`) loaded from file:// in a window of
         `width` x `height`, as a Panel over the report's own Vega view (`window.__modprof_view`):
         every request except the file itself is aborted and reported as an error, and
         `requests` lists every URL the page asked for."""

@@ -13,7 +13,7 @@ import torch
 from models import ResNet, TinyGPT
 
 import wandb_modprof
-from wandb_modprof._table import ProfileTable
+from wandb_modprof.view.table import ProfileTable
 
 
 def resnet_table(steps: int = 3, seed: int = 0, **table_kw: Any) -> ProfileTable:

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import wandb_modprof
-from wandb_modprof import _demo
+from wandb_modprof.api import demo as _demo
 
 
 def test_demo_trains_and_prints_top_modules(tmp_path):

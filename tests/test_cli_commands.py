@@ -19,9 +19,11 @@ from models import ResNet, TinyGPT, gpt_input, resnet_input
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof import _cli, _html, _summary
-from wandb_modprof._compare import compare
-from wandb_modprof._modes import MODE_KEYS, mode
+from wandb_modprof.api import cli as _cli
+from wandb_modprof.records.modes import MODE_KEYS, mode
+from wandb_modprof.sinks import html as _html
+from wandb_modprof.sinks import summary as _summary
+from wandb_modprof.sinks.compare import compare
 
 
 def _profile(model: nn.Module, x: torch.Tensor, steps: int = 3) -> wandb_modprof.Profile:

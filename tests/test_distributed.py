@@ -24,9 +24,11 @@ from test_table import check_table
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof import _distributed, _modes
-from wandb_modprof._distributed import RankChannel, RankInfo, compact_stats, decode, encode, fold
-from wandb_modprof._table import RANK_COLUMNS
+from wandb_modprof.api import distributed as _distributed
+from wandb_modprof.api.distributed import RankChannel, RankInfo, compact_stats
+from wandb_modprof.records import modes as _modes
+from wandb_modprof.records.ranks import decode, encode, fold
+from wandb_modprof.view.table import RANK_COLUMNS
 
 WORKER = Path(__file__).with_name("dist_worker.py")
 HARD_TIMEOUT_S = 120

@@ -162,9 +162,9 @@ def test_only_world_process_zero_watches():
 def test_other_processes_of_a_process_group_watch_without_a_run(monkeypatch):
     """Under torch.distributed every process measures (for rank 0's rank columns); only
     process zero has the W&B run. The process group is simulated: rank 1 of 2, no store."""
-    import wandb_modprof._watch as watch_module
+    import wandb_modprof.api.watch as watch_module
     import wandb_modprof.integrations.huggingface as hf
-    from wandb_modprof._distributed import RankInfo
+    from wandb_modprof.api.distributed import RankInfo
 
     monkeypatch.setattr(hf, "other_rank_watches", lambda: True)
     monkeypatch.setattr(watch_module, "rank_info", lambda: RankInfo(1, 2))

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wandb_modprof import _layout
-from wandb_modprof._graph import GraphEdge, GraphNode, LevelGraph, NodeKind
-from wandb_modprof._layout import (
+from wandb_modprof.records.graph import GraphEdge, GraphNode, LevelGraph, NodeKind
+from wandb_modprof.view import layout as _layout
+from wandb_modprof.view.layout import (
     EDGE_GAP_PX,
     LAYER_GAP_PX,
     NODE_GAP_PX,
@@ -425,7 +425,7 @@ def test_deterministic_in_process() -> None:
 def test_deterministic_across_processes() -> None:
     code = (
         "import sys; sys.path.insert(0, 'tests'); import test_layout as t; "
-        "from wandb_modprof._layout import layout_level; "
+        "from wandb_modprof.view.layout import layout_level; "
         "print(repr(layout_level(t.chain_with_skips(50, skip=2, long_skip=7))))"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

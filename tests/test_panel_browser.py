@@ -22,8 +22,9 @@ from models import ResNet, TinyGPT, gpt_input, resnet_input
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof import _modes, _spec
-from wandb_modprof._table import ProfileTable
+from wandb_modprof.records import modes as _modes
+from wandb_modprof.sinks import spec as _spec
+from wandb_modprof.view.table import ProfileTable
 
 OpenPanel = Callable[..., browser.Panel]
 # W&B draws through vega-embed, whose default renderer is canvas; SVG is what the DOM can show

@@ -26,9 +26,9 @@ from panel import (
     wandb_patched,
 )
 
-from wandb_modprof import _spec
-from wandb_modprof._modes import MODES, mode
-from wandb_modprof._table import COLUMNS, ProfileTable
+from wandb_modprof.records.modes import MODES, mode
+from wandb_modprof.sinks import spec as _spec
+from wandb_modprof.view.table import COLUMNS, ProfileTable
 
 ROOT = Path(__file__).resolve().parent.parent
 TOLERANCE = 12  # Vega samples Turbo into a palette; the polynomial differs by a few units

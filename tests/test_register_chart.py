@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 
 import wandb_modprof
-from wandb_modprof import ModProfError, _chart, _cli, _spec
+from wandb_modprof import ModProfError
+from wandb_modprof.api import cli as _cli
+from wandb_modprof.sinks import chart as _chart
+from wandb_modprof.sinks import spec as _spec
 
 
 class FakeApi:

@@ -22,8 +22,9 @@ from models import ResNet, TinyGPT, gpt_input, resnet_input
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof import ModProfError, _html
-from wandb_modprof._html import ROWS_ID, SPEC_ID, report_html, script_json, write_report
+from wandb_modprof import ModProfError
+from wandb_modprof.sinks import html as _html
+from wandb_modprof.sinks.html import ROWS_ID, SPEC_ID, report_html, script_json, write_report
 
 XSS = "</script><img src=x onerror=alert(1)>"
 

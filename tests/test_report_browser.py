@@ -1,4 +1,4 @@
-"""The HTML report (`wandb_modprof._html`) in real Chromium, opened from file:// with every
+"""The HTML report (`wandb_modprof.sinks.html`) in real Chromium, opened from file:// with every
 network request aborted: it draws, every interaction works, and hostile names stay text.
 
 Chromium and the harness are tests/browser.py's (`Browser.open_report`); the report carries
@@ -17,8 +17,8 @@ from models import ResNet, resnet_input
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof import _modes
-from wandb_modprof._html import write_report
+from wandb_modprof.records import modes as _modes
+from wandb_modprof.sinks.html import write_report
 
 ROOT = "<root>#0"
 XSS = "</script><img src=x onerror=alert(1)>"

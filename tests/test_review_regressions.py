@@ -14,7 +14,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
 import wandb_modprof
-from wandb_modprof import _autograd_private as ap
+from wandb_modprof.capture import autograd_private as ap
 
 
 def _mlp() -> nn.Module:
@@ -221,7 +221,7 @@ class FailingBackward(torch.autograd.Function):
 
 
 def test_a_backward_that_raised_leaves_no_hooks_after_unwatch(monkeypatch):
-    from wandb_modprof import _session
+    from wandb_modprof.capture import session as _session
 
     calls = []
     original = _session.StepSession._node_pre

@@ -20,7 +20,7 @@ from torch import nn
 
 import wandb_modprof
 from wandb_modprof import ModProfError
-from wandb_modprof import _autograd_private as ap
+from wandb_modprof.capture import autograd_private as ap
 
 ROOT = "<root>"
 
@@ -367,9 +367,9 @@ def _caller_is(name: str, stack_len: Callable[[int], bool] | None = None) -> Cal
 
 
 def _inject(where: str, trigger: Trigger, monkeypatch: pytest.MonkeyPatch) -> None:
-    import wandb_modprof._activations as activations_mod
-    import wandb_modprof._capture as capture_mod
-    import wandb_modprof._clock as clock_mod
+    import wandb_modprof.capture.activations as activations_mod
+    import wandb_modprof.capture.clock as clock_mod
+    import wandb_modprof.capture.hooks as capture_mod
 
     if where == "root_enter":  # first read of the sequence counter, the root's pre-hook
         monkeypatch.setattr(

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wandb_modprof._statistics import _Welford
+from wandb_modprof.stats.running import _Welford
 
 
 @settings(max_examples=200, deadline=None)

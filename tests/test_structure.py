@@ -25,8 +25,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import wandb_modprof
 from wandb_modprof import Structure
-from wandb_modprof._levels import level_graphs, merge
-from wandb_modprof._structure import tensors_in
+from wandb_modprof.capture.structure_pass import tensors_in
+from wandb_modprof.view.graphs import level_graphs, merge
 
 ROOT = "<root>#0"
 
@@ -405,7 +405,7 @@ def test_writes_into_tensors_carry_their_sources() -> None:
 
 # ---- the pass never breaks training ----------------------------------------------------------
 def test_a_failing_flop_formula_warns_once_and_training_goes_on(monkeypatch) -> None:
-    from wandb_modprof import _structure
+    from wandb_modprof.capture import structure_pass as _structure
 
     def broken(*args: object, **kwargs: object) -> int:
         raise ValueError("formula exploded")
@@ -438,7 +438,8 @@ def test_a_failing_flop_formula_warns_once_and_training_goes_on(monkeypatch) -> 
 
 
 def test_failed_passes_are_retried_a_bounded_number_of_times(monkeypatch) -> None:
-    from wandb_modprof import _capture, _structure
+    from wandb_modprof.capture import hooks as _capture
+    from wandb_modprof.capture import structure_pass as _structure
 
     monkeypatch.setattr(_structure, "_FORMULAS", {torch.ops.aten.addmm: lambda *a, **k: 1 // 0})
     model = Reused()
@@ -608,7 +609,7 @@ def test_structure_variants_are_capped_with_one_warning() -> None:
                 x = self.lin(x)
             return x
 
-    from wandb_modprof._capture import MAX_STRUCTURES
+    from wandb_modprof.capture.hooks import MAX_STRUCTURES
 
     model = Varying()
     handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())

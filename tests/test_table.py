@@ -21,8 +21,8 @@ from torch import nn
 
 import wandb_modprof
 from wandb_modprof import ModuleStats, Profile, RunningStat, Structure
-from wandb_modprof._structure import CallInfo, DataEdge, input_key, output_key
-from wandb_modprof._table import (
+from wandb_modprof.records.calls import CallInfo, DataEdge, input_key, output_key
+from wandb_modprof.view.table import (
     BOOL_COLUMNS,
     COLUMNS,
     INT_COLUMNS,

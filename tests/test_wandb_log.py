@@ -20,8 +20,11 @@ from helpers import check_logged_tables, disabled_run, strict_json, train_step
 from models import ResNet, TinyGPT, gpt_input, resnet_input
 
 import wandb_modprof
-from wandb_modprof import ModProfError, _autograd_private, _spec, _wandb_log
-from wandb_modprof._modes import MODE_KEYS
+from wandb_modprof import ModProfError
+from wandb_modprof.capture import autograd_private as _autograd_private
+from wandb_modprof.records.modes import MODE_KEYS
+from wandb_modprof.sinks import spec as _spec
+from wandb_modprof.sinks import wandb_log as _wandb_log
 
 CHART = f"me/{_spec.CHART_NAME}"
 
@@ -227,7 +230,7 @@ def test_unsampled_steps_log_nothing():
 def test_samples_wait_for_their_device_events(monkeypatch):
     """On accelerators a sample resolves only once its events completed: until then each root
     forward asks again (simulated on CPU by a clock that is not ready)."""
-    import wandb_modprof._profile as profile_module
+    import wandb_modprof.api.profile as profile_module
 
     ready = {"now": False}
     monkeypatch.setattr(profile_module, "last_stamp_ready", lambda session: ready["now"])

@@ -2,7 +2,7 @@
 
 The spec is plain JSON (what W&B stores and what the HTML report embeds); it is generated here
 because every analysis mode needs the same handful of expressions (value, missing, format),
-which are written once below from `wandb_modprof._modes.MODES`. `make spec` runs this;
+which are written once below from `wandb_modprof.records.modes.MODES`. `make spec` runs this;
 `tests/test_panel_render.py` checks the committed file equals this script's output.
 
 W&B's rules the spec obeys (see shared/design/WANDB.md): rows arrive as the dataset `wandb`
@@ -21,8 +21,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from wandb_modprof._modes import DEFAULT_MODE, DEFAULT_SCALE, MODES, Mode  # noqa: E402
-from wandb_modprof._spec import DATASET, SPEC_FILE, SPEC_VERSION  # noqa: E402
+from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODES, Mode  # noqa: E402
+from wandb_modprof.sinks.spec import DATASET, SPEC_FILE, SPEC_VERSION  # noqa: E402
 
 OUT = ROOT / "wandb_modprof" / "vega_specs" / SPEC_FILE
 

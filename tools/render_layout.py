@@ -25,7 +25,7 @@ import torch
 import vl_convert
 
 import wandb_modprof
-from wandb_modprof._layout import CHAR_W_PX, FONT_PX, LINE_HEIGHT, SUBLABEL_FONT_PX
+from wandb_modprof.view.layout import CHAR_W_PX, FONT_PX, LINE_HEIGHT, SUBLABEL_FONT_PX
 
 Record = dict[str, str | int | float | bool]
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 import wandb_modprof
-from wandb_modprof import _spec
+from wandb_modprof.sinks import spec as _spec
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))

@@ -8,14 +8,12 @@
 >>> prof.save("run.modprof.json"); wandb_modprof.load("run.modprof.json")
 """
 
-from ._callbacks import ModuleCallbacks, ModuleEvent, on_module
-from ._chart import register_chart
-from ._errors import ModProfError
-from ._html import write_report
-from ._profile import Profile
-from ._profile_block import ProfileBlock, profile
-from ._profile_file import load
-from ._records import (
+from wandb_modprof.api.callbacks import ModuleCallbacks, ModuleEvent, on_module
+from wandb_modprof.api.profile import Profile
+from wandb_modprof.api.profile_block import ProfileBlock, profile
+from wandb_modprof.api.watch import WatchHandle, unwatch, watch
+from wandb_modprof.records.calls import CallInfo, DataEdge, Structure
+from wandb_modprof.records.sample import (
     METRICS,
     BackwardRun,
     InvocationRecord,
@@ -24,8 +22,11 @@ from ._records import (
     Sample,
     StepTotals,
 )
-from ._structure import CallInfo, DataEdge, Structure
-from ._watch import WatchHandle, unwatch, watch
+from wandb_modprof.sinks.chart import register_chart
+from wandb_modprof.sinks.html import write_report
+from wandb_modprof.sinks.profile_file import load
+
+from ._errors import ModProfError
 
 __version__ = "0.1.0"
 

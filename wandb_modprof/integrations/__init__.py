@@ -27,9 +27,10 @@ from typing import Any
 
 import torch
 
+from wandb_modprof.api.watch import WatchHandle, watch
+
 from .._errors import ModProfError
 from .._validate import check_log_freq
-from .._watch import WatchHandle, watch
 
 
 class MissingFrameworkError(ModProfError, ImportError):

@@ -40,10 +40,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from torch import nn
 
+from wandb_modprof.api.watch import WatchHandle, watch
+from wandb_modprof.sinks.wandb_log import current_run
+
 from .._errors import ModProfError
-from .._wandb_log import current_run
 from .._warn import warn_safely
-from .._watch import WatchHandle, watch
 from . import (
     check_watch_options,
     import_framework,

@@ -1,0 +1,343 @@
+"""The profile users hold: running statistics per module invocation, and the last sample."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wandb_modprof._errors import ModProfError
+from wandb_modprof.capture.resolve import last_stamp_ready, resolve, wait
+from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE
+from wandb_modprof.records.sample import METRICS, InvocationRecord, ModuleStats, Sample
+from wandb_modprof.sinks.summary import format_summary
+from wandb_modprof.stats.running import StatsAccumulator
+
+if TYPE_CHECKING:
+    from wandb_modprof.capture.session import StepSession
+    from wandb_modprof.capture.static_memory import PendingGradientState, StaticMemory
+    from wandb_modprof.records.calls import Structure
+    from wandb_modprof.records.ranks import RankData
+    from wandb_modprof.view.table import ProfileTable
+
+_MAX_UNRESOLVED = 8
+StaticFn = Callable[[set[str]], Mapping[str, "StaticMemory"]]
+
+
+class Profile:
+    """Per-module measurements of the sampled steps.
+
+    >>> with wandb_modprof.profile(model) as prof:          # doctest: +SKIP
+    ...     model(x).sum().backward()
+    >>> print(prof.summary())                                # doctest: +SKIP
+    >>> prof.invocations()[0].bwd_ms                         # doctest: +SKIP
+
+    `invocations()` returns the records of the last sample (one per module call);
+    `stats()` the running statistics (count, mean, std, min, max, last) of every metric per
+    invocation key across all samples.
+    """
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+        self._acc = StatsAccumulator()
+        self._last: Sample | None = None
+        self._num_samples = 0
+        self._pending: deque[tuple[StepSession, PendingGradientState | None, StaticFn]] = deque()
+        self._lock = threading.Lock()
+        self._structures: dict[str, Structure] = {}  # by call-sequence signature, in order
+        self._loaded_stats: dict[str, ModuleStats] | None = None  # set by `load()`
+        # Every rank's compact statistics, folded by rank 0 of a distributed `watch` when it
+        # logs (`_distributed.RankChannel.collect`); None: no distributed data.
+        self._ranks: RankData | None = None
+
+    @classmethod
+    def _restore(
+        cls,
+        model_name: str,
+        num_samples: int,
+        stats: dict[str, ModuleStats],
+        last: Sample | None,
+        structures: list[Structure],
+    ) -> Profile:
+        """A read-only profile rebuilt from a saved file (`wandb_modprof.load`)."""
+        prof = cls(model_name)
+        prof._num_samples = num_samples
+        prof._loaded_stats = dict(stats)
+        prof._last = last
+        prof._structures = {s.signature: s for s in structures}
+        return prof
+
+    # ---- filled by the capture -----------------------------------------------------------
+    def _add(
+        self,
+        session: StepSession,
+        gradients: PendingGradientState | None,
+        static_fn: StaticFn,
+    ) -> None:
+        with self._lock:
+            self._pending.append((session, gradients, static_fn))
+            backlog = len(self._pending) > _MAX_UNRESOLVED
+        # Resolution is lazy (when results are read) to keep it off the sampled step; a long
+        # backlog is resolved here so memory stays bounded in loops that never read results.
+        if backlog:
+            self._resolve_pending(force=False)
+
+    def _add_structure(self, structure: Structure) -> None:
+        self._structures[structure.signature] = structure
+
+    def _has_structure(self, signature: str) -> bool:
+        return signature in self._structures
+
+    def _num_structures(self) -> int:
+        return len(self._structures)
+
+    def _resolve_pending(self, force: bool) -> None:
+        """Resolve finished samples; unless forced, only those whose device events completed."""
+        with self._lock:
+            while self._pending:
+                session, gradients, static_fn = self._pending[0]
+                if not force and not last_stamp_ready(session):
+                    break
+                if force:
+                    wait(session)
+                self._pending.popleft()
+                names = {inv.name for inv in session.invocations}
+                sample = resolve(
+                    session,
+                    static_fn(names),
+                    gradients.resolve() if gradients is not None else None,
+                )
+                self._acc.fold(sample.invocations)
+                self._last = sample
+                self._num_samples += 1
+
+    def _means(
+        self, metrics: tuple[str, ...]
+    ) -> tuple[dict[str, tuple[float | None, ...]], dict[str, int]]:
+        """Per call key the running means of `metrics` (None: not measured) and the sample
+        count: what a rank publishes to rank 0 (`_distributed`), without a full snapshot."""
+        self._resolve_pending(force=True)
+        means: dict[str, tuple[float | None, ...]] = {}
+        counts: dict[str, int] = {}
+        if self._loaded_stats is not None:
+            for key, stats in self._loaded_stats.items():
+                means[key] = tuple(stats.mean(m) for m in metrics)
+                stat = stats.metrics.get("fwd_ms")
+                counts[key] = stat.count if stat is not None else 0
+            return means, counts
+        for key, per_metric in self._acc._stats.items():
+            accs = [per_metric.get(m) for m in metrics]
+            means[key] = tuple(None if a is None else a.mean for a in accs)
+            fwd = per_metric.get("fwd_ms")
+            counts[key] = fwd.count if fwd is not None else 0
+        return means, counts
+
+    # ---- public --------------------------------------------------------------------------
+    @property
+    def num_samples(self) -> int:
+        """Number of sampled steps folded into the statistics."""
+        self._resolve_pending(force=True)
+        return self._num_samples
+
+    @property
+    def last_sample(self) -> Sample | None:
+        self._resolve_pending(force=True)
+        return self._last
+
+    def invocations(self) -> list[InvocationRecord]:
+        """Records of the most recent sample, in forward order (parents before children)."""
+        sample = self.last_sample
+        return [] if sample is None else list(sample.invocations)
+
+    def stats(self) -> dict[str, ModuleStats]:
+        """Running statistics per invocation key, in forward order of their last sample."""
+        self._resolve_pending(force=True)
+        snap = self._acc.snapshot() if self._loaded_stats is None else self._loaded_stats
+        return dict(sorted(snap.items(), key=lambda kv: kv[1].order))
+
+    def structures(self) -> list[Structure]:
+        """The captured structure passes (call tree, dataflow edges, FLOPs), oldest first: one
+        per distinct sequence of module calls seen."""
+        return list(self._structures.values())
+
+    def top(
+        self, metric: str = "bwd_self_ms", n: int = 10, include_root: bool = False
+    ) -> list[ModuleStats]:
+        """The `n` invocation keys with the largest mean `metric`."""
+        if metric not in METRICS:
+            raise ModProfError(f"metric must be one of {', '.join(METRICS)}; got {metric!r}")
+        if not isinstance(n, int) or n < 1:
+            raise ModProfError(f"n must be a positive int; got {n!r}")
+        rows = [
+            s
+            for s in self.stats().values()
+            if s.mean(metric) is not None and (include_root or s.parent_key is not None)
+        ]
+        rows.sort(key=lambda s: s.mean(metric) or 0.0, reverse=True)
+        return rows[:n]
+
+    def summary(self, n: int = 10) -> str:
+        """A terminal table of the top modules by forward, backward and activation memory."""
+        return format_summary(self.model_name, self.num_samples, self.stats(), self._last, n)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain builtins: model name, sample count, last sample's records, and statistics."""
+        sample = self.last_sample
+        return {
+            "model_name": self.model_name,
+            "num_samples": self._num_samples,
+            "invocations": [] if sample is None else [r.to_dict() for r in sample.invocations],
+            "stats": {
+                key: {
+                    "module_name": s.module_name,
+                    "module_type": s.module_type,
+                    "parent_key": s.parent_key,
+                    "metrics": {m: asdict(st) for m, st in s.metrics.items()},
+                }
+                for key, s in self.stats().items()
+            },
+        }
+
+    def table(self, max_rows: int = 10_000) -> ProfileTable:
+        """The flat table every view draws: node / edge / meta rows, at most `max_rows`.
+
+        >>> table = prof.table()                                       # doctest: +SKIP
+        >>> [r for r in table.records() if r["row_kind"] == "meta"]   # doctest: +SKIP
+        """
+        from wandb_modprof.view.table import build_table
+
+        if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 100:
+            raise ModProfError(f"max_rows must be an int >= 100; got {max_rows!r}")
+        return build_table(self, max_rows)
+
+    def export_chrome_trace(self, path: str | os.PathLike[str], torch_profiler: Any = None) -> Path:
+        """Write the last sample as a Chrome / Perfetto trace: a `<module>.forward` span per
+        call on the forward thread, `<module>.backward` spans on the thread(s) that ran its
+        autograd nodes (one span per stretch of consecutive nodes; they nest), and the nodes.
+
+        >>> prof.export_chrome_trace("modules.json")           # open in ui.perfetto.dev
+        PosixPath('modules.json')
+
+        With `torch_profiler=` (a finished `torch.profiler.profile`, or its exported trace
+        file) that recorded the sampled step, the result is the profiler's trace with the
+        module spans added on its clock, above its ops and kernels: `layer3.backward` contains
+        exactly the `evaluate_function` events of layer3's autograd nodes.
+        """
+        from wandb_modprof.sinks.trace import (
+            load_profiler_trace,
+            merged_trace,
+            standalone_trace,
+            write_trace,
+        )
+
+        sample = self.last_sample
+        if sample is None:
+            raise ModProfError(
+                "export_chrome_trace() needs a sample; none was taken yet (watch samples every "
+                "log_freq-th training step; a profile block times its second forward onwards)"
+            )
+        if torch_profiler is None:
+            trace = standalone_trace(sample, self.model_name)
+        else:
+            trace = merged_trace(sample, self.model_name, load_profiler_trace(torch_profiler))
+        return write_trace(trace, path)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the profile to a versioned JSON file (`*.modprof.json`); `load` reads it back.
+
+        >>> prof.save("run.modprof.json")                     # doctest: +SKIP
+        >>> wandb_modprof.load("run.modprof.json").summary()  # doctest: +SKIP
+        """
+        from wandb_modprof.sinks.profile_file import save_profile
+
+        return save_profile(self, path)
+
+    # ---- the HTML report and pictures (`_html`, `_images`) ---------------------------------
+    def to_html(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        mode: str = DEFAULT_MODE,
+        scale: str = DEFAULT_SCALE,
+        title: str | None = None,
+    ) -> Path:
+        """Write the panel as one self-contained HTML file (Vega inlined: opens from disk with
+        no network; every click, hover, drag and zoom of the panel works).
+
+        >>> prof.to_html("profile.html", mode="bwd")           # doctest: +SKIP
+        PosixPath('profile.html')
+
+        `mode` / `scale` set how it opens (`_modes.MODE_KEYS`, "linear" / "log"); a profile
+        without samples gives a page saying so. See `wandb_modprof.sinks.html.report_html` for
+        several profiles and compare mode.
+        """
+        from wandb_modprof.sinks.html import write_report
+
+        label = self.model_name
+        return write_report(path, [(label, self)], mode=mode, scale=scale, title=title)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the report in a sandboxed `<iframe srcdoc>` (scripts run without trusting
+        the notebook), 650 px high; about 1 MB (Vega) plus the table."""
+        from wandb_modprof.sinks.html import iframe_html, report_html
+
+        return iframe_html(report_html([(self.model_name, self)]))
+
+    def to_svg(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        mode: str = DEFAULT_MODE,
+        scale: str = DEFAULT_SCALE,
+        view: str | None = None,
+        width: int = 1100,
+        height: int = 640,
+    ) -> str:
+        """The panel as SVG text (written to `path` too when given), rendered without a
+        browser: opened at `mode`, `scale` and `view` (a view key such as "layer2#0", or a
+        module name for its first call; default the model's top view).
+
+        >>> prof.to_svg("bwd.svg", mode="bwd", view="layer2")  # doctest: +SKIP
+        """
+        from wandb_modprof.sinks.images import to_svg
+
+        return to_svg(self, path, mode=mode, scale=scale, view=view, width=width, height=height)
+
+    def to_png(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        mode: str = DEFAULT_MODE,
+        scale: str = DEFAULT_SCALE,
+        view: str | None = None,
+        width: int = 1100,
+        height: int = 640,
+        scale_factor: float = 2.0,
+    ) -> bytes:
+        """The panel as PNG bytes of `width * scale_factor` x `height * scale_factor` pixels
+        (written to `path` too when given); arguments as `to_svg`.
+
+        >>> run.log({"graph": wandb.Image(io.BytesIO(prof.to_png()))})  # doctest: +SKIP
+        """
+        from wandb_modprof.sinks.images import to_png
+
+        return to_png(
+            self,
+            path,
+            mode=mode,
+            scale=scale,
+            view=view,
+            width=width,
+            height=height,
+            scale_factor=scale_factor,
+        )
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        return f"<wandb_modprof.Profile model={self.model_name!r} samples={self._num_samples}>"

@@ -1,0 +1,97 @@
+"""`with profile(model) as prof:` measures every forward (and its backward) inside the block."""
+
+from __future__ import annotations
+
+import warnings
+from types import TracebackType
+
+import torch
+from torch import nn
+
+from wandb_modprof._validate import check_model, check_optimizer
+from wandb_modprof.api.profile import Profile
+from wandb_modprof.capture import registry as _registry
+from wandb_modprof.capture.hooks import Capture
+from wandb_modprof.capture.options import Options, check_bool, parse_timing
+
+
+class ProfileBlock:
+    kind = "profiled"
+
+    def __init__(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer | None, options: Options
+    ) -> None:
+        self.model = model
+        self._forwards = 0
+        self._capture = Capture(
+            model, options, optimizer, self._every_forward, hooks_only_when_sampling=False
+        )
+        self._capture.owner = self
+
+    def _every_forward(self, module: nn.Module) -> int:
+        self._forwards += 1
+        return self._forwards
+
+    def __enter__(self) -> Profile:
+        _registry.claim(self.model, self, "profiling")
+        try:
+            self._capture.attach()
+        except BaseException:
+            _registry.release(self.model, self)
+            raise
+        return self._capture.profile
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._capture.detach()
+        _registry.release(self.model, self)
+        prof = self._capture.profile
+        if exc_type is None and 0 < self._forwards <= prof._num_structures():
+            warnings.warn(
+                "wandb_modprof.profile(): the block ran one forward and it was the structure "
+                "pass (module graph, FLOPs), which is never timed. Run at least two steps "
+                "inside the block, or pass structure=False to time every forward.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+
+def profile(
+    model: nn.Module,
+    *,
+    optimizer: torch.optim.Optimizer | None = None,
+    timing: str = "auto",
+    activations: bool = True,
+    norms: bool = True,
+    structure: bool = True,
+    nvtx: bool = False,
+) -> ProfileBlock:
+    """Measure every forward of `model` (and its backward) inside a `with` block.
+
+    >>> with wandb_modprof.profile(model) as prof:              # doctest: +SKIP
+    ...     model(x).sum().backward()
+    >>> print(prof.summary())                                   # doctest: +SKIP
+
+    Every forward inside the block is one sample, train or eval, with or without grad; its
+    backward is measured when it runs inside the block. Options as for `watch`.
+
+    With `structure=True` (the default) the first forward inside the block is a structure
+    pass: it records the module graph and FLOPs and is not timed (it doubles as the warm-up
+    step, which is unrepresentative anyway: lazy initialisation, allocator growth, kernel
+    selection). Run at least two steps inside the block. A later forward that calls a new
+    sequence of modules triggers one more structure pass. `structure=False` times every forward
+    and the graph has no dataflow edges.
+    """
+    check_model(model, "profile()")
+    options = Options(
+        timing=parse_timing(timing),
+        activations=check_bool("activations", activations),
+        norms=check_bool("norms", norms),
+        structure=check_bool("structure", structure),
+        nvtx=check_bool("nvtx", nvtx),
+    )
+    return ProfileBlock(model, check_optimizer(optimizer), options)

@@ -1,0 +1,283 @@
+"""`watch` / `unwatch`: sample every `log_freq`-th training step of a training loop."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch import nn
+
+from wandb_modprof._errors import ModProfError
+from wandb_modprof._validate import (
+    check_chart,
+    check_choice,
+    check_log_freq,
+    check_model,
+    check_optimizer,
+    check_run,
+)
+from wandb_modprof.api.distributed import RankChannel, open_channel, rank_info
+from wandb_modprof.api.profile import Profile
+from wandb_modprof.capture import registry as _registry
+from wandb_modprof.capture.hooks import Capture
+from wandb_modprof.capture.options import Options, check_bool, parse_timing
+from wandb_modprof.capture.wrappers import check_supported, type_name
+from wandb_modprof.records import modes as _modes
+from wandb_modprof.sinks.wandb_log import WandbLog, chart_name, current_run, model_key
+
+
+class _StepCounter:
+    """Counts training steps and says which ones to sample.
+
+    A training step is a forward of the watched model with `model.training` and grad enabled
+    (eval, `no_grad` and `inference_mode` forwards are not counted). With an `optimizer`, steps
+    are optimizer steps instead: with gradient accumulation, the first micro-batch of every
+    `log_freq`-th optimizer step is sampled. Steps are 1-based and the `log_freq`-th,
+    `2*log_freq`-th ... are sampled, so the warm-up first step is skipped unless `log_freq=1`.
+    """
+
+    def __init__(self, log_freq: int, optimizer: torch.optim.Optimizer | None) -> None:
+        self.log_freq = log_freq
+        self.forwards = 0
+        self.optimizer_steps = 0
+        self._last_sampled = 0
+        self._handle = None
+        if optimizer is not None:
+            self._handle = optimizer.register_step_post_hook(self._on_optimizer_step)
+
+    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.optimizer_steps += 1
+
+    @property
+    def steps(self) -> int:
+        return self.optimizer_steps if self._handle is not None else self.forwards
+
+    @staticmethod
+    def is_training_forward(module: nn.Module) -> bool:
+        return module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+
+    def __call__(self, module: nn.Module) -> int | None:
+        if not self.is_training_forward(module):
+            return None
+        self.forwards += 1
+        step = self.optimizer_steps + 1 if self._handle is not None else self.forwards
+        if step % self.log_freq or step == self._last_sampled:
+            return None
+        self._last_sampled = step
+        return step
+
+    def remove(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+
+
+class WatchHandle:
+    """Returned by `watch`; `profile()` gives the aggregated measurements so far, `key` the
+    W&B key its panel is logged under (`modprof/<ModelClass>`), `chart` the chart preset."""
+
+    kind = "watched"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        log_freq: int,
+        run: Any,
+        optimizer: torch.optim.Optimizer | None,
+        options: Options,
+    ) -> None:
+        self.model = model
+        self.log_freq = log_freq
+        self.run = run
+        self.key = ""  # set by `watch` once the model is claimed
+        self.chart: str | None = None  # the W&B chart preset; None: tables without the panel
+        self._wandb_log: WandbLog | None = None
+        self._ranks: RankChannel | None = None  # distributed runs: per-rank statistics
+        self._counter = _StepCounter(log_freq, optimizer)
+        try:
+            self._capture = Capture(
+                model,
+                options,
+                optimizer,
+                self._counter,
+                hooks_only_when_sampling=True,
+                structure_eligible=self._counter.is_training_forward,
+            )
+        except BaseException:
+            self._counter.remove()  # a refused watch leaves no optimizer hook behind
+            raise
+        self._capture.owner = self
+        self._capture.set_after_sample(self._log_samples)
+
+    def _log_samples(self, force: bool = False, final: bool = False) -> bool:
+        """Called at the root forward after a sample (and by `unwatch`): rank 0 (or a run
+        that is not distributed) logs; every other rank publishes its statistics for rank 0."""
+        profile = self._capture.profile
+        ranks = self._ranks
+        if ranks is not None and not ranks.is_logger:
+            profile._resolve_pending(force=force)
+            if profile._pending:
+                return False  # device events not complete: asked again at a later step
+            ranks.publish(profile)
+            return True
+        log = self._wandb_log
+        if log is None:
+            return True
+        before = None
+        if ranks is not None:
+            before = functools.partial(ranks.collect, final=final)
+        return log.deliver(profile, force=force, final=final, before_table=before)
+
+    @property
+    def steps(self) -> int:
+        """Training steps counted so far (see `watch` for what counts as a step)."""
+        return self._counter.steps
+
+    @property
+    def active(self) -> bool:
+        return self._capture.attached
+
+    def profile(self) -> Profile:
+        """The aggregated profile; waits for the device only for samples not yet resolved."""
+        self._capture.profile._resolve_pending(force=True)
+        return self._capture.profile
+
+    def unwatch(self) -> Profile:
+        """Remove every hook (module, root, optimizer), log the samples not logged yet (waits
+        for the device) and the final HTML report (`<key>/report`), and return the final
+        profile."""
+        if self._capture.attached:
+            self._capture.detach()
+            self._counter.remove()
+            _registry.release(self.model, self)
+            # final: the HTML report joins the last sample's log (`<key>/report`)
+            self._log_samples(force=True, final=True)
+        return self._capture.profile
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "removed"
+        return (
+            f"<wandb_modprof.WatchHandle {type(self.model).__name__} log_freq={self.log_freq} "
+            f"steps={self.steps} samples={self._capture.profile._num_samples} {state}>"
+        )
+
+
+def watch(
+    model: nn.Module,
+    log_freq: int = 100,
+    run: Any = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    *,
+    timing: str = "auto",
+    activations: bool = True,
+    norms: bool = True,
+    structure: bool = True,
+    nvtx: bool = False,
+    default_mode: str = _modes.DEFAULT_MODE,
+    default_scale: str = _modes.DEFAULT_SCALE,
+    chart: str | None = None,
+) -> WatchHandle:
+    """Measure every module of `model` on every `log_freq`-th training step; log to W&B.
+
+    >>> run = wandb.init(project="my-project")                 # doctest: +SKIP
+    >>> handle = wandb_modprof.watch(model, log_freq=100)      # doctest: +SKIP
+    >>> for batch in loader:                                   # doctest: +SKIP
+    ...     loss = model(batch).loss; loss.backward(); opt.step(); opt.zero_grad()
+    ...     run.log({"loss": loss.item()})
+    >>> print(handle.unwatch().summary())                      # doctest: +SKIP
+
+    Between samples the model carries one cheap forward pre-hook and one forward hook on the
+    root module only; every other module runs hook-free. On a sampled step, hooks are added
+    before its forward and removed when its backward has finished.
+
+    Each sample is logged to the run with `commit=False` (it joins your next `run.log` row) at
+    the model's next forward, under `modprof/<ModelClass>`: the module-graph panel over the
+    aggregated profile table, and the step totals `modprof/<ModelClass>/fwd_ms`, `bwd_ms`,
+    `act_bytes`; `unwatch()` logs the last one (see `_wandb_log` for keys, timing, the chart
+    preset and offline runs). Call `unwatch()` before `run.finish()`.
+
+    Distributed training: `watch(ddp_model)` names modules as in the wrapped model (no
+    `module.` prefix); FSDP2 (`fully_shard`) modules keep their class names. See
+    `_distributed` for how per-rank statistics reach rank 0 without any collective.
+
+    Args:
+        model: the module to measure (the same object the training loop calls).
+        log_freq: sample every `log_freq`-th training step (>= 1).
+        run: the W&B run to log to (default: `wandb.run`; one of them is required: for
+            profiling without W&B use `wandb_modprof.profile(model)`). In a distributed
+            run (`torch.distributed` initialised) only rank 0 needs and uses one: every other
+            rank measures its own samples and publishes them to rank 0, whose table holds
+            every rank's (`_distributed`); a run given on another rank is not logged to.
+        optimizer: if given, steps are counted as optimizer steps (gradient accumulation) and
+            optimizer-state bytes are measured per module.
+        timing: "auto" (host clock on CPU, device events on accelerators), "cpu" or "device".
+        activations: measure bytes saved for backward (saved-tensor hooks on sampled steps).
+        norms: measure parameter and gradient norms per module.
+        structure: capture the module graph (dataflow between calls) and FLOPs on the first
+            training step, and again after a sampled step that called a new sequence of
+            modules. That step is never timed (if it was due for sampling, it is skipped).
+        nvtx: on sampled steps, emit NVTX ranges `<module>.forward` / `<module>.backward` for
+            Nsight Systems (needs a CUDA build of torch).
+        default_mode: what the panel colours nodes by when opened: one of
+            `_modes.MODE_KEYS` ("fwd", "bwd", "fwd_bwd", "self", "act", "param", ...).
+        default_scale: the panel's initial colour scale, "linear" or "log".
+        chart: the W&B chart preset "entity/name" (from `register_chart`); default
+            `<run entity>/wandb-modprof-v1` (`$WANDB_ENTITY` when the run has none). An
+            offline run with no entity at all logs the tables without the panel, and says so.
+    """
+    check_model(model, "watch()")
+    options = Options(
+        timing=parse_timing(timing),
+        activations=check_bool("activations", activations),
+        norms=check_bool("norms", norms),
+        structure=check_bool("structure", structure),
+        nvtx=check_bool("nvtx", nvtx),
+    )
+    log_freq = check_log_freq(log_freq)
+    optimizer = check_optimizer(optimizer)
+    default_mode = check_choice("default_mode", default_mode, _modes.MODE_KEYS)
+    default_scale = check_choice("default_scale", default_scale, _modes.SCALES)
+    chart = check_chart(chart)
+    run = check_run(run)
+    check_supported(model)
+    info = rank_info()
+    logs = info is None or info.rank == 0
+    run = current_run(run) if logs else None
+    handle = WatchHandle(model, log_freq, run, optimizer, options)
+    try:
+        _registry.claim(model, handle, "watching")
+    except BaseException:
+        handle._counter.remove()
+        raise
+    try:
+        if info is not None and info.world_size > 1:
+            handle._ranks = open_channel(info, type_name(model))
+        if logs:
+            key = model_key(run, model)
+            handle.key = key
+            handle.chart = chart_name(run, chart, key)
+            handle._wandb_log = WandbLog(run, key, handle.chart, default_mode, default_scale)
+        else:
+            handle.key = f"modprof/{type_name(model)}"  # as rank 0 names it (first model)
+        handle._capture.attach()
+    except BaseException:
+        handle._counter.remove()
+        _registry.release(model, handle)
+        raise
+    return handle
+
+
+def unwatch(model: nn.Module | None = None) -> None:
+    """Remove wandb_modprof's hooks from `model`, or from every watched model if None."""
+    if model is None:
+        for owner in _registry.owners():
+            if isinstance(owner, WatchHandle):
+                owner.unwatch()
+        return
+    check_model(model, "unwatch()")
+    owner = _registry.owner_of(model)
+    if not isinstance(owner, WatchHandle):
+        raise ModProfError(
+            f"unwatch() expected a model passed to watch(); {type(model).__name__} is not watched"
+        )
+    owner.unwatch()

@@ -1,0 +1,97 @@
+"""Bytes each module invocation keeps alive for backward, via saved-tensor hooks.
+
+`pack` runs whenever autograd saves a tensor during the sampled forward and charges its storage
+to the innermost running invocation (first saver wins, so a storage counts once). Counted at the
+end of the forward are the storages still saved then: a graph the forward itself discarded
+(truncated BPTT) frees its tensors, and a freed address reused by a later tensor is a new
+storage, not a duplicate. Liveness is tracked with weak references to the packed objects.
+
+Two deliberate choices keep training unchanged:
+* `pack` stores `tensor.detach()`, not the tensor: packing the tensor itself makes
+  output -> grad_fn -> saved output a reference cycle that Python cannot collect, so a forward
+  without backward would leak its whole graph (checked in tests/test_no_leaks.py).
+* autograd skips its in-place modification check for tensors packed by hooks; `unpack`
+  performs the same version-counter check, so `x.add_(1)` after `sigmoid(x)` still raises.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from wandb_modprof.capture.storage import StorageKey, storages
+
+
+class _Packed:
+    __slots__ = ("__weakref__", "tensor", "version")
+
+    def __init__(self, tensor: torch.Tensor, version: int | None) -> None:
+        self.tensor = tensor
+        self.version = version
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    try:
+        return int(tensor._version)
+    except RuntimeError:  # inference tensors have no version counter
+        return None
+
+
+def unpack(packed: _Packed) -> torch.Tensor:
+    tensor = packed.tensor
+    if packed.version is not None and tensor._version != packed.version:
+        raise RuntimeError(
+            "one of the variables needed for gradient computation has been modified by an "
+            f"inplace operation: [{tensor.type()} {list(tensor.shape)}] is at version "
+            f"{tensor._version}; expected version {packed.version} instead. (Reported by "
+            "wandb_modprof's saved-tensor hook, which performs autograd's usual check.)"
+        )
+    return tensor
+
+
+class ActivationCounter:
+    """Charges saved storages to invocations; holds storage keys and byte counts, no tensors."""
+
+    def __init__(
+        self,
+        excluded: set[StorageKey],
+        current: Callable[[], int],
+        on_error: Callable[[Exception], None],
+    ) -> None:
+        self._excluded = excluded  # parameters and buffers: not activations
+        self._current = current
+        self._on_error = on_error
+        # storage -> [owner, nbytes, weak refs to the packed objects holding it]
+        self._saved: dict[StorageKey, list[Any]] = {}
+        self.bytes_by_invocation: dict[int, int] = {}
+
+    def pack(self, tensor: torch.Tensor) -> _Packed:
+        packed = _Packed(tensor.detach(), _version(tensor))
+        try:
+            owner = self._current()
+            if owner >= 0:
+                ref = weakref.ref(packed)
+                for key, nbytes in storages(tensor):
+                    if key in self._excluded:
+                        continue
+                    entry = self._saved.get(key)
+                    if entry is not None and any(r() is not None for r in entry[2]):
+                        entry[2].append(ref)  # saved again: counted once, by the first saver
+                    else:
+                        self._saved[key] = [owner, nbytes, [ref]]
+        except Exception as error:  # measurement must never break the user's forward
+            self._on_error(error)
+        return packed
+
+    def close(self) -> None:
+        """End of the forward: charge the storages that are still saved."""
+        for owner, nbytes, refs in self._saved.values():
+            if any(r() is not None for r in refs):
+                self.bytes_by_invocation[owner] = self.bytes_by_invocation.get(owner, 0) + nbytes
+        self._saved = {}
+
+    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, unpack)

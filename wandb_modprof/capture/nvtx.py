@@ -1,0 +1,72 @@
+"""Opt-in NVTX ranges for Nsight Systems: `<module>.forward` and `<module>.backward`.
+
+Forward ranges are pushed and popped on the forward thread (they nest like the calls).
+Backward ranges follow the same segments as traces (`_trace.segments`): as each autograd node
+starts, the ranges of calls it does not belong to are closed and those of its owner's chain
+opened. They use `range_start`/`range_end`, which are not tied to a thread, because the end of
+a backward is reported on whichever thread finishes it. Only sampled steps carry ranges.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+import torch
+
+from wandb_modprof._errors import ModProfError
+
+
+def check_available() -> None:
+    """`nvtx=True` needs torch built with CUDA (NVTX ships with it): fail at the boundary."""
+    try:
+        torch.cuda.nvtx.range_push("wandb_modprof")
+        torch.cuda.nvtx.range_pop()
+    except (RuntimeError, AttributeError) as error:
+        raise ModProfError(
+            f"nvtx=True needs a CUDA build of torch with NVTX; this one has none ({error})"
+        ) from None
+
+
+class NvtxRanges:
+    """The ranges of one sampled step."""
+
+    def __init__(self) -> None:
+        self._pushed = 0
+        # per thread: [(key, range id)], outermost first
+        self._open: dict[int, list[tuple[str, int]]] = {}
+
+    def forward_enter(self, name: str) -> None:
+        torch.cuda.nvtx.range_push(f"{name}.forward")
+        self._pushed += 1
+
+    def forward_exit(self) -> None:
+        if self._pushed:
+            torch.cuda.nvtx.range_pop()
+            self._pushed -= 1
+
+    def forward_abort(self) -> None:
+        """The forward failed part-way: pop what it left open."""
+        while self._pushed:
+            self.forward_exit()
+
+    def backward_node(self, thread: int, chain: Sequence[tuple[str, str]]) -> None:
+        """A node owned by the last call of `chain` ((key, label) root first) starts."""
+        stack = self._open.setdefault(thread, [])
+        common = 0
+        while common < len(stack) and common < len(chain) and stack[common][0] == chain[common][0]:
+            common += 1
+        while len(stack) > common:
+            torch.cuda.nvtx.range_end(stack.pop()[1])
+        for key, label in chain[common:]:
+            stack.append((key, torch.cuda.nvtx.range_start(f"{label}.backward")))
+
+    def backward_end(self) -> None:
+        """Close every open backward range. Runs from the engine's end-of-backward callback
+        and from error paths, so it must not raise: a failing NVTX call is dropped."""
+        stacks, self._open = list(self._open.values()), {}
+        for stack in stacks:
+            while stack:
+                # An unbalanced range beats a broken backward.
+                with contextlib.suppress(Exception):
+                    torch.cuda.nvtx.range_end(stack.pop()[1])

@@ -1,0 +1,44 @@
+"""Option values accepted at the public boundary, validated once."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from wandb_modprof._errors import ModProfError
+
+
+class Timing(enum.Enum):
+    """How time is measured: `auto` = host clock on CPU, device events on accelerators."""
+
+    AUTO = "auto"
+    CPU = "cpu"
+    DEVICE = "device"
+
+
+@dataclass(frozen=True)
+class Options:
+    timing: Timing = Timing.AUTO
+    activations: bool = True  # saved-tensor hooks during sampled forwards
+    norms: bool = True  # parameter and gradient norms per module
+    device_memory: bool = True  # allocator deltas and peaks on accelerators
+    structure: bool = True  # a structure pass (graph, FLOPs) on its own, untimed step
+    nvtx: bool = False  # NVTX ranges per module forward/backward on sampled steps
+
+
+def parse_timing(value: object) -> Timing:
+    if isinstance(value, Timing):
+        return value
+    if isinstance(value, str):
+        try:
+            return Timing(value)
+        except ValueError:
+            pass
+    allowed = ", ".join(repr(t.value) for t in Timing)
+    raise ModProfError(f"timing must be one of {allowed}; got {value!r}")
+
+
+def check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ModProfError(f"{name} must be True or False; got {value!r} ({type(value).__name__})")
+    return value

@@ -1,0 +1,239 @@
+"""Turn a finished step session (stamps, node slots, byte counts) into invocation records.
+
+Runs after the step: on an accelerator only once the step's timing events have completed, so
+nothing here can stall training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+
+from wandb_modprof.capture.clock import CpuClock
+from wandb_modprof.capture.session import StepSession
+from wandb_modprof.capture.static_memory import GradientState, StaticMemory
+from wandb_modprof.records.sample import BackwardRun, InvocationRecord, Sample, StepTotals
+
+
+def last_stamp_ready(session: StepSession) -> bool:
+    last = session.bwd_t_end if session.bwd_t_end is not None else session.invocations[0].t1
+    return session.clock.ready(last)
+
+
+def wait(session: StepSession) -> None:
+    last = session.bwd_t_end if session.bwd_t_end is not None else session.invocations[0].t1
+    session.clock.wait(last)
+
+
+def _finite(value: float) -> bool:
+    return not math.isnan(value)
+
+
+def resolve(
+    session: StepSession,
+    static: Mapping[str, StaticMemory],
+    gradients: GradientState | None,
+) -> Sample:
+    clock, ref = session.clock, session.ref_stamp
+    invs = session.invocations
+    n = len(invs)
+    stamps = clock.offsets_ms(ref, [t for inv in invs for t in (inv.t0, inv.t1)])
+    fwd_start, fwd_end = stamps[0::2], stamps[1::2]
+    fwd = [fwd_end[i] - fwd_start[i] for i in range(n)]
+    children: list[list[int]] = [[] for _ in range(n)]
+    for i, inv in enumerate(invs):
+        if inv.parent >= 0:
+            children[inv.parent].append(i)
+    fwd_self = [fwd[i] - sum(fwd[c] for c in children[i]) for i in range(n)]
+
+    # ---- backward: exclusive node times summed per owner, then rolled up to ancestors ----
+    has_bwd = session.bwd_started
+    bwd_self = [0.0] * n
+    recompute = [0.0] * n
+    recomputed = [False] * n
+    nodes_run = [0] * n
+    first = [math.inf] * n
+    last = [-math.inf] * n
+    first_alloc: list[int | None] = [None] * n
+    peak: list[int | None] = [None] * n
+    if has_bwd:
+        t0 = clock.offsets_ms(ref, session.node_t0)
+        t1 = clock.offsets_ms(ref, session.node_t1)
+        ran = [_finite(a) and _finite(b) for a, b in zip(t0, t1, strict=True)]
+        dur = [t1[j] - t0[j] if ran[j] else 0.0 for j in range(len(ran))]
+        excl = list(dur)
+        for j, outer in enumerate(session.node_enclosing):
+            if ran[j] and outer >= 0:
+                excl[outer] -= dur[j]
+        recs = session.recomputes
+        r_off = clock.offsets_ms(ref, [t for r in recs for t in (r.t0, r.t1)])
+        r_dur = [
+            r_off[2 * k + 1] - r_off[2 * k] if _finite(r_off[2 * k + 1]) else 0.0
+            for k in range(len(recs))
+        ]
+        r_self = list(r_dur)
+        for k, r in enumerate(recs):
+            if r.parent >= 0:
+                r_self[r.parent] -= r_dur[k]
+        for k, r in enumerate(recs):
+            owner = r.orig
+            up = r.parent
+            while owner < 0 and up >= 0:  # an unmatched nested call: charge the nearest match
+                owner, up = recs[up].orig, recs[up].parent
+            if owner < 0:
+                continue  # unmatched top-level recompute: its time stays in the enclosing node
+            if r.parent < 0 and r.enclosing_node >= 0:
+                excl[r.enclosing_node] -= r_dur[k]
+            bwd_self[owner] += r_self[k]
+            if r.orig >= 0:
+                recompute[r.orig] += r_dur[k]
+                recomputed[r.orig] = True
+        for j, owner in enumerate(session.node_owner):
+            if not ran[j]:
+                continue
+            bwd_self[owner] += excl[j]
+            nodes_run[owner] += 1
+            if t0[j] < first[owner]:
+                first[owner] = t0[j]
+                first_alloc[owner] = session.node_alloc0[j]
+            last[owner] = max(last[owner], t1[j])
+            p = session.node_peak[j]
+            if p is not None:
+                q = peak[owner]
+                peak[owner] = p if q is None else max(q, p)
+
+    act_self: list[int | None] = [None] * n
+    if session.activations is not None:
+        counts = session.activations.bytes_by_invocation
+        act_self = [counts.get(i, 0) for i in range(n)]
+    act: list[int | None] = list(act_self)
+    bwd = list(bwd_self)
+    for i in range(n - 1, -1, -1):  # preorder indices: children come after their parent
+        p = invs[i].parent
+        if p < 0:
+            continue
+        bwd[p] += bwd[i]
+        nodes_run[p] += nodes_run[i]
+        if first[i] < first[p]:
+            first[p], first_alloc[p] = first[i], first_alloc[i]
+        last[p] = max(last[p], last[i])
+        if peak[i] is not None:
+            q = peak[p]
+            peak[p] = peak[i] if q is None else max(q, peak[i])  # type: ignore[type-var]
+        a, b = act[p], act[i]
+        if a is not None and b is not None:
+            act[p] = a + b
+
+    records: list[InvocationRecord] = []
+    for i, inv in enumerate(invs):
+        st = static.get(inv.name)
+        ran_any = nodes_run[i] > 0
+        grad_bytes = gradients.grad_bytes.get(inv.name) if gradients is not None else None
+        records.append(
+            InvocationRecord(
+                key=inv.key,
+                module_name=inv.name,
+                module_type=inv.module_type,
+                call_index=inv.call_index,
+                parent_key=invs[inv.parent].key if inv.parent >= 0 else None,
+                depth=inv.depth,
+                order=i,
+                fwd_ms=fwd[i],
+                fwd_self_ms=fwd_self[i],
+                bwd_ms=bwd[i] if has_bwd else None,
+                bwd_self_ms=bwd_self[i] if has_bwd else None,
+                bwd_span_ms=last[i] - first[i] if ran_any else (0.0 if has_bwd else None),
+                recompute_ms=recompute[i] if recomputed[i] else None,
+                fwd_start_ms=fwd_start[i],
+                bwd_start_ms=first[i] if ran_any else None,
+                bwd_end_ms=last[i] if ran_any else None,
+                backward_nodes=nodes_run[i],
+                seq_start=inv.seq0,
+                seq_end=inv.seq1,
+                act_bytes=act[i],
+                act_self_bytes=act_self[i],
+                param_bytes=st.param_bytes if st else 0,
+                param_count=st.param_count if st else 0,
+                buffer_bytes=st.buffer_bytes if st else 0,
+                grad_bytes=grad_bytes,
+                optim_bytes=st.optim_bytes if st else None,
+                fwd_mem_delta_bytes=(
+                    inv.mem_alloc1 - inv.mem_alloc0
+                    if inv.mem_alloc0 is not None and inv.mem_alloc1 is not None
+                    else None
+                ),
+                fwd_mem_peak_bytes=(
+                    max(0, inv.mem_peak - inv.mem_alloc0)
+                    if inv.mem_peak is not None and inv.mem_alloc0 is not None
+                    else None
+                ),
+                bwd_mem_peak_bytes=_peak_over(peak[i], first_alloc[i]),
+                param_norm=gradients.param_norm.get(inv.name) if gradients is not None else None,
+                grad_norm=gradients.grad_norm.get(inv.name) if gradients is not None else None,
+            )
+        )
+    bwd_total = None
+    if has_bwd:
+        begin, end = clock.offsets_ms(ref, [session.bwd_t_begin, session.bwd_t_end])
+        bwd_total = end - begin
+    totals = StepTotals(fwd_ms=fwd[0], bwd_ms=bwd_total, act_bytes=act[0])
+    return Sample(
+        step=session.step,
+        invocations=tuple(records),
+        totals=totals,
+        forward_thread_id=session.forward_thread,
+        runs=_runs(session, t0, t1, r_off) if has_bwd else (),
+        host_origin_ns=ref if isinstance(clock, CpuClock) else None,
+    )
+
+
+def _runs(
+    session: StepSession, t0: list[float], t1: list[float], r_off: list[float]
+) -> tuple[BackwardRun, ...]:
+    """Every node execution and checkpoint recompute of the backward, in start order."""
+    invs = session.invocations
+    runs: list[BackwardRun] = []
+    for j, owner in enumerate(session.node_owner):
+        if owner >= 0 and _finite(t0[j]) and _finite(t1[j]):
+            seq = session.node_seq[j]
+            name = session.node_name[j]
+            thread = session.node_thread[j]
+            runs.append(BackwardRun("node", name, seq, invs[owner].key, t0[j], t1[j], thread))
+    for k, r in enumerate(session.recomputes):
+        start, end = r_off[2 * k], r_off[2 * k + 1]
+        if r.orig < 0 or not (_finite(start) and _finite(end)):
+            continue
+        node = r.enclosing_node
+        thread = session.node_thread[node] if node >= 0 else session.forward_thread
+        key = invs[r.orig].key
+        runs.append(BackwardRun("recompute", key, -1, key, start, end, thread))
+    runs.sort(key=lambda run: (run.start_ms, -run.end_ms))
+    return tuple(_clip_recomputes(runs))
+
+
+def _clip_recomputes(runs: list[BackwardRun]) -> list[BackwardRun]:
+    """A recompute runs synchronously inside the node that needed its tensors, so no node
+    starts while it runs. With non-reentrant checkpointing's early stop, its module's exit hook
+    fires late (when the stop exception is handled): its end is clipped to the next node."""
+    out = list(runs)
+    for i, run in enumerate(out):
+        if run.kind != "recompute":
+            continue
+        nxt = next(
+            (
+                r.start_ms
+                for r in out[i + 1 :]
+                if r.kind == "node" and r.thread_id == run.thread_id and r.start_ms > run.start_ms
+            ),
+            None,
+        )
+        if nxt is not None and nxt < run.end_ms:
+            out[i] = dataclasses.replace(run, end_ms=nxt)
+    return out
+
+
+def _peak_over(peak: int | None, baseline: int | None) -> int | None:
+    if peak is None or baseline is None:
+        return None
+    return max(0, peak - baseline)

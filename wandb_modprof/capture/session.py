@@ -1,0 +1,472 @@
+"""One sampled step: forward invocation stack, backward node timing, checkpoint recomputes.
+
+How backward time is attributed to a module invocation (see MEASUREMENT.md):
+
+1. The forward pre/post hooks read the autograd sequence counter. The autograd nodes this
+   invocation created have sequence numbers in `[seq0, seq1)`; nesting of module calls makes
+   these ranges nest, so every node belongs to exactly one innermost invocation.
+2. As each call returns, the graph is walked from its outputs (every call's, not only the
+   root's: aux losses stay reachable) and a pre-hook and a hook are registered on each node not
+   hooked yet; when the root returns, each node is charged to the innermost call whose range
+   holds it. Walking as calls return means no graph is held: a forward that discards graphs
+   (truncated BPTT) frees them as it would unprofiled. Node hooks, unlike
+   `register_full_backward_hook`, leave tensors untouched, so in-place ops after a module,
+   dict/ModelOutput outputs and inputs that need no grad all work.
+3. Each node's execution is stamped; a node's *exclusive* time excludes nodes that ran nested
+   inside it (reentrant checkpointing runs a whole backward inside one node). An invocation's
+   backward time is the sum of the exclusive times of the nodes in its range and its children's.
+4. The end of the backward is the engine's end-of-graph-task callback (what DDP uses), queued
+   by the first node that runs: no need to know in advance which nodes will execute.
+
+Nothing here holds a tensor: graph nodes are held only during a walk, node hooks capture the
+session (ints and stamps), never a tensor.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from wandb_modprof.capture import autograd_private as ap
+from wandb_modprof.capture.activations import ActivationCounter
+from wandb_modprof.capture.clock import Clock
+from wandb_modprof.capture.device_memory import DeviceMemory
+from wandb_modprof.capture.invocation import Invocation, Recompute, grad_fns
+from wandb_modprof.capture.nvtx import NvtxRanges
+from wandb_modprof.capture.static_memory import PendingGradientState
+from wandb_modprof.capture.storage import StorageKey
+
+
+class StepSession:
+    """Everything captured for one sampled step, in plain lists indexed by invocation / node."""
+
+    def __init__(
+        self,
+        step: int,
+        clock: Clock,
+        memory: DeviceMemory | None,
+        excluded_storages: set[StorageKey] | None,
+        on_error: Callable[[str, Exception], None],
+        on_finish: Callable[[StepSession], None],
+        nvtx: NvtxRanges | None = None,
+    ) -> None:
+        self.step = step
+        self.clock = clock
+        self.memory = memory
+        self._on_error = on_error
+        self._on_finish = on_finish
+        self.invocations: list[Invocation] = []
+        self._stack: list[int] = []
+        self._calls: dict[str, int] = {}
+        self._by_module: dict[int, list[int]] = {}
+        self.ref_stamp: Any = None
+        self.forward_thread = threading.get_native_id()
+        self.nvtx = nvtx
+        self._chains: list[tuple[tuple[str, str], ...]] | None = None  # for NVTX, per owner
+        self.exception_at_start = sys.exc_info()[1]
+        self.forward_done = False
+        self.superseded = False  # a newer root forward started before this one's backward
+        # Another model's structure pass ran inside this forward: its times are not this
+        # model's normal cost, so the sample is dropped when it finishes.
+        self.disturbed = False
+        self.closed = False
+        self.failed = False
+        # activations (None when someone else's saved-tensor hooks are active)
+        self.activations: ActivationCounter | None = None
+        if excluded_storages is not None:
+            self.activations = ActivationCounter(
+                excluded_storages, self.current, lambda e: self.fail("saved-tensor hook", e)
+            )
+        self._act_ctx: Any = None
+        # backward, indexed by node slot
+        self._hooked_seqs: set[int] = set()
+        self.node_seq: list[int] = []
+        self.node_name: list[str] = []  # autograd node class, for traces
+        self.node_thread: list[int] = []  # native id of the thread that ran it
+        self.node_via: list[int] = []  # AccumulateGrad: the slot of the node feeding it
+        self.node_owner: list[int] = []
+        self.node_t0: list[Any] = []
+        self.node_t1: list[Any] = []
+        self.node_enclosing: list[int] = []
+        self.node_alloc0: list[int | None] = []
+        self.node_peak: list[int | None] = []
+        self._exec: dict[int, list[int]] = {}
+        self._persistent_handles: list[Any] = []
+        # Parameters whose AccumulateGrad node is hooked; those slots cannot start a backward:
+        # a later step's graph reuses a live AccumulateGrad node, hooks included.
+        self._accumulate_params: set[int] = set()
+        self.node_accumulate: list[bool] = []
+        self.bwd_started = False
+        self.bwd_t_begin: Any = None
+        self.bwd_t_end: Any = None
+        # checkpoint recomputes
+        self.recomputes: list[Recompute] = []
+        self._rstack: list[int] = []
+        self._rroots: list[Any] = []
+        self._matched: set[int] = set()
+        self.gradients: PendingGradientState | None = None
+
+    # ---- forward -----------------------------------------------------------------------
+    def current(self) -> int:
+        return self._stack[-1] if self._stack and not self.failed else -1
+
+    def enter(self, module_id: int, name: str, module_type: str) -> None:
+        if self.failed:
+            return
+        call_index = self._calls.get(name, 0)
+        self._calls[name] = call_index + 1
+        parent = self._stack[-1] if self._stack else -1
+        inv = Invocation(module_id, name, module_type, call_index, parent, len(self._stack))
+        idx = len(self.invocations)
+        self.invocations.append(inv)
+        self._by_module.setdefault(module_id, []).append(idx)
+        if self.memory is not None:
+            self._fold_forward_peak()
+            inv.mem_alloc0 = self.memory.allocated()
+        if parent == -1:
+            self._start_activations()
+        self._stack.append(idx)
+        if self.nvtx is not None:
+            self.nvtx.forward_enter(name)
+        inv.seq0 = ap.sequence_nr()
+        inv.t0 = self.clock.stamp()
+        if parent == -1:
+            self.ref_stamp = inv.t0
+
+    def exit(self, module_id: int, result: Any) -> None:
+        """Close the innermost invocation; returns when the root closes the forward."""
+        if not self._stack:
+            return
+        if self.failed:
+            # Calls entered after the failure were never pushed; only the root's exit matters
+            # now, to pop the saved-tensor hooks and end the forward.
+            if module_id == self.invocations[0].module_id and len(self._stack) >= 1:
+                self._stack.clear()
+                self._end_forward()
+            return
+        t1 = self.clock.stamp()
+        if self.nvtx is not None:
+            self.nvtx.forward_exit()
+        if self.memory is not None:
+            self._fold_forward_peak()  # into this invocation, still on top of the stack
+        idx = self._stack.pop()
+        inv = self.invocations[idx]
+        inv.t1 = t1
+        inv.seq1 = ap.sequence_nr()
+        if inv.module_id != module_id:
+            self.fail(inv.name, RuntimeError("forward hooks fired out of order"))
+        if self.memory is not None and not self.failed:
+            inv.mem_alloc1 = self.memory.allocated()
+            parent = self._stack[-1] if self._stack else -1
+            if parent >= 0 and inv.mem_peak is not None:
+                p = self.invocations[parent]
+                p.mem_peak = inv.mem_peak if p.mem_peak is None else max(p.mem_peak, inv.mem_peak)
+        if not self.failed:
+            # Hook this call's nodes now rather than holding its outputs' graph until the root
+            # returns: a forward that discards graphs (truncated BPTT) must not keep them alive.
+            self._hook_nodes(grad_fns(result), self.invocations[0].seq0, ap.sequence_nr(), None)
+        if not self._stack:
+            self._end_forward()
+
+    def end_forward_after_error(self) -> None:
+        """The forward ended without our root exit (our own error, or a KeyboardInterrupt that
+        `Module._call_impl` does not catch): drop the sample, pop our saved-tensor hooks."""
+        self._stack.clear()
+        self.failed = True
+        self.forward_done = True
+        if self.nvtx is not None:
+            self.nvtx.forward_abort()
+        self.pop_saved_tensors_hooks()
+        self.abandon()
+
+    def pop_saved_tensors_hooks(self) -> bool:
+        """Pop our saved-tensor hooks if they are the innermost ones; True once they are gone.
+
+        The hook stack is global to the thread: popping when someone else's hooks are on top
+        would remove theirs, so then we wait until they have left."""
+        if self._act_ctx is None:
+            return True
+        assert self.activations is not None
+        if ap.top_saved_tensors_pack_hook() != self.activations.pack:
+            return False
+        self._act_ctx.__exit__(None, None, None)
+        self._act_ctx = None
+        return True
+
+    def _fold_forward_peak(self) -> None:
+        """Charge the allocator peak since the last boundary to the running invocation."""
+        assert self.memory is not None
+        peak = self.memory.peak()
+        self.memory.reset_peak()
+        if self._stack:
+            inv = self.invocations[self._stack[-1]]
+            inv.mem_peak = peak if inv.mem_peak is None else max(inv.mem_peak, peak)
+
+    def _start_activations(self) -> None:
+        if self.activations is not None:
+            self._act_ctx = self.activations.hooks()
+            self._act_ctx.__enter__()
+
+    def _end_forward(self) -> None:
+        if self.nvtx is not None:
+            self.nvtx.forward_abort()  # ranges a failed forward left open
+        # Pop our saved-tensor hooks first, whatever happened: the hook stack must stay balanced.
+        if self._act_ctx is not None:
+            self._act_ctx.__exit__(None, None, None)
+            self._act_ctx = None
+        self.forward_done = True
+        if self.activations is not None:
+            self.activations.close()
+        raised = sys.exc_info()[1]
+        if raised is not None and raised is not self.exception_at_start:
+            # The user's forward raised: drop the sample quietly, the exception is theirs.
+            # (An exception the caller was already handling, as in a retry, does not count.)
+            self.failed = True
+        if self.failed or not self.invocations:
+            self.abandon()
+            return
+        # Every range is final now: charge each hooked node to the innermost call containing it.
+        root = self.invocations[0]
+        owners = [-1] * (root.seq1 - root.seq0)
+        for idx, inv in enumerate(self.invocations):  # preorder: children overwrite parents
+            if inv.seq1 > inv.seq0:
+                owners[inv.seq0 - root.seq0 : inv.seq1 - root.seq0] = [idx] * (inv.seq1 - inv.seq0)
+        for slot, via in enumerate(self.node_via):
+            if via >= 0:  # AccumulateGrad: charged to the call whose node feeds it
+                self.node_owner[slot] = self.node_owner[via]
+            else:
+                self.node_owner[slot] = owners[self.node_seq[slot] - root.seq0]
+        if not self.node_seq:
+            # Nothing in the step can run a backward (all frozen, or no grad): done now.
+            self.finish()
+
+    def _hook_nodes(self, roots: Iterable[Any], lo: int, hi: int, owners: list[int] | None) -> int:
+        """Hook the not-yet-hooked nodes created in `[lo, hi)` reachable from `roots`, and the
+        AccumulateGrad nodes they feed.
+
+        Walks stop at hooked nodes (everything below one was hooked with it), so over a step
+        every node is visited once. With `owners=None` (forward) owners are filled in when
+        the root returns; recompute walks know them at once.
+
+        Accumulating into `.grad` is real backward work of the module whose parameter it is,
+        so an AccumulateGrad node is charged to the owner of the first node found using it
+        (tied weights: one of the tying modules). Its hooks are removed at the end of the
+        backward, since AccumulateGrad nodes can outlive the step's graph.
+        """
+        todo: list[tuple[Any, int]] = [(node, -1) for node in roots]
+        hooked = 0
+        while todo:
+            node, via = todo.pop()
+            seq = ap.node_sequence_nr(node)
+            in_range = lo <= seq < hi
+            if in_range:
+                if seq in self._hooked_seqs:
+                    continue
+                self._hooked_seqs.add(seq)
+            elif via >= 0 and ap.is_accumulate_grad(node):
+                # A parameter's AccumulateGrad node is shared by every graph built while it
+                # lives: a checkpoint recompute reaches the same node again. Hook it once
+                # (keyed by the parameter, which outlives the step; the node is not pinned).
+                param_id = id(node.variable)
+                if param_id in self._accumulate_params:
+                    continue
+                self._accumulate_params.add(param_id)
+            else:
+                continue  # created before this forward (its inputs)
+            slot = len(self.node_seq)
+            self.node_seq.append(seq if in_range else -1)
+            self.node_name.append(node.name())
+            self.node_thread.append(0)
+            self.node_via.append(-1 if in_range else via)
+            if owners is None:
+                self.node_owner.append(-1)
+            else:
+                self.node_owner.append(owners[seq - lo] if in_range else self.node_owner[via])
+            self.node_t0.append(None)
+            self.node_t1.append(None)
+            self.node_enclosing.append(-1)
+            self.node_alloc0.append(None)
+            self.node_peak.append(None)
+            self.node_accumulate.append(not in_range)
+            pre = node.register_prehook(functools.partial(self._node_pre, slot))
+            post = node.register_hook(functools.partial(self._node_post, slot))
+            if not in_range:
+                self._persistent_handles += [pre, post]
+            hooked += 1
+            if in_range:
+                todo.extend((nxt, slot) for nxt, _ in node.next_functions if nxt is not None)
+        return hooked
+
+    # ---- backward ----------------------------------------------------------------------
+    def _exec_stack(self) -> list[int]:
+        return self._exec.setdefault(threading.get_ident(), [])
+
+    def _node_pre(self, slot: int, grad_outputs: Any) -> None:
+        if self.closed or not self.forward_done:
+            return  # a backward run inside the forward (autograd.grad in forward) is not ours
+        try:
+            if not self.bwd_started:
+                if self.node_accumulate[slot]:
+                    return  # another graph reached this shared node; ours has not run
+                self.bwd_started = True
+                self.bwd_t_begin = self.clock.stamp()
+                ap.queue_end_of_backward(self.finish)
+            stack = self._exec_stack()
+            self.node_enclosing[slot] = stack[-1] if stack else -1
+            stack.append(slot)
+            self.node_thread[slot] = threading.get_native_id()
+            if self.nvtx is not None:
+                self._nvtx_node(slot, stack)
+            if self.memory is not None:
+                self._fold_node_peak(stack[:-1])
+                self.node_alloc0[slot] = self.memory.allocated()
+            self.node_t0[slot] = self.clock.stamp()
+        except Exception as error:
+            self.fail("backward pre-hook", error)
+
+    def _nvtx_node(self, slot: int, stack: list[int]) -> None:
+        assert self.nvtx is not None
+        if self._chains is None:
+            self._chains = []
+            for inv in self.invocations:  # preorder: parents first
+                head = self._chains[inv.parent] if inv.parent >= 0 else ()
+                self._chains.append((*head, (inv.key, inv.name)))
+        owner = self.node_owner[slot]
+        if owner < 0:
+            return  # a node of an unmatched recompute: no call to name a range after
+        chain = self._chains[owner]
+        outer = stack[-2] if len(stack) > 1 and self.node_owner[stack[-2]] >= 0 else -1
+        if outer >= 0:  # nested in a node of a call it does not descend from: stay in that one
+            around = self._chains[self.node_owner[outer]]
+            if chain[: len(around)] != around:
+                chain = around
+        self.nvtx.backward_node(self.node_thread[slot], chain)
+
+    def _node_post(self, slot: int, grad_inputs: Any, grad_outputs: Any) -> None:
+        if self.closed or self.node_t0[slot] is None:
+            return
+        try:
+            self.node_t1[slot] = self.clock.stamp()
+            stack = self._exec_stack()
+            if stack and stack[-1] == slot:
+                stack.pop()
+            elif slot in stack:
+                stack.remove(slot)
+            if self.memory is not None:
+                self._fold_node_peak([slot])
+                outer = self.node_enclosing[slot]
+                peak = self.node_peak[slot]
+                if outer >= 0 and peak is not None:
+                    prev = self.node_peak[outer]
+                    self.node_peak[outer] = peak if prev is None else max(prev, peak)
+        except Exception as error:
+            self.fail("backward hook", error)
+
+    def _fold_node_peak(self, running: list[int]) -> None:
+        assert self.memory is not None
+        peak = self.memory.peak()
+        self.memory.reset_peak()
+        if running:
+            top = running[-1]
+            prev = self.node_peak[top]
+            self.node_peak[top] = peak if prev is None else max(prev, peak)
+
+    def finish(self) -> None:
+        """End of the sampled backward (or of a forward that cannot have one)."""
+        if self.closed:
+            return
+        try:
+            if self.bwd_started:
+                self.bwd_t_end = self.clock.stamp()
+            self.closed = True
+            self.release_persistent_hooks()
+            if self.nvtx is not None:
+                self.nvtx.backward_end()
+        except Exception as error:  # runs inside the engine: must never break the backward
+            self.closed = True
+            self.fail("end of backward", error)
+            return
+        if not self.failed:
+            self._on_finish(self)
+
+    def release_persistent_hooks(self) -> None:
+        handles, self._persistent_handles = self._persistent_handles, []
+        for handle in handles:
+            handle.remove()
+        self._accumulate_params = set()
+
+    # ---- activation-checkpointing recomputes ---------------------------------------------
+    def recompute_enter(self, module_id: int) -> None:
+        if self.closed:
+            return
+        candidates = self._by_module.get(module_id, [])
+        parent = self._rstack[-1] if self._rstack else -1
+        orig = -1
+        if parent >= 0 and self.recomputes[parent].orig >= 0:
+            # Inside a recomputed call children repeat in forward order.
+            want = self.recomputes[parent].orig
+            orig = next(
+                (
+                    i
+                    for i in candidates
+                    if i not in self._matched and self.invocations[i].parent == want
+                ),
+                -1,
+            )
+        if orig < 0:
+            # Top-level recomputes run in backward order: the latest unmatched call first.
+            orig = next((i for i in reversed(candidates) if i not in self._matched), -1)
+        if orig >= 0:
+            self._matched.add(orig)
+        stack = self._exec_stack()
+        enclosing = stack[-1] if stack and parent < 0 else -1
+        self._rstack.append(len(self.recomputes))
+        self.recomputes.append(
+            Recompute(orig, parent, enclosing, ap.sequence_nr(), self.clock.stamp())
+        )
+
+    def recompute_exit(self, module_id: int, result: Any) -> None:
+        if self.closed or not self._rstack:
+            return
+        rec = self.recomputes[self._rstack.pop()]
+        rec.t1 = self.clock.stamp()
+        rec.seq1 = ap.sequence_nr()
+        self._rroots.extend(grad_fns(result))
+        if self._rstack:
+            return
+        # A top-level recompute finished. With reentrant checkpointing its fresh nodes run in
+        # a nested backward right now: hook them so the recomputed module gets their time.
+        roots, self._rroots = self._rroots, []
+        top = len(self.recomputes) - 1
+        while self.recomputes[top].parent >= 0:
+            top = self.recomputes[top].parent
+        lo, hi = self.recomputes[top].seq0, rec.seq1
+        if hi <= lo:
+            return
+        owners = [-1] * (hi - lo)
+        for r in self.recomputes[top:]:
+            owner = r.orig if r.orig >= 0 else self.recomputes[top].orig
+            if r.seq1 > r.seq0 and owner >= 0:
+                owners[r.seq0 - lo : r.seq1 - lo] = [owner] * (r.seq1 - r.seq0)
+        self._hook_nodes(roots, lo, hi, owners)
+
+    # ---- failure -----------------------------------------------------------------------
+    def fail(self, where: str, error: Exception) -> None:
+        if not self.failed:
+            self.failed = True
+            if self.forward_done:
+                self.abandon()
+            self._on_error(where, error)
+
+    def abandon(self) -> None:
+        """Drop the sample. During the forward the remaining exits must still run (to pop the
+        saved-tensor hooks), so only a finished forward closes the session right away."""
+        self.failed = True
+        if self.nvtx is not None:
+            self.nvtx.backward_end()
+        if self.forward_done:
+            self.closed = True
+            self.release_persistent_hooks()

@@ -1,0 +1,492 @@
+"""Structure capture: the dataflow graph inside every module invocation, and FLOPs per call.
+
+Runs on its own step (never a timed one): the first eligible forward after `watch`/`profile`
+starts, and again after a timed sample whose sequence of invocations was not seen before
+(dynamic control flow). Two modes are pushed for that one forward:
+
+* a `TorchFunctionMode` follows tensors through the Python-level torch calls of each
+  invocation's own code (a residual `+`, `cat`, `chunk`, views, in-place ops). Each open
+  invocation ("frame") maps the tensors it has seen to the sources they derive from: its own
+  inputs and the child calls that produced them. Working at the Python level (not by walking
+  the autograd graph) makes it work under `no_grad`/eval and for integer tensors such as token
+  ids, and keeps the tensor objects users see.
+* a `TorchDispatchMode` counts FLOPs of every ATen op with `torch.utils.flop_counter`'s
+  formulas and charges them to the innermost open call.
+
+Neither mode holds a tensor beyond the forward: frames map tensors through weak references and
+are dropped when their call returns.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry, sdpa_flop_count
+from torch.utils.weak import WeakIdKeyDictionary
+
+from wandb_modprof.capture.callstack import call_depth
+from wandb_modprof.capture.invocation import tensors_in
+from wandb_modprof.capture.wrappers import inner_model
+from wandb_modprof.records.calls import (
+    CallInfo,
+    DataEdge,
+    Structure,
+    call_signature,
+    input_key,
+    output_key,
+)
+
+
+# ---- flattening ----------------------------------------------------------------------------
+def output_slots(result: Any) -> list[tuple[str, list[torch.Tensor]]]:
+    """A module output split into named fields, each with its tensors."""
+    if isinstance(result, torch.Tensor):
+        return [("output", [result])]
+    if isinstance(result, Mapping):  # dict, OrderedDict, transformers' ModelOutput
+        items: list[tuple[str, Any]] = [(str(k), v) for k, v in result.items()]
+    elif is_dataclass(result) and not isinstance(result, type):
+        items = [(f.name, getattr(result, f.name, None)) for f in fields(result)]
+    elif isinstance(result, (list, tuple)):
+        names = getattr(result, "_fields", None)  # namedtuple
+        items = [(str(names[i]) if names else f"output[{i}]", v) for i, v in enumerate(result)]
+    else:
+        return []
+    slots = [(name, list(tensors_in(v))) for name, v in items]
+    return [(name, ts) for name, ts in slots if ts]
+
+
+@functools.lru_cache(maxsize=1024)
+def _parameters(forward: Callable[..., Any]) -> tuple[list[str], str | None]:
+    """Names of `forward`'s positional parameters (without `self`) and of its `*args`."""
+    try:
+        params = list(inspect.signature(forward).parameters.values())[1:]
+    except (TypeError, ValueError):  # builtins / C extensions without a signature
+        return [], None
+    positional = [
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    var = next((p.name for p in params if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
+    return positional, var
+
+
+def input_slots(
+    module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> list[tuple[str, list[torch.Tensor]]]:
+    """Arguments of a call named after `forward`'s parameters (`x`, `input_ids`, `args[2]`)."""
+    positional, var = _parameters(type(module).forward)
+    slots: list[tuple[str, list[torch.Tensor]]] = []
+    for i, value in enumerate(args):
+        if i < len(positional):
+            name = positional[i]
+        elif var is not None:
+            name = f"{var}[{i - len(positional)}]"
+        else:
+            name = f"args[{i}]"
+        slots.append((name, list(tensors_in(value))))
+    for key, value in kwargs.items():
+        slots.append((str(key), list(tensors_in(value))))
+    return [(name, ts) for name, ts in slots if ts]
+
+
+def prepare() -> None:
+    """Import torch._dynamo before the first pass, outside any forward.
+
+    The dataflow mode makes some torch functions import it lazily; imported inside the user's
+    forward, that import leaves a reference cycle holding the forward's frames (and tensors)
+    until the next garbage collection. With it imported, compiled code also runs eagerly during
+    the pass instead of being recompiled (`push_modes`). About 1 s, once per process.
+    """
+    import torch._dynamo  # noqa: F401
+
+
+def structure_pass_active() -> bool:
+    """A structure pass (of any capture) is following tensors on this thread right now."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    return any(
+        isinstance(m, _Dataflow) and not m.pass_.failed for m in _get_current_function_mode_stack()
+    )
+
+
+# ---- the pass ------------------------------------------------------------------------------
+class _Frame:
+    """One open invocation: where its tensors came from, and the edges found in its view."""
+
+    __slots__ = ("index", "key", "sources")
+
+    def __init__(self, index: int, key: str) -> None:
+        self.index = index
+        self.key = key
+        # tensor -> the node keys (of this view) it derives from
+        self.sources: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+    def sources_of(self, tensors: Iterable[torch.Tensor]) -> set[str]:
+        """Sources of the tensors, and of the bases of views (a write through another view
+        of the same base reaches them too)."""
+        found: set[str] = set()
+        for t in tensors:
+            s = self.sources.get(t)
+            if s:
+                found |= s
+            base = t._base
+            if base is not None:
+                s = self.sources.get(base)
+                if s:
+                    found |= s
+        return found
+
+    def add(self, t: torch.Tensor, found: set[str], replace: bool = False) -> None:
+        old = None if replace else self.sources.get(t)
+        self.sources[t] = found | old if old else set(found)
+
+
+class _Builder:
+    __slots__ = (
+        "call_index",
+        "depth",
+        "flops",
+        "inputs",
+        "key",
+        "module_id",
+        "module_name",
+        "module_type",
+        "outputs",
+        "parent",
+    )
+
+    def __init__(
+        self, module_id: int, name: str, module_type: str, call_index: int, parent: int, depth: int
+    ) -> None:
+        self.module_id = module_id
+        self.module_name = name
+        self.module_type = module_type
+        self.call_index = call_index
+        self.key = f"{name}#{call_index}"
+        self.parent = parent
+        self.depth = depth
+        self.inputs: tuple[str, ...] = ()
+        self.outputs: tuple[str, ...] = ()
+        self.flops = 0
+
+
+# Python-level in-place operators: they return their first argument (or None for
+# `__setitem__`), which now carries what was written into it.
+_INPLACE_DUNDERS = frozenset(
+    {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+     "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
+     "__imatmul__"}
+)  # fmt: skip
+_STALE_CHECK_EVERY = 128  # ops between checks that the pass's forward is still running
+
+
+class _Dataflow(TorchFunctionMode):
+    def __init__(self, pass_: StructurePass) -> None:
+        super().__init__()
+        self.pass_ = pass_
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)  # the user's op runs exactly as without us
+        if not self.pass_.failed:
+            try:
+                self.pass_.follow(func, args, kwargs, out)
+            except Exception as error:  # never let the pass break the forward
+                self.pass_.fail(error)
+        return out
+
+
+def _ops(*names: str) -> frozenset[Any]:
+    """ATen overloads by name, skipping those this torch version does not have."""
+    found = []
+    for name in names:
+        packet, _, overload = name.partition(".")
+        op = getattr(torch.ops.aten, packet, None) or getattr(torch.ops.prim, packet, None)
+        if op is not None and hasattr(op, overload):
+            found.append(getattr(op, overload))
+    return frozenset(found)
+
+
+# Metadata queries (as FlopCounterMode skips them): declining them lets tensor subclasses
+# with their own size/stride policy (jagged nested tensors) answer.
+_SHAPE_QUERIES = _ops(
+    "is_contiguous.default",
+    "is_contiguous.memory_format",
+    "sym_is_contiguous.default",
+    "is_strides_like_format.default",
+    "is_non_overlapping_and_dense.default",
+    "size.default",
+    "sym_size.default",
+    "stride.default",
+    "sym_stride.default",
+    "storage_offset.default",
+    "sym_storage_offset.default",
+    "numel.default",
+    "sym_numel.default",
+    "dim.default",
+    "layout.default",
+)
+
+
+def _cpu_sdpa_flops(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args: Any, **kwargs: Any
+) -> int:
+    return int(sdpa_flop_count(query.shape, key.shape, value.shape))
+
+
+# torch.utils.flop_counter has no formula for the CPU kernel of scaled_dot_product_attention
+# (torch 2.13); it is the flash formula on the same shapes.
+_FORMULAS: dict[Any, Any] = {
+    **flop_registry,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops,
+}
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+class _Flops(TorchDispatchMode):
+    """FLOPs of every ATen op with a `torch.utils.flop_counter` formula, charged to the
+    innermost open call. Unlike `FlopCounterMode` it never decomposes an op to count it:
+    the user's op always runs once, as called (composite ops with no formula count 0)."""
+
+    supports_higher_order_operators = True  # torch.cond & co. run through unchanged
+
+    def __init__(self, pass_: StructurePass) -> None:
+        super().__init__()
+        self.pass_ = pass_
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func in _SHAPE_QUERIES or any(t not in _PLAIN_TYPES for t in types):
+            return NotImplemented  # tensor subclasses unwrap first; we see their plain ops
+        out = func(*args, **kwargs)
+        if self.pass_.failed or isinstance(func, torch._ops.HigherOrderOperator):
+            return out
+        try:
+            formula = _FORMULAS.get(func._overloadpacket)
+            if formula is not None:
+                self.pass_.add_flops(int(formula(*args, **kwargs, out_val=out)))
+        except Exception as error:  # a formula that cannot read these arguments
+            self.pass_.fail(error)
+        return out
+
+
+class StructurePass:
+    """One forward seen by the structure capture; `finish()` returns the `Structure`."""
+
+    def __init__(self, root: torch.nn.Module, training: bool) -> None:
+        self.root = root
+        self.training = training
+        # Compiled code runs eagerly during the pass: dynamo guards on the mode stack, so
+        # running it under our modes would recompile it (and again after the pass).
+        self._stance: Any = None
+        self._calls: list[_Builder] = []
+        self._counts: dict[str, int] = {}
+        self._stack: list[_Frame] = []
+        self._edges: set[DataEdge] = set()
+        self._dataflow = _Dataflow(self)
+        self._flops = _Flops(self)
+        self._modes_on = False
+        self._ops = 0
+        self.failed = False
+        self.error: Exception | None = None  # what made the pass fail, for the warning
+        self.forward_done = False
+        # An exception being handled when the pass starts is not one raised by the forward.
+        self.exception_at_start = sys.exc_info()[1]
+
+    # ---- modes -------------------------------------------------------------------------
+    def push_modes(self) -> None:
+        # torch._dynamo is imported when the capture starts (see `prepare`), so every
+        # torch.compile'd function or module in the forward runs eagerly, not recompiled.
+        if "torch._dynamo" in sys.modules:
+            self._stance = torch.compiler.set_stance("force_eager")
+        self._dataflow.__enter__()
+        try:
+            self._flops.__enter__()
+        except BaseException:
+            self._dataflow.__exit__(None, None, None)
+            raise
+        self._modes_on = True
+
+    def pop_modes(self) -> bool:
+        """Pop our modes if they are the innermost ones; True once they are gone."""
+        if not self._modes_on:
+            return True
+        from torch.overrides import _get_current_function_mode_stack
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        fstack = _get_current_function_mode_stack()
+        dstack = _get_current_dispatch_mode_stack()
+        if not fstack or fstack[-1] is not self._dataflow:
+            return False
+        if not dstack or dstack[-1] is not self._flops:
+            return False
+        self._flops.__exit__(None, None, None)
+        self._dataflow.__exit__(None, None, None)
+        self._modes_on = False
+        self._restore_stance()
+        return True
+
+    def _restore_stance(self) -> None:
+        if self._stance is not None:
+            self._stance.__exit__(None, None, None)  # back to the stance from before the pass
+            self._stance = None
+
+    def fail(self, error: Exception) -> None:
+        """Stop following tensors (the modes turn into pass-throughs); the capture warns."""
+        if not self.failed:
+            self.failed = True
+            self.error = error
+
+    # ---- called by the modes -----------------------------------------------------------
+    def follow(
+        self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
+    ) -> None:
+        """Record where the tensors an op produced or wrote into came from."""
+        self._ops += 1
+        if self._ops % _STALE_CHECK_EVERY == 0 and not call_depth(self.root):
+            # The forward ended without our root exit hook (KeyboardInterrupt): stop now
+            # rather than at the next forward, and give compiled code its stance back.
+            self.fail(RuntimeError("the forward was interrupted during the structure pass"))
+            self._restore_stance()
+            return
+        frame = self.frame()
+        if frame is None:
+            return
+        written = kwargs.get("out")
+        inputs: tuple[Any, ...]
+        if written is not None:
+            inputs = (args, {k: v for k, v in kwargs.items() if k != "out"})
+        else:
+            inputs = (args, kwargs)
+        found = frame.sources_of(tensors_in(inputs))
+        if not found:
+            return
+        name = getattr(func, "__name__", "")
+        if written is not None:  # `out=`: the old contents are gone
+            targets, replace = list(tensors_in(written)), True
+        elif name in _INPLACE_DUNDERS or (name.endswith("_") and not name.startswith("_")):
+            first = args[0] if args else None
+            targets, replace = ([first] if isinstance(first, torch.Tensor) else []), False
+        else:
+            targets, replace = [], False
+        for t in targets:  # written in place: so is the base of a view
+            frame.add(t, found, replace)
+            if t._base is not None:
+                frame.add(t._base, found)
+        for t in tensors_in(out):
+            frame.add(t, found)
+
+    # ---- called by the capture's hooks -------------------------------------------------
+    def frame(self) -> _Frame | None:
+        return self._stack[-1] if self._stack and not self.failed else None
+
+    def add_flops(self, count: int) -> None:
+        if self._stack and not self.failed:
+            self._calls[self._stack[-1].index].flops += count
+
+    def enter(
+        self,
+        module: torch.nn.Module,
+        name: str,
+        module_type: str,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        if self.failed:
+            return
+        call_index = self._counts.get(name, 0)
+        self._counts[name] = call_index + 1
+        parent = self._stack[-1] if self._stack else None
+        call = _Builder(
+            id(module),
+            name,
+            module_type,
+            call_index,
+            -1 if parent is None else parent.index,
+            len(self._stack),
+        )
+        self._calls.append(call)
+        # DDP's forward(*inputs) hands its arguments on unchanged: name them after the user's
+        slots = input_slots(inner_model(module) or module, args, kwargs)
+        call.inputs = tuple(slot for slot, _ in slots)
+        frame = _Frame(len(self._calls) - 1, call.key)
+        for slot, tensors in slots:
+            if parent is not None:
+                for src in sorted(parent.sources_of(tensors)):
+                    self._edges.add(DataEdge(parent.key, src, call.key))
+            node = input_key(call.key, slot)
+            for t in tensors:
+                old = frame.sources.get(t)
+                frame.sources[t] = {node} | old if old else {node}
+        self._stack.append(frame)
+
+    def exit(self, module: torch.nn.Module, result: Any) -> None:
+        if self.failed or not self._stack:
+            return
+        frame = self._stack.pop()
+        call = self._calls[frame.index]
+        if call.module_id != id(module):
+            self.failed = True
+            return
+        slots = output_slots(result)
+        call.outputs = tuple(slot for slot, _ in slots)
+        for slot, tensors in slots:
+            for src in sorted(frame.sources_of(tensors)):
+                self._edges.add(DataEdge(call.key, src, output_key(call.key, slot)))
+        if self._stack:
+            parent = self._stack[-1]
+            produced = {call.key}
+            for t in tensors_in(result):
+                parent.sources[t] = produced  # what leaves a call is that call's output
+        else:
+            self.forward_done = True
+
+    def finish(self) -> Structure:
+        assert self.forward_done and not self.failed
+        inclusive = [c.flops for c in self._calls]
+        known = [True] * len(self._calls)
+        for i in range(len(self._calls) - 1, 0, -1):  # children come after their parent
+            parent = self._calls[i].parent
+            inclusive[parent] += inclusive[i]
+            known[parent] = known[parent] and known[i]
+        calls = tuple(
+            CallInfo(
+                key=c.key,
+                module_name=c.module_name,
+                module_type=c.module_type,
+                call_index=c.call_index,
+                parent_key=None if c.parent < 0 else self._calls[c.parent].key,
+                depth=c.depth,
+                order=i,
+                inputs=c.inputs,
+                outputs=c.outputs,
+                fwd_flops=inclusive[i],
+                fwd_self_flops=c.flops,
+                flops_known=known[i],
+            )
+            for i, c in enumerate(self._calls)
+        )
+        edges = tuple(sorted(self._edges, key=lambda e: (e.view_key, e.src_key, e.dst_key)))
+        signature = call_signature((c.module_name, c.call_index) for c in self._calls)
+        return Structure(signature, self.training, calls, edges)

@@ -1,0 +1,76 @@
+"""The structure pass's output: the call tree and dataflow edges of one forward.
+
+Plain frozen data (no torch): produced by `capture.structure_pass`, read by the views,
+the table and the profile file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    """One module invocation as seen by the structure pass.
+
+    `inputs` / `outputs` name the argument slots and output fields that carried tensors: the
+    input and output nodes of this call's own view. `fwd_flops` includes children's FLOPs,
+    `fwd_self_flops` only those of ops in the call's own code. `flops_known` is False for
+    calls no structure pass saw (their node comes from the statistics alone).
+    """
+
+    key: str
+    module_name: str
+    module_type: str
+    call_index: int
+    parent_key: str | None
+    depth: int
+    order: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    fwd_flops: int
+    fwd_self_flops: int
+    flops_known: bool
+
+
+@dataclass(frozen=True)
+class DataEdge:
+    """Inside view `view_key`, a tensor from `src_key` reaches `dst_key` (node keys as in
+    `_graph.GraphNode`)."""
+
+    view_key: str
+    src_key: str
+    dst_key: str
+
+
+@dataclass(frozen=True)
+class Structure:
+    """The call tree and dataflow of one forward; `signature` identifies its call sequence."""
+
+    signature: str
+    training: bool
+    calls: tuple[CallInfo, ...]
+    edges: tuple[DataEdge, ...]
+
+
+def input_key(view_key: str, slot: str) -> str:
+    return f"{view_key}|in:{slot}"
+
+
+def output_key(view_key: str, slot: str) -> str:
+    return f"{view_key}|out:{slot}"
+
+
+def self_key(view_key: str) -> str:
+    return f"{view_key}|self"
+
+
+def call_signature(calls: Iterator[tuple[str, int]]) -> str:
+    """A stable digest of a call sequence `(module name, call index)`, equal for two steps
+    that called the same modules in the same order."""
+    digest = hashlib.blake2b(digest_size=12)
+    for name, call_index in calls:
+        digest.update(f"{name}#{call_index}\n".encode())
+    return digest.hexdigest()

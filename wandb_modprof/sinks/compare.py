@@ -1,0 +1,153 @@
+"""Two profiles side by side in one analysis mode: per module call, the ratio B / A.
+
+>>> from wandb_modprof.sinks.compare import compare, format_comparison     # doctest: +SKIP
+>>> c = compare(load("before.modprof.json"), load("after.modprof.json"), "bwd")
+>>> print(format_comparison(c, top=10))                                # doctest: +SKIP
+
+Calls are matched by call key (`layer1.0.conv1#0`), the values are the ones the panel colours
+nodes by (`_summary.mode_values`). As in the panel's compare mode, a ratio exists only where
+both values are measured and > 0; the ranking is by |log ratio|, so 2x slower and 2x faster
+rank together. `wandb-modprof compare A B` prints it; `--html` writes the report in compare
+mode with A as the baseline.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from wandb_modprof.sinks.summary import (
+    ModeValues,
+    ModuleValue,
+    format_value,
+    mode_values,
+    render_columns,
+)
+
+if TYPE_CHECKING:
+    from wandb_modprof.api.profile import Profile
+    from wandb_modprof.records.modes import Mode
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """b / a where both are measured and > 0 (a 0 has no meaningful ratio), else None."""
+    if a is None or b is None or a <= 0 or b <= 0:
+        return None
+    return b / a
+
+
+@dataclass(frozen=True)
+class ComparedModule:
+    """One call key present in both profiles, with its value in each."""
+
+    key: str
+    module_type: str
+    a: float | None
+    b: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        return ratio(self.a, self.b)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """`matched`: call keys in both, largest |log ratio| first, then those without a ratio
+    (a value missing or 0 in either); `only_a` / `only_b`: call keys in one profile only.
+    Ties and the calls without a ratio keep the order of A's table (`ModeValues.modules`)."""
+
+    mode: Mode
+    label_a: str
+    label_b: str
+    model_a: str
+    model_b: str
+    matched: tuple[ComparedModule, ...]
+    only_a: tuple[ModuleValue, ...]
+    only_b: tuple[ModuleValue, ...]
+    total_a: float | None
+    total_b: float | None
+
+    @property
+    def total_ratio(self) -> float | None:
+        return ratio(self.total_a, self.total_b)
+
+
+def compare(
+    a: Profile, b: Profile, mode_key: str, label_a: str = "A", label_b: str = "B"
+) -> Comparison:
+    """Compare profile `b` with the baseline `a` in the analysis mode `mode_key`."""
+    va, vb = mode_values(a, mode_key), mode_values(b, mode_key)
+    return compare_values(va, vb, label_a, label_b)
+
+
+def compare_values(va: ModeValues, vb: ModeValues, label_a: str, label_b: str) -> Comparison:
+    in_b = {v.key: v for v in vb.modules}
+    in_a = {v.key for v in va.modules}
+    matched = [
+        ComparedModule(v.key, v.module_type, v.value, in_b[v.key].value)
+        for v in va.modules
+        if v.key in in_b
+    ]
+    with_ratio = [c for c in matched if c.ratio is not None]
+    # stable sort: equal |log ratio| keeps the table's order
+    with_ratio.sort(key=lambda c: abs(math.log(c.ratio or 1.0)), reverse=True)
+    without = [c for c in matched if c.ratio is None]
+    return Comparison(
+        mode=va.mode,
+        label_a=label_a,
+        label_b=label_b,
+        model_a=va.model_name,
+        model_b=vb.model_name,
+        matched=tuple(with_ratio + without),
+        only_a=tuple(v for v in va.modules if v.key not in in_b),
+        only_b=tuple(v for v in vb.modules if v.key not in in_a),
+        total_a=va.total,
+        total_b=vb.total,
+    )
+
+
+def format_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}x"
+
+
+def format_comparison(c: Comparison, top: int) -> str:
+    """The comparison as a terminal table: totals, the `top` calls that changed most, then
+    the calls found in one profile only (at most `top` each)."""
+    unit = c.mode.unit
+    lines = [
+        f"wandb_modprof compare, mode {c.mode.key} ({c.mode.label}): "
+        f"A = {c.label_a} ({c.model_a}), B = {c.label_b} ({c.model_b}); ratio = B / A"
+    ]
+    if c.mode.total:
+        lines.append(
+            f"model total: A {format_value(unit, c.total_a)}, B {format_value(unit, c.total_b)}, "
+            f"ratio {format_ratio(c.total_ratio)}"
+        )
+    else:
+        lines.append(f"model total: mode {c.mode.key} has none")
+    shown = c.matched[:top]
+    lines.append(
+        f"{len(c.matched)} module calls in both; the {len(shown)} that changed most "
+        "(largest |log ratio|; no ratio where a value is missing or 0):"
+    )
+    rows = [
+        [
+            m.key,
+            m.module_type,
+            format_value(unit, m.a),
+            format_value(unit, m.b),
+            format_ratio(m.ratio),
+        ]
+        for m in shown
+    ]
+    lines += render_columns(["module", "type", "A", "B", "B / A"], rows, {2, 3, 4})
+    for label, only in (("A", c.only_a), ("B", c.only_b)):
+        if not only:
+            continue
+        lines.append(f"only in {label} ({len(only)} module calls):")
+        rows = [[v.key, v.module_type, format_value(unit, v.value)] for v in only[:top]]
+        lines += render_columns(["module", "type", label], rows, {2})
+        if len(only) > top:
+            lines.append(f"  ... and {len(only) - top} more")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,421 @@
+"""The self-contained HTML report: the panel's Vega spec, its rows and Vega itself in one file.
+
+>>> wandb_modprof.write_report("gpt.html", [("gpt", prof)])         # doctest: +SKIP
+PosixPath('gpt.html')
+>>> prof.to_html("gpt.html")                                         # the same, one profile
+
+The page works from `file://` with the network cut: Vega's JavaScript is inlined (bundled by
+vl-convert, Vega 6, once per process, about 0.9 MB: vl-convert's bundle always carries
+vega-embed and vega-lite too, and its bare `vega` binding is null, so the page builds its view
+with `vegaEmbed(..., {mode: "vega"})`). The spec is the panel's own (`_spec.filled`), changed
+only where a page differs from a W&B panel: its size follows the window (`width`, `height`,
+`autosize`; a resize listener updates `view.width()/height()`), initial signal values
+(compare mode, the runs shown), and no `$schema` (vega-embed would warn that the spec says
+Vega 5 while it runs Vega 6; the spec is tested on both). Its rows travel as JSON columns +
+data in a `<script type="application/json">` element and become the `wandb` dataset's values
+before the view is parsed (outside W&B the spec is not frozen, so inline values are fine and
+the first render already has them).
+
+Every interaction of the panel (legend clicks, drill-down, breadcrumbs, hover card, top list,
+runs, compare, pan, zoom, Fit) is a mark event in the spec, so all of them work here.
+
+For tests and tools the page sets `window.__modprof_view` (the Vega `View`) and
+`window.__modprof_ready` (`performance.now()` after the first render); on failure
+`window.__modprof_error` holds the message, which the page also shows.
+
+Escaping: every string that comes from the model or the caller (module and class names,
+labels, the title) is page text through `html.escape`, or JSON inside `<script>` with `<`, `>`,
+`&`, U+2028 and U+2029 written as `\\u` escapes, so no name can close the script element or
+inject markup; Vega draws names as text.
+
+A profile without samples still gives a page: it says "no samples" at the top and the graph
+shows whatever structure was captured (nothing, for a profile that never ran).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import html
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wandb_modprof._errors import ModProfError
+from wandb_modprof._validate import check_choice
+from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODE_KEYS, SCALES
+from wandb_modprof.sinks import spec as _spec
+
+if TYPE_CHECKING:
+    from wandb_modprof.api.profile import Profile
+    from wandb_modprof.view.table import ProfileTable
+
+SPEC_ID = "modprof-spec"
+ROWS_ID = "modprof-rows"
+_JSON_ESCAPES = {
+    "<": "\\u003c",
+    ">": "\\u003e",
+    "&": "\\u0026",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
+# Read once per process: vl-convert runs a bundler (about 1 s); the text never changes.
+_BUNDLE_SNIPPET = "window.vegaEmbed = vegaEmbed;"
+_SCRIPT_BREAKS = re.compile(r"<(?=/script|!--|script)", re.IGNORECASE)
+
+_HOW_TO_READ = (
+    "How to read it: each box is one module call of the view shown, coloured (Turbo, red = "
+    "most expensive) by the analysis mode picked on the left; click a box marked + to open it, "
+    "a breadcrumb to go back, hover for every value; drag to pan, wheel to zoom, Fit to reset."
+)
+
+_STYLE = """
+  html, body { margin: 0; height: 100%; }
+  body { display: flex; flex-direction: column; font: 13px/1.4 system-ui, -apple-system,
+         "Segoe UI", Roboto, sans-serif; color: #222; background: #fff; }
+  header { padding: 8px 14px 6px; border-bottom: 1px solid #e3e3e3; }
+  h1 { font-size: 17px; margin: 0 0 2px; }
+  .meta, .how { color: #555; margin: 2px 0; }
+  .note { color: #8a5a00; background: #fff6d6; padding: 2px 6px; margin: 4px 0; }
+  table.totals { border-collapse: collapse; margin: 4px 0; }
+  table.totals th, table.totals td { padding: 1px 10px 1px 0; text-align: left;
+                                     font-variant-numeric: tabular-nums; }
+  table.totals th { font-weight: 600; color: #444; }
+  #panel { flex: 1 1 auto; min-height: 360px; overflow: hidden; position: relative; }
+  #panel .error { color: #b00020; padding: 12px; white-space: pre-wrap; }
+"""
+
+# Runs after the bundle (module scripts run in document order). Builds records from the
+# columnar JSON, puts them into the `wandb` dataset and sizes the view to the chart element.
+_BOOT_JS = """
+const chart = document.getElementById('panel');
+const fail = (e) => {
+  const text = 'The report could not be drawn: ' + (e && e.message ? e.message : String(e));
+  window.__modprof_error = text;
+  console.error(text);
+  const box = document.createElement('div');
+  box.className = 'error';
+  box.textContent = text;
+  chart.replaceChildren(box);
+};
+try {
+  const read = (id) => JSON.parse(document.getElementById(id).textContent);
+  const spec = read('%(spec_id)s');
+  const table = read('%(rows_id)s');
+  const columns = table.columns;
+  const rows = table.data.map((r) => {
+    const o = {};
+    for (let i = 0; i < columns.length; ++i) o[columns[i]] = r[i];
+    return o;
+  });
+  spec.data.find((d) => d.name === 'wandb').values = rows;
+  const size = () => [Math.max(480, chart.clientWidth), Math.max(360, chart.clientHeight)];
+  [spec.width, spec.height] = size();
+  const result = await window.vegaEmbed(chart, spec, {
+    mode: 'vega', renderer: 'svg', actions: false, tooltip: false,
+  });
+  const view = result.view;
+  window.__modprof_view = view;
+  window.__modprof_ready = performance.now();
+  let pending = 0;
+  window.addEventListener('resize', () => {
+    cancelAnimationFrame(pending);
+    pending = requestAnimationFrame(() => {
+      const [w, h] = size();
+      if (w !== view.width() || h !== view.height()) view.width(w).height(h).runAsync();
+    });
+  });
+} catch (e) {
+  fail(e);
+}
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def vega_bundle() -> str:
+    """vega-embed + Vega 6 as one script with no imports (vl-convert's bundler), cached."""
+    try:
+        import vl_convert
+    except ImportError:
+        raise ModProfError(
+            "the HTML report needs vl-convert-python (it bundles Vega into the page): "
+            "pip install vl-convert-python"
+        ) from None
+    text = vl_convert.javascript_bundle(_BUNDLE_SNIPPET)
+    # Inside <script> only `</script`, `<!--` and `<script` change how HTML parses the text;
+    # the bundle has none today. If a future one does, they can only be in string, template or
+    # regex literals, where `\x3c` means `<` too.
+    return _SCRIPT_BREAKS.sub(r"\\x3c", text)
+
+
+def script_json(value: Any) -> str:
+    """`value` as JSON that is safe inside a `<script>` element (and still the same JSON)."""
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    for char, escaped in _JSON_ESCAPES.items():
+        text = text.replace(char, escaped)
+    return text
+
+
+def check_profiles(profiles: Any, where: str) -> list[tuple[str, Profile]]:
+    from wandb_modprof.api.profile import Profile
+
+    if isinstance(profiles, (str, bytes)) or not isinstance(profiles, Sequence):
+        raise ModProfError(
+            f"{where} expected a sequence of (label, Profile) pairs; got {type(profiles).__name__}"
+        )
+    out: list[tuple[str, Profile]] = []
+    for i, pair in enumerate(profiles):
+        ok = isinstance(pair, tuple) and len(pair) == 2
+        if not ok or not isinstance(pair[0], str) or not isinstance(pair[1], Profile):
+            raise ModProfError(
+                f"{where} expected (label: str, Profile) pairs; item {i} is {pair!r:.80}"
+            )
+        out.append((pair[0], pair[1]))
+    if not out:
+        raise ModProfError(f"{where} expected at least one (label, Profile) pair; got none")
+    return out
+
+
+def _meta(table: ProfileTable) -> dict[str, float | None]:
+    """The table's meta numbers by key (None where the table says missing)."""
+    out: dict[str, float | None] = {}
+    for row in table.records():
+        if row["row_kind"] == "meta":
+            measured = row["missing"] != "meta_number"
+            out[str(row["meta_key"])] = float(row["meta_number"]) if measured else None
+    return out
+
+
+def format_ms(value: float | None) -> str:
+    if value is None:
+        return "–"  # noqa: RUF001  (an en dash: not measured)
+    if value >= 1000:
+        return f"{value / 1000:.3g} s"
+    if value >= 1:
+        return f"{value:.3g} ms"
+    return f"{value * 1000:.3g} µs"
+
+
+def format_bytes(value: float | None) -> str:
+    if value is None:
+        return "–"  # noqa: RUF001  (an en dash: not measured)
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.0f} B"
+
+
+def _totals_html(
+    summaries: Sequence[tuple[str, str, Mapping[str, float | None]]], several: bool
+) -> str:
+    heads = ["model", "forward / step", "backward / step", "activations", "parameters"]
+    heads = (["run"] if several else []) + heads + ["samples"]
+    body = []
+    for label, model, meta in summaries:
+        samples = meta.get("num_samples")
+        cells = [
+            model,
+            format_ms(meta.get("total_fwd_ms")),
+            format_ms(meta.get("total_bwd_ms")),
+            format_bytes(meta.get("total_act_bytes")),
+            format_bytes(meta.get("total_param_bytes")),
+        ]
+        cells = ([label] if several else []) + cells + ["0" if not samples else f"{samples:.0f}"]
+        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in heads)
+    return f'<table class="totals"><tr>{head}</tr>{"".join(body)}</table>'
+
+
+def run_id(index: int, runs: int) -> str:
+    """The `id` of the `index`-th profile: its index, zero-padded to one width ("0" ... "9",
+    "00" ... "11") because the spec lists runs sorted by id as strings."""
+    return str(index).zfill(len(str(runs - 1)))
+
+
+def report_spec(
+    mode: str = DEFAULT_MODE,
+    scale: str = DEFAULT_SCALE,
+    *,
+    compare: bool = False,
+    runs: int = 1,
+    view: str = "",
+) -> dict[str, Any]:
+    """The panel's spec as the page (or a picture) starts it: mode, scale, compare, view."""
+    spec = _spec.filled({"mode": mode, "scale": scale})
+    spec["autosize"] = {"type": "fit", "contains": "padding"}
+    initial = {"view_pick": view}
+    if runs >= 2:
+        # run ids are run_id(0), run_id(1), ...: the first profile is the baseline, the
+        # second is shown
+        initial["run_pick"] = run_id(1 if compare else 0, runs)
+        initial["baseline_pick"] = run_id(0, runs)
+    for signal in spec["signals"]:
+        if signal["name"] in initial:
+            signal["value"] = initial[signal["name"]]
+        elif signal["name"] == "compare":
+            signal["value"] = bool(compare and runs >= 2)
+    return spec
+
+
+def report_html(
+    profiles: Sequence[tuple[str, Profile]],
+    *,
+    title: str | None = None,
+    mode: str = DEFAULT_MODE,
+    scale: str = DEFAULT_SCALE,
+    compare: bool = False,
+) -> str:
+    """One self-contained HTML page showing `profiles` in the panel (see the module docstring).
+
+    >>> page = report_html([("baseline", a), ("fused", b)], compare=True)  # doctest: +SKIP
+
+    Args:
+        profiles: (label, profile) pairs. One profile is drawn as the panel draws one run;
+            several are listed as runs (row `id` = index as a string, zero-padded from 11 on,
+            `name` = label), one drawn at a time.
+        title: the page title (default: the first model's name + " profile").
+        mode: the analysis mode the page opens with (`_modes.MODE_KEYS`).
+        scale: "linear" or "log".
+        compare: open in compare mode, coloured by the ratio of the second profile to the
+            first (the baseline); needs at least two profiles.
+    """
+    pairs = check_profiles(profiles, "report_html()")
+    mode = check_choice("mode", mode, MODE_KEYS)
+    scale = check_choice("scale", scale, SCALES)
+    if not isinstance(compare, bool):
+        raise ModProfError(f"compare must be True or False; got {compare!r}")
+    if compare and len(pairs) < 2:
+        raise ModProfError(
+            f"compare=True expected at least two profiles (baseline, compared); got {len(pairs)}"
+        )
+    if title is not None and not isinstance(title, str):
+        raise ModProfError(f"title expected a str or None; got {type(title).__name__}")
+
+    tables = [(label, prof.model_name, prof.table()) for label, prof in pairs]
+    return tables_html(tables, mode, scale, compare=compare, title=title)
+
+
+def tables_html(
+    tables: Sequence[tuple[str, str, ProfileTable]],
+    mode: str,
+    scale: str,
+    *,
+    compare: bool = False,
+    title: str | None = None,
+) -> str:
+    """`report_html` from (label, model name, table) triples already built (checked by the
+    caller; `WandbLog` reuses the table it logs)."""
+    from wandb_modprof import __version__
+
+    several = len(tables) > 1
+    columns: list[str] = []
+    data: list[list[Any]] = []
+    summaries: list[tuple[str, str, dict[str, float | None]]] = []
+    for index, (label, model, table) in enumerate(tables):
+        if not columns:
+            columns = list(table.columns) + (["id", "name"] if several else [])
+        elif list(table.columns) != columns[: len(table.columns)]:
+            raise ModProfError("report_html() expected tables of one format; the columns differ")
+        extra = [run_id(index, len(tables)), label] if several else []
+        data.extend([*row, *extra] for row in table.rows)
+        summaries.append((label, model, _meta(table)))
+
+    models = list(dict.fromkeys(model for _, model, _ in summaries))
+    page_title = title if title is not None else f"{models[0]} profile"
+    spec = report_spec(mode, scale, compare=compare, runs=len(tables))
+    spec.pop("$schema", None)  # vega-embed warns "spec uses Vega v5" under Vega 6
+    notes = [
+        f"{label}: no samples in this profile, so nothing was measured "
+        "(watch samples every log_freq-th training step; a profile block times its second "
+        "forward onwards)."
+        for label, _, meta in summaries
+        if not meta.get("num_samples")
+    ]
+    written = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z").strip()
+    header = [
+        f"<h1>{html.escape(page_title)}</h1>",
+        '<p class="meta">'
+        + html.escape(
+            f"model {', '.join(models)} · written {written} · wandb_modprof {__version__}"
+        )
+        + "</p>",
+        _totals_html(summaries, several),
+        *(f'<p class="note">{html.escape(n)}</p>' for n in notes),
+        f'<p class="how">{html.escape(_HOW_TO_READ)}</p>',
+    ]
+    boot = _BOOT_JS % {"spec_id": SPEC_ID, "rows_id": ROWS_ID}
+    return "\n".join(
+        [
+            "<!doctype html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{html.escape(page_title)}</title>",
+            f"<style>{_STYLE}</style>",
+            "</head><body>",
+            "<header>",
+            *header,
+            "</header>",
+            '<main id="panel" aria-label="module graph"></main>',
+            f'<script type="application/json" id="{SPEC_ID}">{script_json(spec)}</script>',
+            f'<script type="application/json" id="{ROWS_ID}">'
+            f"{script_json({'columns': columns, 'data': data})}</script>",
+            f'<script type="module">{vega_bundle()}</script>',
+            f'<script type="module">{boot}</script>',
+            "</body></html>",
+            "",
+        ]
+    )
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (surrogateescape'd bytes) become U+FFFD
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
+
+
+def write_file(path: str | os.PathLike[str], data: str | bytes, what: str) -> Path:
+    """Write `data` to `path`; a ModProfError says what could not be written and why."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ModProfError(f"{what} expected a path (str or os.PathLike); got {path!r:.80}")
+    target = Path(path)
+    # Encoded before the file is opened: undecodable names (lone surrogates from a file name
+    # or argument that is not UTF-8) become U+FFFD instead of failing half-way, leaving a
+    # truncated file.
+    payload = _utf8(data) if isinstance(data, str) else data
+    try:
+        target.write_bytes(payload)
+    except OSError as error:
+        why = error.strerror or str(error)
+        if isinstance(error, FileNotFoundError) and not target.parent.is_dir():
+            why = f"directory {str(target.parent)!r} does not exist"
+        elif isinstance(error, IsADirectoryError) or target.is_dir():
+            why = "it is a directory (expected a file name)"
+        elif isinstance(error, PermissionError):
+            why = "permission denied"
+        raise ModProfError(f"{what} cannot write {str(target)!r}: {why}") from None
+    return target
+
+
+def write_report(
+    path: str | os.PathLike[str], profiles: Sequence[tuple[str, Profile]], **kw: Any
+) -> Path:
+    """Write `report_html(profiles, **kw)` to `path` (UTF-8) and return the path.
+
+    >>> write_report("compare.html", [("a", a), ("b", b)], compare=True)  # doctest: +SKIP
+    PosixPath('compare.html')
+    """
+    return write_file(path, report_html(profiles, **kw), "write_report()")
+
+
+def iframe_html(page: str, height_px: int = 650) -> str:
+    """`page` inside a sandboxed `<iframe srcdoc>`: its scripts run in a notebook output
+    without trusting the notebook, isolated from it (no same-origin access)."""
+    return (
+        f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
+        f'style="width: 100%; height: {height_px}px; border: 1px solid #e3e3e3" '
+        'title="wandb_modprof report"></iframe>'
+    )

@@ -1,0 +1,119 @@
+"""Static pictures of the panel (SVG, PNG) for papers, READMEs and `wandb.Image`.
+
+>>> prof.to_svg("layer2.svg", mode="bwd", view="layer2#0")          # doctest: +SKIP
+>>> png = prof.to_png(mode="act", scale="log")                       # doctest: +SKIP
+>>> run.log({"modprof/picture": wandb.Image(io.BytesIO(png))})       # doctest: +SKIP
+
+The picture is the panel itself, rendered by vl-convert (Vega in Deno, no browser): the same
+spec with the profile's rows inline, opened in the chosen mode, scale and view, at
+`width` x `height` CSS pixels (`scale_factor` more device pixels for PNG). No timestamps;
+SVG text stays text (its clip-path and gradient ids count up per process, so two SVGs of one
+profile differ in those ids only).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from wandb_modprof._errors import ModProfError
+from wandb_modprof._validate import check_choice
+from wandb_modprof.records.modes import MODE_KEYS, SCALES
+from wandb_modprof.sinks import spec as _spec
+from wandb_modprof.sinks.html import report_spec, write_file
+
+if TYPE_CHECKING:
+    from wandb_modprof.api.profile import Profile
+
+_MAX_PX = 20_000  # Deno/resvg refuse or run out of memory well before absurd sizes
+
+
+def _converter() -> ModuleType:
+    try:
+        import vl_convert
+    except ImportError:
+        raise ModProfError(
+            "pictures of the panel need vl-convert-python: pip install vl-convert-python"
+        ) from None
+    return vl_convert
+
+
+def _check_size(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 100 <= value <= _MAX_PX:
+        raise ModProfError(f"{name} expected an int from 100 to {_MAX_PX} pixels; got {value!r}")
+    return value
+
+
+def _resolve_view(prof: Profile, view: str | None, rows: Sequence[Mapping[str, object]]) -> str:
+    """The view key to open ("" = the root view): a view key such as `layer2#0`, or a module's
+    qualified name for its first call (`layer2` = `layer2#0`)."""
+    if view is None or view == "":
+        return ""
+    if not isinstance(view, str):
+        raise ModProfError(f"view expected a view key str such as 'layer2#0'; got {view!r}")
+    keys = list(dict.fromkeys(str(r["view_key"]) for r in rows if r["row_kind"] == "node"))
+    for candidate in (view, f"{view}#0"):
+        if candidate in keys:
+            return candidate
+    shown = ", ".join(repr(k) for k in keys[:8]) + (" ..." if len(keys) > 8 else "")
+    raise ModProfError(
+        f"view expected one of the drawn views of {prof.model_name} ({len(keys)}: "
+        f"{shown or 'none: the profile has no graph'}); got {view!r}"
+    )
+
+
+def picture_spec(
+    prof: Profile, *, mode: str, scale: str, view: str | None, width: int, height: int
+) -> dict[str, object]:
+    """The panel's spec with `prof`'s rows inline, opened at `mode` / `scale` / `view`."""
+    mode = check_choice("mode", mode, MODE_KEYS)
+    scale = check_choice("scale", scale, SCALES)
+    width = _check_size("width", width)
+    height = _check_size("height", height)
+    table = prof.table()
+    rows = table.records()
+    spec = report_spec(mode, scale, view=_resolve_view(prof, view, rows))
+    spec["width"], spec["height"] = width, height
+    return _spec.with_rows(spec, table.columns, table.rows)
+
+
+def to_svg(
+    prof: Profile,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    mode: str,
+    scale: str,
+    view: str | None = None,
+    width: int = 1100,
+    height: int = 640,
+) -> str:
+    spec = picture_spec(prof, mode=mode, scale=scale, view=view, width=width, height=height)
+    vlc = _converter()
+    svg: str = vlc.vega_to_svg(spec)
+    if path is not None:
+        write_file(path, svg, "to_svg()")
+    return svg
+
+
+def to_png(
+    prof: Profile,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    mode: str,
+    scale: str,
+    view: str | None = None,
+    width: int = 1100,
+    height: int = 640,
+    scale_factor: float = 2.0,
+) -> bytes:
+    ok = isinstance(scale_factor, (int, float)) and not isinstance(scale_factor, bool)
+    if not ok or not 0.25 <= float(scale_factor) <= 8:
+        raise ModProfError(f"scale_factor expected a number from 0.25 to 8; got {scale_factor!r}")
+    spec = picture_spec(prof, mode=mode, scale=scale, view=view, width=width, height=height)
+    vlc = _converter()
+    png: bytes = vlc.vega_to_png(spec, scale=float(scale_factor))
+    if path is not None:
+        write_file(path, png, "to_png()")
+    return png

@@ -1,0 +1,310 @@
+"""The W&B sink of `watch`: every sample logs the module-graph panel and the step totals.
+
+>>> run = wandb.init(project="my-project")                     # doctest: +SKIP
+>>> handle = wandb_modprof.watch(model, log_freq=100)          # doctest: +SKIP
+>>> # every 100th step adds to the user's next `run.log` row:
+>>> #   modprof/GPT2LMHeadModel          the panel (custom chart over the profile table)
+>>> #   modprof/GPT2LMHeadModel/fwd_ms   bwd_ms, act_bytes: that step's totals, over time
+
+What one log holds, per watched model, under `modprof/<ModelClassName>` (a second watched
+model of the same class in the same run gets `modprof/<Class>_1`, a third `_2`, in watch
+order; re-watching the same model object in that run reuses its key):
+
+- `<key>`: `wandb.plot_table(chart, table, fields={}, string_fields={"mode", "scale"})` over
+  a new `wandb.Table` of `Profile.table()`, the profile aggregated over all samples so far.
+  W&B stores the table under `<key>_table` and the panel shows the latest one logged
+  (`summaryTable`). A fresh Table every time: W&B ignores a re-logged, mutated one.
+- `<key>/fwd_ms`, `<key>/bwd_ms`, `<key>/act_bytes`: the sample's `StepTotals` (a value that
+  was not measured is left out), so W&B draws them over steps.
+
+At `unwatch()`: `<key>/report`, a `wandb.Html` of the final profile as the self-contained
+HTML report (`_html.report_html`, Vega inlined, about 1 MB plus the table), in the same
+`run.log` call as the last sample (alone if that was logged already; none if no sample was
+ever logged). Building it costs about 1 s once per process (vl-convert bundles Vega) and
+milliseconds after that (plus `table()`, up to ~1 s at 10,000 rows); a disabled run discards
+everything it is given, so for disabled runs the report is not built at all.
+
+Everything is logged with `commit=False`, as `wandb.watch` does: it joins the user's next
+`run.log` row and never advances `run.step`.
+
+When: a sample is complete when its backward ends, inside the autograd engine, where nothing
+slow or re-entrant belongs. `Capture` marks it and calls `WandbLog.deliver` at the model's
+next root forward (the pre-hook; unsampled steps pay one bool check). On accelerators a
+sample is logged only once its device events have completed (never a device sync): otherwise
+the next step asks again. Samples resolved together are logged once (the table aggregates
+them; the totals are the newest sample's). `unwatch()` resolves and logs what is left.
+
+The chart preset: `chart=` if given, else `<entity>/wandb-modprof-v1` with the entity of the
+run (`run.entity`), else `$WANDB_ENTITY`. The preset must be registered once per entity
+(`wandb-modprof register-chart`, `register_chart()`). An offline run with no entity at all
+cannot name it: its tables are logged alone under `<key>_table` (the same data and key a chart
+would have stored), and a warning says how to get the panel (`wandb.init(entity=...)`,
+`WANDB_ENTITY` or `chart=`). Offline runs warn once per process that the preset must be
+registered before `wandb sync`. Disabled runs (`mode="disabled"`, entity "dummy") log into
+the no-op run without a warning.
+
+A failure while building or logging (a finished run, a full disk) warns once per watched
+model and drops that log; training never sees it.
+
+Distributed runs: only rank 0 has a `WandbLog`; just before it builds the table it folds every
+rank's published statistics into the profile (`before_table`, `_distributed.RankChannel`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from wandb_modprof._errors import ModProfError
+from wandb_modprof._warn import warn_safely
+from wandb_modprof.capture.wrappers import type_name
+from wandb_modprof.sinks import spec as _spec
+
+if TYPE_CHECKING:
+    from wandb_modprof.api.profile import Profile
+    from wandb_modprof.view.table import ProfileTable
+
+KEY_PREFIX = "modprof"
+TOTALS = ("fwd_ms", "bwd_ms", "act_bytes")
+REPORT_SUFFIX = "/report"  # `<key>/report`: the HTML report, logged once at unwatch()
+# Keys handed out per run (weakly held): distinct keys for same-class models, kept after
+# `unwatch` so a later model never overwrites an earlier one's panel.
+_RUN_KEYS: weakref.WeakKeyDictionary[Any, list[tuple[str, weakref.ref[nn.Module]]]] = (
+    weakref.WeakKeyDictionary()
+)
+# One notice per process per kind ("offline"): it names a command to run once, not per model.
+_NOTICES: set[str] = set()
+
+
+def current_run(run: Any) -> Any:
+    """`run`, or `wandb.run` when None; W&B is imported here, never at package import."""
+    if run is not None:
+        return run
+    try:
+        import wandb
+    except ImportError:
+        raise ModProfError(
+            "watch() logs to Weights & Biases, which is not installed: pip install wandb"
+        ) from None
+    if wandb.run is None:
+        raise ModProfError(
+            "watch() needs a W&B run: call wandb.init() before watch(), or pass run=...; "
+            "for profiling without W&B use wandb_modprof.profile(model)"
+        )
+    return wandb.run
+
+
+def model_key(run: Any, model: nn.Module) -> str:
+    """`modprof/<Class>`, suffixed `_1`, `_2` ... for further models of that class in `run`."""
+    base = f"{KEY_PREFIX}/{type_name(model)}"
+    try:
+        taken = _RUN_KEYS.setdefault(run, [])
+    except TypeError:  # a run object that cannot be weakly referenced: no registry
+        return base
+    for key, ref in taken:
+        if ref() is model:
+            return key
+    names = {key for key, _ in taken}
+    key, n = base, 0
+    while key in names:
+        n += 1
+        key = f"{base}_{n}"
+    taken.append((key, weakref.ref(model)))
+    return key
+
+
+def _flag(run: Any, name: str) -> bool:
+    try:
+        return bool(getattr(run, name, False))
+    except Exception:  # a property of a finished or foreign run object
+        return False
+
+
+def _run_entity(run: Any) -> str:
+    try:
+        entity = getattr(run, "entity", "")
+    except Exception:
+        entity = ""
+    return entity if isinstance(entity, str) and entity else os.environ.get("WANDB_ENTITY", "")
+
+
+def _run_name(run: Any) -> str:
+    try:
+        return str(getattr(run, "id", None) or getattr(run, "name", None) or "?")
+    except Exception:
+        return "?"
+
+
+def chart_name(run: Any, chart: str | None, key: str) -> str | None:
+    """The preset to log with (None: tables only), emitting the offline notice once."""
+    if _flag(run, "disabled"):
+        return chart or f"{_run_entity(run) or 'dummy'}/{_spec.CHART_NAME}"
+    entity = chart.split("/")[0] if chart is not None else _run_entity(run)
+    name = chart or (f"{entity}/{_spec.CHART_NAME}" if entity else None)
+    if _flag(run, "offline") and "offline" not in _NOTICES:
+        _NOTICES.add("offline")
+        if name is None:
+            text = (
+                f"wandb_modprof: run {_run_name(run)} is offline and has no W&B entity, so "
+                f"its modprof panels cannot name their chart preset: only the tables are "
+                f"logged ({key}_table). For the panel, give the run an entity "
+                "(wandb.init(entity=E) or WANDB_ENTITY=E) or pass "
+                f"watch(..., chart='E/{_spec.CHART_NAME}'), and register the preset once: "
+                "`wandb-modprof register-chart --entity E` (or `python -m wandb_modprof "
+                "register-chart --entity E`)."
+            )
+        else:
+            text = (
+                f"wandb_modprof: run {_run_name(run)} is offline; its modprof panels use the "
+                f"W&B chart preset '{name}'. Before `wandb sync`, register the preset once: "
+                f"`wandb-modprof register-chart --entity {entity}"
+                + ("" if name.endswith(f"/{_spec.CHART_NAME}") else f" --name {name.split('/')[1]}")
+                + f"` (or `python -m wandb_modprof register-chart --entity {entity}`)."
+            )
+        warnings.warn(text, UserWarning, stacklevel=3)  # at the user's watch() call
+    return name
+
+
+def column_types(columns: Sequence[str]) -> list[type] | None:
+    """The table's column types, as `_table` defines them (cells are never None). Given to
+    `wandb.Table` they make it 4x faster to build than inferring each cell's type (~80 vs
+    ~320 us per row) and make W&B reject, rather than store, a cell of the wrong kind. None
+    for a column not known here: then W&B infers."""
+    from wandb_modprof.view import (
+        table as _table,  # with the layout (igraph): only when logging, not at import
+    )
+
+    kinds: dict[str, type] = {}
+    for names, kind in (
+        (_table.TEXT_COLUMNS, str),
+        (_table.INT_COLUMNS, int),
+        (_table.BOOL_COLUMNS, bool),
+        (_table.NUMBER_COLUMNS, float),
+    ):
+        kinds.update(dict.fromkeys(names, kind))
+    try:
+        return [kinds[column] for column in columns]
+    except KeyError:
+        return None
+
+
+class WandbLog:
+    """Logs one watched model's samples to one run (see the module docstring)."""
+
+    def __init__(
+        self, run: Any, key: str, chart: str | None, default_mode: str, default_scale: str
+    ) -> None:
+        self.run = run
+        self.key = key
+        self.chart = chart
+        self.string_fields = {"mode": default_mode, "scale": default_scale}
+        self.logged_samples = 0
+        self._warned = False
+
+    def deliver(
+        self,
+        profile: Profile,
+        force: bool = False,
+        final: bool = False,
+        before_table: Callable[[Profile], bool] | None = None,
+    ) -> bool:
+        """Log the samples resolved since the last log. False: some still await their device
+        events (only without `force`), ask again on a later step. `final` (at `unwatch`): the
+        HTML report joins that log (or is logged alone if every sample was logged already).
+        `before_table` runs just before the table is built: a distributed run's rank 0 folds
+        the other ranks' statistics into the profile there, and at the final log, when they
+        are newer than in the last table logged (it said True), the table is logged again."""
+        try:
+            profile._resolve_pending(force=force)
+            if profile._pending:
+                return False
+            count = profile._num_samples
+            new = totals = count != self.logged_samples
+            if final and not new and count > 0 and before_table is not None:
+                new = before_table(profile)  # other ranks' last samples arrived since
+                before_table = None
+            report = final and count > 0 and not _flag(self.run, "disabled")
+            if not (new or report):
+                return True
+            self.logged_samples = count  # set first: a failed log is dropped, not retried
+            if before_table is not None:
+                before_table(profile)
+            table = profile.table()  # once, for the panel and the report
+            entry = self.entry(profile, table, totals) if new else {}
+            if report:
+                entry.update(self.report(profile, table))
+            if entry:
+                self.run.log(entry, commit=False)
+        except Exception as error:
+            self._warn_once(error)
+        return True
+
+    def report(self, profile: Profile, table: ProfileTable | None = None) -> dict[str, Any]:
+        """`{<key>/report: wandb.Html}`: the final profile as the self-contained HTML report
+        (`_html`), or {} if it could not be built (warned once, like a failed log)."""
+        try:
+            import wandb
+
+            from wandb_modprof.sinks.html import report_html, tables_html
+
+            mode, scale = self.string_fields["mode"], self.string_fields["scale"]
+            if table is None:
+                page = report_html([(profile.model_name, profile)], mode=mode, scale=scale)
+            else:
+                page = tables_html([(profile.model_name, profile.model_name, table)], mode, scale)
+            # inject=False: W&B's default would add a <link> to its CDN stylesheet, and the
+            # page must work offline; data_is_not_path: never stat a 1 MB string as a path
+            html = wandb.Html(page, inject=False, data_is_not_path=True)
+        except Exception as error:
+            self._warn_once(error)
+            return {}
+        return {f"{self.key}{REPORT_SUFFIX}": html}
+
+    def entry(
+        self, profile: Profile, table: ProfileTable | None = None, totals: bool = True
+    ) -> dict[str, Any]:
+        """The dict of one `run.log` call: the panel (or its table) and, with `totals`, the
+        step totals (not when a table is logged again for the same samples)."""
+        import wandb
+
+        if table is None:
+            table = profile.table()
+        types = column_types(table.columns)
+        data = wandb.Table(
+            columns=list(table.columns),
+            data=[list(row) for row in table.rows],
+            dtype=types,
+            optional=types is None,
+        )
+        entry: dict[str, Any] = {}
+        if self.chart is None:
+            entry[f"{self.key}_table"] = data
+        else:
+            entry[self.key] = wandb.plot_table(
+                self.chart, data, fields={}, string_fields=dict(self.string_fields)
+            )
+        last = profile._last if totals else None
+        if last is not None:
+            for name in TOTALS:
+                value = getattr(last.totals, name)
+                if value is not None and math.isfinite(value):
+                    entry[f"{self.key}/{name}"] = value
+        return entry
+
+    def _warn_once(self, error: Exception) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        warn_safely(
+            f"wandb_modprof: could not log {self.key} to W&B ({type(error).__name__}: {error}). "
+            "This log is dropped; training continues and later samples are still logged (no "
+            "further warning). If the run was finished: call unwatch() before run.finish().",
+            RuntimeWarning,
+            stacklevel=2,
+        )
