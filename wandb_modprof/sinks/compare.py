@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 from wandb_modprof.sinks.summary import (
     ModeValues,
     ModuleValue,
-    format_value,
     mode_values,
     render_columns,
 )
+from wandb_modprof.sinks.units import format_value
 
 if TYPE_CHECKING:
     from wandb_modprof.api.profile import Profile

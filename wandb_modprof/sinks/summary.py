@@ -3,7 +3,6 @@ backward and memory), and the top module calls of one analysis mode (`wandb-modp
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING
 from wandb_modprof._validate import check_choice
 from wandb_modprof.records.modes import MODE_KEYS, Mode, mode
 from wandb_modprof.records.sample import ModuleStats, Sample
+from wandb_modprof.sinks.units import format_value
 
 if TYPE_CHECKING:
     from wandb_modprof.api.profile import Profile
@@ -160,51 +160,6 @@ def mode_values(prof: Profile, mode_key: str) -> ModeValues:
     if row is not None and row["missing"] != "meta_number":
         total = float(row["meta_number"])
     return ModeValues(prof.model_name, prof.num_samples, m, modules, total)
-
-
-def format_value(unit: str, value: float | None) -> str:
-    """`value` with its unit, as the panel writes it (3 significant digits, binary prefixes
-    for bytes); "-" where not measured."""
-    if value is None:
-        return "-"
-    if unit == "ms":
-        return _time(value)
-    if unit == "bytes":
-        return _bytes(value)
-    if unit in ("flops", "flop_s"):
-        return _decimal(value, "FLOP" if unit == "flops" else "FLOP/s")
-    if unit == "ratio":
-        return f"{_sig(value)}×"  # noqa: RUF001 (the multiplication sign is meant)
-    return f"{value:.4g}"
-
-
-def _time(ms: float) -> str:
-    if abs(ms) >= 1000:
-        return f"{_sig(ms / 1000)} s"
-    return f"{_sig(ms)} ms" if abs(ms) >= 1 else f"{_sig(ms * 1000)} µs"
-
-
-def _bytes(value: float) -> str:
-    for power, prefix in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
-        if abs(value) >= 1024**power:
-            return f"{_sig(value / 1024**power)} {prefix}"
-    return f"{value:,.0f} B"
-
-
-def _decimal(value: float, unit: str) -> str:
-    for size, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= size:
-            return f"{_sig(value / size)} {prefix}{unit}"
-    return f"{_sig(value)} {unit}"
-
-
-def _sig(value: float) -> str:
-    """3 significant digits, no exponent, no trailing zeros (d3-format's '.3~r')."""
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g}"
-    digits = max(0, 2 - math.floor(math.log10(abs(value))))
-    text = f"{round(value, digits):.{digits}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def format_percent(share: float | None) -> str:
