@@ -40,6 +40,7 @@ from models import ResNet, TinyGPT, gpt2_from_config, gpt_input, resnet_input
 import wandb_modprof
 from wandb_modprof.capture.hooks import Capture
 from wandb_modprof.capture.options import Options
+from wandb_modprof.stats.accumulator import ProfileAccumulator
 
 Step = Callable[[], None]
 
@@ -86,7 +87,10 @@ def structure_step_ratio(
 
     def structured() -> None:
         # A fresh capture whose first forward is a structure pass, as `watch` runs it.
-        capture = Capture(model, Options(), None, lambda m: None, hooks_only_when_sampling=True)
+        sink = ProfileAccumulator(type(model).__name__)
+        capture = Capture(
+            model, Options(), None, lambda m: None, hooks_only_when_sampling=True, sink=sink
+        )
         capture.attach()
         try:
             _loss(forward(model)).backward()

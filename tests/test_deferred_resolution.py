@@ -56,15 +56,15 @@ def test_resolution_waits_for_the_device_only_when_results_are_read():
     x = torch.randn(8, 32)
     for _ in range(3):
         model(x).sum().backward()
-    profile = handle._capture.profile
+    acc = handle._capture.sink
     # Three finished samples, none resolved: nothing waited on the device during training.
-    assert len(profile._pending) == 3 and profile._num_samples == 0
+    assert acc.pending_count == 3 and acc.num_samples == 0
     assert clock.waits == 0
-    profile._resolve_pending(force=False)
-    assert profile._num_samples == 0  # events not complete: still deferred
+    acc.resolve_pending(force=False)
+    assert acc.num_samples == 0  # events not complete: still deferred
     clock.complete_all()
-    profile._resolve_pending(force=False)
-    assert profile._num_samples == 3 and clock.waits == 0
+    acc.resolve_pending(force=False)
+    assert acc.num_samples == 3 and clock.waits == 0
     model(x).sum().backward()
     # Reading the profile forces the remaining sample: one wait, at read time.
     assert handle.profile().num_samples == 4
@@ -81,8 +81,8 @@ def test_backlog_is_resolved_when_ready_without_waiting():
     for _ in range(12):
         model(x).sum().backward()
         clock.complete_all()
-    profile = handle._capture.profile
+    acc = handle._capture.sink
     # The unread backlog is bounded: ready samples beyond 8 were folded without a wait.
-    assert len(profile._pending) <= 8
-    assert profile._num_samples >= 4 and clock.waits == 0
+    assert acc.pending_count <= 8
+    assert acc.num_samples >= 4 and clock.waits == 0
     assert handle.unwatch().num_samples == 12

@@ -251,7 +251,7 @@ def _profile() -> wandb_modprof.Profile:
 
 def test_compact_stats_round_trip_and_fold_into_the_table():
     prof = _profile()
-    mine = compact_stats(prof, 0, 3)
+    mine = compact_stats(prof.accumulator, 0, 3)
     assert decode(encode(mine)) == mine
     assert len(encode(mine)) < 1000  # compact: a few numbers per call
     slow = _distributed.RankStats(
@@ -264,7 +264,7 @@ def test_compact_stats_round_trip_and_fold_into_the_table():
         },
         mine.counts,
     )
-    prof._ranks = fold(3, [mine, slow])
+    prof.accumulator.set_ranks(fold(3, [mine, slow]))
     table = prof.table()
     check_table(table)
     records = table.records()
@@ -285,16 +285,16 @@ def test_rank_0_waits_at_most_once_for_a_rank_that_fell_behind():
     rank1 = RankChannel(RankInfo(1, 3), "M", store=store)
     rank0 = RankChannel(RankInfo(0, 3), "M", store=store)
     rank0.wait_s = 0.3
-    rank1.publish(prof)  # rank 2 never publishes (it died, or samples other steps)
+    rank1.publish(prof.accumulator)  # rank 2 never publishes (it died, or samples other steps)
     t0 = time.monotonic()
-    rank0.collect(prof)
+    rank0.collect(prof.accumulator)
     first = time.monotonic() - t0
     t0 = time.monotonic()
-    rank0.collect(prof)
+    rank0.collect(prof.accumulator)
     second = time.monotonic() - t0
     assert 0.3 <= first < 2.0 and second < 0.1
-    assert prof._ranks is not None and prof._ranks.reported == (0, 1)
-    assert prof._ranks.missing == (2,)
+    assert prof.accumulator.ranks is not None and prof.accumulator.ranks.reported == (0, 1)
+    assert prof.accumulator.ranks.missing == (2,)
 
 
 def test_a_store_that_fails_switches_publishing_off_with_one_warning():
@@ -305,24 +305,26 @@ def test_a_store_that_fails_switches_publishing_off_with_one_warning():
     prof = _profile()
     channel = RankChannel(RankInfo(1, 2), "M", store=Broken())
     with pytest.warns(RuntimeWarning, match="could not publish"):
-        channel.publish(prof)
+        channel.publish(prof.accumulator)
     assert not channel.enabled
-    channel.publish(prof)  # no second warning, no error
+    channel.publish(prof.accumulator)  # no second warning, no error
 
 
 def test_only_the_final_log_waits_for_rank_0s_newest_step():
     store = dist.HashStore()
     prof = _profile()
+    acc = prof.accumulator
     assert prof.last_sample is not None
     step = prof.last_sample.step
-    store.set("1/stats", encode(compact_stats(prof, 1, step - 1)))  # rank 1: a sample older
+    store.set("1/stats", encode(compact_stats(acc, 1, step - 1)))  # rank 1: a sample older
     rank0 = RankChannel(RankInfo(0, 2), "F", store=store)
     rank0.wait_s = 0.3
     t0 = time.monotonic()
-    rank0.collect(prof)  # a log between samples: any sample of rank 1 will do
+    rank0.collect(acc)  # a log between samples: any sample of rank 1 will do
     assert time.monotonic() - t0 < 0.25
-    assert prof._ranks is not None and dict(prof._ranks.steps) == {0: step, 1: step - 1}
+    assert acc.ranks is not None and dict(acc.ranks.steps) == {0: step, 1: step - 1}
     t0 = time.monotonic()
-    rank0.collect(prof, final=True)  # unwatch: waits (bounded) for rank 1's step `step`
+    rank0.collect(acc, final=True)  # unwatch: waits (bounded) for rank 1's step `step`
     assert 0.3 <= time.monotonic() - t0 < 2.0
-    assert dict(prof._ranks.steps) == {0: step, 1: step - 1}  # what it had: noted as such
+    # what it had: noted as such
+    assert dict(acc.ranks.steps) == {0: step, 1: step - 1}

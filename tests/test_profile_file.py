@@ -34,6 +34,7 @@ from wandb_modprof import (
     StepTotals,
     Structure,
 )
+from wandb_modprof.records.snapshot import ProfileData
 
 ROOT = "<root>#0"
 
@@ -555,6 +556,6 @@ def test_any_values_round_trip(
     last: Sample | None,
     structures: list[Structure],
 ) -> None:
-    prof = Profile._restore(name, num_samples, stats, last, structures)
+    prof = Profile.from_data(ProfileData(name, num_samples, stats, last, tuple(structures)))
     with tempfile.TemporaryDirectory() as tmp:
         _assert_round_trip(prof, Path(tmp), summary=False)

@@ -22,6 +22,7 @@ from torch import nn
 import wandb_modprof
 from wandb_modprof import ModuleStats, Profile, RunningStat, Structure
 from wandb_modprof.records.calls import CallInfo, DataEdge, input_key, output_key
+from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.view.table import (
     BOOL_COLUMNS,
     COLUMNS,
@@ -228,7 +229,8 @@ def synthetic(
 
     add("<root>", None, 0)
     structure = Structure("sig", True, tuple(calls), tuple(sorted(set(edges), key=str)))
-    return Profile._restore("Synthetic", 3, stats, None, [structure] if structured else [])
+    structures = (structure,) if structured else ()
+    return Profile.from_data(ProfileData("Synthetic", 3, stats, None, structures))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -417,8 +419,8 @@ def test_integers_beyond_a_float_are_missing_not_an_overflow() -> None:
     stats["m0#0"] = _with(stats["m0#0"], fwd_ms=1e6)  # the most expensive: drawn
     stats["m1#0"] = _with(stats["m1#0"], fwd_ms=1e6, act_bytes=huge)
     stats["m149#0"] = _with(stats["m149#0"], fwd_ms=math.nan)  # NaN cost: merged, not kept
-    restored = Profile._restore(
-        "Huge", huge, stats, None, [dataclasses.replace(structure, calls=calls)]
+    restored = Profile.from_data(
+        ProfileData("Huge", huge, stats, None, (dataclasses.replace(structure, calls=calls),))
     )
     table = restored.table(max_rows=100)
     check_table(table, 100)
@@ -449,11 +451,11 @@ def _call_stats(key: str, parent: str | None, depth: int) -> ModuleStats:
     ids=["self-parent", "two-cycle"],
 )
 def test_a_parent_cycle_does_not_hang_the_table(parents: dict[str, str]) -> None:
-    """`load` rejects such files, but `_restore` takes what it is given: `_ancestors` stops
+    """`load` rejects such files, but `Profile.from_data` takes what it is given: `_ancestors` stops
     where the chain of parents repeats instead of looping forever."""
     stats = {"<root>#0": _call_stats("<root>#0", None, 0)}
     stats |= {k: _call_stats(k, p, 1) for k, p in parents.items()}
-    prof = Profile._restore("Cyclic", 1, stats, None, [])
+    prof = Profile.from_data(ProfileData("Cyclic", 1, stats, None, ()))
 
     def timeout(signum: int, frame: object) -> None:
         raise TimeoutError("table() loops on a parent cycle")

@@ -8,8 +8,9 @@
 >>> prof.save("run.modprof.json"); wandb_modprof.load("run.modprof.json")
 """
 
+from wandb_modprof._version import __version__
 from wandb_modprof.api.callbacks import ModuleCallbacks, ModuleEvent, on_module
-from wandb_modprof.api.profile import Profile
+from wandb_modprof.api.profile import Profile, load
 from wandb_modprof.api.profile_block import ProfileBlock, profile
 from wandb_modprof.api.watch import WatchHandle, unwatch, watch
 from wandb_modprof.records.calls import CallInfo, DataEdge, Structure
@@ -24,11 +25,8 @@ from wandb_modprof.records.sample import (
 )
 from wandb_modprof.sinks.chart import register_chart
 from wandb_modprof.sinks.html import write_report
-from wandb_modprof.sinks.profile_file import load
 
 from ._errors import ModProfError
-
-__version__ = "0.1.0"
 
 __all__ = [
     "METRICS",

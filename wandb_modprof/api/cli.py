@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # ---- commands ------------------------------------------------------------------------------
 def _load(path: str) -> Profile:
-    from wandb_modprof.sinks.profile_file import load
+    from wandb_modprof.api.profile import load
 
     return load(path)
 

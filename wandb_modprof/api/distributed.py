@@ -48,7 +48,7 @@ from wandb_modprof._warn import warn_safely
 from wandb_modprof.records.ranks import COMPACT_METRICS, RankStats, decode, encode, fold
 
 if TYPE_CHECKING:
-    from wandb_modprof.api.profile import Profile
+    from wandb_modprof.stats.accumulator import ProfileAccumulator
 
 GATHER_WAIT_S = 1.0  # rank 0's longest wait for ranks whose newest sample is older than its own
 STORE_TIMEOUT_S = 10.0  # our store connection's timeout (a store server that stopped answering)
@@ -86,9 +86,10 @@ def _store(prefix: str) -> Any:
 
 
 # ---- what crosses the store ------------------------------------------------------------------
-def compact_stats(prof: Profile, rank: int, step: int) -> RankStats:
-    means, counts = prof._means(COMPACT_METRICS)
-    return RankStats(rank, step, prof._num_samples, means, counts)
+def compact_stats(acc: ProfileAccumulator, rank: int, step: int) -> RankStats:
+    acc.resolve_pending(force=True)
+    means, counts = acc.means(COMPACT_METRICS)
+    return RankStats(rank, step, acc.num_samples, means, counts)
 
 
 # ---- the channel -----------------------------------------------------------------------------
@@ -114,22 +115,22 @@ class RankChannel:
     def is_logger(self) -> bool:
         return self.info.rank == 0
 
-    def publish(self, prof: Profile) -> None:
+    def publish(self, acc: ProfileAccumulator) -> None:
         """Every rank but 0: set this rank's newest statistics (never waits)."""
         if not self.enabled or self.is_logger:
             return
-        last = prof._last
-        if last is None or prof._num_samples == self._published:
+        last = acc.last
+        if last is None or acc.num_samples == self._published:
             return
         try:
-            stats = compact_stats(prof, self.info.rank, last.step)
+            stats = compact_stats(acc, self.info.rank, last.step)
             self._store.set(f"{self.info.rank}/stats", encode(stats))
-            self._published = prof._num_samples
+            self._published = acc.num_samples
         except Exception as error:  # the store's server is gone (rank 0 / the agent died)
             self._fail("publish", error)
 
-    def collect(self, prof: Profile, final: bool = False) -> bool:
-        """Rank 0: fold every rank's newest statistics into `prof._ranks` (bounded wait).
+    def collect(self, acc: ProfileAccumulator, final: bool = False) -> bool:
+        """Rank 0: fold every rank's newest statistics into `acc.ranks` (bounded wait).
 
         Rank 0 waits (at most `wait_s`) only for what a rank must have published by now: at a
         log, the sample before rank 0's newest (the other ranks published it at the forward
@@ -141,7 +142,7 @@ class RankChannel:
         than at the previous call (the final log then logs the table again)."""
         if not self.enabled or not self.is_logger:
             return False
-        last = prof._last
+        last = acc.last
         own_step = last.step if last is not None else 0
         need = own_step if final else self._previous_step
         try:
@@ -150,10 +151,11 @@ class RankChannel:
             self._fail("read per-rank statistics", error)
             return False
         self._previous_step = own_step
-        mine = compact_stats(prof, 0, own_step)
-        before = prof._ranks
-        prof._ranks = fold(self.info.world_size, [mine, *others])
-        return before is None or dict(before.steps) != dict(prof._ranks.steps)
+        mine = compact_stats(acc, 0, own_step)
+        before = acc.ranks
+        after = fold(self.info.world_size, [mine, *others])
+        acc.set_ranks(after)
+        return before is None or dict(before.steps) != dict(after.steps)
 
     def _read(self, need: int) -> list[RankStats]:
         """The newest statistics of every rank that published any; waits for ranks whose

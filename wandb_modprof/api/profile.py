@@ -1,31 +1,26 @@
-"""The profile users hold: running statistics per module invocation, and the last sample."""
+"""The profile users hold: the reading API over a `ProfileAccumulator` (running statistics per
+module call, the last sample, the structure passes), with the sinks as convenience methods.
+
+Every sink takes a frozen `ProfileData` (`snapshot()`), never this class.
+"""
 
 from __future__ import annotations
 
 import os
-import threading
-from collections import deque
-from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wandb_modprof._errors import ModProfError
-from wandb_modprof.capture.resolve import last_stamp_ready, resolve, wait
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE
 from wandb_modprof.records.sample import METRICS, InvocationRecord, ModuleStats, Sample
+from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.sinks.summary import format_summary
-from wandb_modprof.stats.running import StatsAccumulator
+from wandb_modprof.stats.accumulator import ProfileAccumulator
 
 if TYPE_CHECKING:
-    from wandb_modprof.capture.session import StepSession
-    from wandb_modprof.capture.static_memory import PendingGradientState, StaticMemory
     from wandb_modprof.records.calls import Structure
-    from wandb_modprof.records.ranks import RankData
     from wandb_modprof.view.table import ProfileTable
-
-_MAX_UNRESOLVED = 8
-StaticFn = Callable[[set[str]], Mapping[str, "StaticMemory"]]
 
 
 class Profile:
@@ -38,115 +33,39 @@ class Profile:
 
     `invocations()` returns the records of the last sample (one per module call);
     `stats()` the running statistics (count, mean, std, min, max, last) of every metric per
-    invocation key across all samples.
+    call key across all samples.
     """
 
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, accumulator: ProfileAccumulator | None = None) -> None:
         self.model_name = model_name
-        self._acc = StatsAccumulator()
-        self._last: Sample | None = None
-        self._num_samples = 0
-        self._pending: deque[tuple[StepSession, PendingGradientState | None, StaticFn]] = deque()
-        self._lock = threading.Lock()
-        self._structures: dict[str, Structure] = {}  # by call-sequence signature, in order
-        self._loaded_stats: dict[str, ModuleStats] | None = None  # set by `load()`
-        # Every rank's compact statistics, folded by rank 0 of a distributed `watch` when it
-        # logs (`_distributed.RankChannel.collect`); None: no distributed data.
-        self._ranks: RankData | None = None
+        self._acc = accumulator if accumulator is not None else ProfileAccumulator(model_name)
 
     @classmethod
-    def _restore(
-        cls,
-        model_name: str,
-        num_samples: int,
-        stats: dict[str, ModuleStats],
-        last: Sample | None,
-        structures: list[Structure],
-    ) -> Profile:
-        """A read-only profile rebuilt from a saved file (`wandb_modprof.load`)."""
-        prof = cls(model_name)
-        prof._num_samples = num_samples
-        prof._loaded_stats = dict(stats)
-        prof._last = last
-        prof._structures = {s.signature: s for s in structures}
-        return prof
+    def from_data(cls, data: ProfileData) -> Profile:
+        """A read-only profile holding `data` (what `wandb_modprof.load` returns)."""
+        return cls(data.model_name, ProfileAccumulator.restored(data))
 
-    # ---- filled by the capture -----------------------------------------------------------
-    def _add(
-        self,
-        session: StepSession,
-        gradients: PendingGradientState | None,
-        static_fn: StaticFn,
-    ) -> None:
-        with self._lock:
-            self._pending.append((session, gradients, static_fn))
-            backlog = len(self._pending) > _MAX_UNRESOLVED
-        # Resolution is lazy (when results are read) to keep it off the sampled step; a long
-        # backlog is resolved here so memory stays bounded in loops that never read results.
-        if backlog:
-            self._resolve_pending(force=False)
+    @property
+    def accumulator(self) -> ProfileAccumulator:
+        """The live statistics this profile reads (what the capture and `watch` feed)."""
+        return self._acc
 
-    def _add_structure(self, structure: Structure) -> None:
-        self._structures[structure.signature] = structure
-
-    def _has_structure(self, signature: str) -> bool:
-        return signature in self._structures
-
-    def _num_structures(self) -> int:
-        return len(self._structures)
-
-    def _resolve_pending(self, force: bool) -> None:
-        """Resolve finished samples; unless forced, only those whose device events completed."""
-        with self._lock:
-            while self._pending:
-                session, gradients, static_fn = self._pending[0]
-                if not force and not last_stamp_ready(session):
-                    break
-                if force:
-                    wait(session)
-                self._pending.popleft()
-                names = {inv.name for inv in session.invocations}
-                sample = resolve(
-                    session,
-                    static_fn(names),
-                    gradients.resolve() if gradients is not None else None,
-                )
-                self._acc.fold(sample.invocations)
-                self._last = sample
-                self._num_samples += 1
-
-    def _means(
-        self, metrics: tuple[str, ...]
-    ) -> tuple[dict[str, tuple[float | None, ...]], dict[str, int]]:
-        """Per call key the running means of `metrics` (None: not measured) and the sample
-        count: what a rank publishes to rank 0 (`_distributed`), without a full snapshot."""
-        self._resolve_pending(force=True)
-        means: dict[str, tuple[float | None, ...]] = {}
-        counts: dict[str, int] = {}
-        if self._loaded_stats is not None:
-            for key, stats in self._loaded_stats.items():
-                means[key] = tuple(stats.mean(m) for m in metrics)
-                stat = stats.metrics.get("fwd_ms")
-                counts[key] = stat.count if stat is not None else 0
-            return means, counts
-        for key, per_metric in self._acc._stats.items():
-            accs = [per_metric.get(m) for m in metrics]
-            means[key] = tuple(None if a is None else a.mean for a in accs)
-            fwd = per_metric.get("fwd_ms")
-            counts[key] = fwd.count if fwd is not None else 0
-        return means, counts
+    def snapshot(self) -> ProfileData:
+        """Every sample resolved (waiting for the device if needed), frozen: what sinks take."""
+        self._acc.resolve_pending(force=True)
+        return self._acc.snapshot()
 
     # ---- public --------------------------------------------------------------------------
     @property
     def num_samples(self) -> int:
         """Number of sampled steps folded into the statistics."""
-        self._resolve_pending(force=True)
-        return self._num_samples
+        self._acc.resolve_pending(force=True)
+        return self._acc.num_samples
 
     @property
     def last_sample(self) -> Sample | None:
-        self._resolve_pending(force=True)
-        return self._last
+        self._acc.resolve_pending(force=True)
+        return self._acc.last
 
     def invocations(self) -> list[InvocationRecord]:
         """Records of the most recent sample, in forward order (parents before children)."""
@@ -155,14 +74,13 @@ class Profile:
 
     def stats(self) -> dict[str, ModuleStats]:
         """Running statistics per invocation key, in forward order of their last sample."""
-        self._resolve_pending(force=True)
-        snap = self._acc.snapshot() if self._loaded_stats is None else self._loaded_stats
-        return dict(sorted(snap.items(), key=lambda kv: kv[1].order))
+        self._acc.resolve_pending(force=True)
+        return self._acc.stats()
 
     def structures(self) -> list[Structure]:
         """The captured structure passes (call tree, dataflow edges, FLOPs), oldest first: one
         per distinct sequence of module calls seen."""
-        return list(self._structures.values())
+        return list(self._acc.structures())
 
     def top(
         self, metric: str = "bwd_self_ms", n: int = 10, include_root: bool = False
@@ -182,14 +100,15 @@ class Profile:
 
     def summary(self, n: int = 10) -> str:
         """A terminal table of the top modules by forward, backward and activation memory."""
-        return format_summary(self.model_name, self.num_samples, self.stats(), self._last, n)
+        data = self.snapshot()
+        return format_summary(data.model_name, data.num_samples, data.stats, data.last, n)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain builtins: model name, sample count, last sample's records, and statistics."""
         sample = self.last_sample
         return {
             "model_name": self.model_name,
-            "num_samples": self._num_samples,
+            "num_samples": self._acc.num_samples,
             "invocations": [] if sample is None else [r.to_dict() for r in sample.invocations],
             "stats": {
                 key: {
@@ -212,7 +131,7 @@ class Profile:
 
         if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 100:
             raise ModProfError(f"max_rows must be an int >= 100; got {max_rows!r}")
-        return build_table(self, max_rows)
+        return build_table(self.snapshot(), max_rows)
 
     def export_chrome_trace(self, path: str | os.PathLike[str], torch_profiler: Any = None) -> Path:
         """Write the last sample as a Chrome / Perfetto trace: a `<module>.forward` span per
@@ -254,7 +173,7 @@ class Profile:
         """
         from wandb_modprof.sinks.profile_file import save_profile
 
-        return save_profile(self, path)
+        return save_profile(self.snapshot(), path)
 
     # ---- the HTML report and pictures (`_html`, `_images`) ---------------------------------
     def to_html(
@@ -278,14 +197,14 @@ class Profile:
         from wandb_modprof.sinks.html import write_report
 
         label = self.model_name
-        return write_report(path, [(label, self)], mode=mode, scale=scale, title=title)
+        return write_report(path, [(label, self.snapshot())], mode=mode, scale=scale, title=title)
 
     def _repr_html_(self) -> str:
         """Jupyter: the report in a sandboxed `<iframe srcdoc>` (scripts run without trusting
         the notebook), 650 px high; about 1 MB (Vega) plus the table."""
         from wandb_modprof.sinks.html import iframe_html, report_html
 
-        return iframe_html(report_html([(self.model_name, self)]))
+        return iframe_html(report_html([(self.model_name, self.snapshot())]))
 
     def to_svg(
         self,
@@ -305,7 +224,9 @@ class Profile:
         """
         from wandb_modprof.sinks.images import to_svg
 
-        return to_svg(self, path, mode=mode, scale=scale, view=view, width=width, height=height)
+        return to_svg(
+            self.snapshot(), path, mode=mode, scale=scale, view=view, width=width, height=height
+        )
 
     def to_png(
         self,
@@ -326,7 +247,7 @@ class Profile:
         from wandb_modprof.sinks.images import to_png
 
         return to_png(
-            self,
+            self.snapshot(),
             path,
             mode=mode,
             scale=scale,
@@ -340,4 +261,20 @@ class Profile:
         return self.summary()
 
     def __repr__(self) -> str:
-        return f"<wandb_modprof.Profile model={self.model_name!r} samples={self._num_samples}>"
+        return f"<wandb_modprof.Profile model={self.model_name!r} samples={self._acc.num_samples}>"
+
+
+def load(path: str | os.PathLike[str]) -> Profile:
+    """Read a profile written by `prof.save(path)`.
+
+    >>> prof = wandb_modprof.load("run.modprof.json")         # doctest: +SKIP
+    >>> print(prof.summary())                                 # doctest: +SKIP
+
+    The result is read-only (stats, last sample, structures, summary, `to_dict`). A file that
+    is missing, not JSON, of another format or version, or does not match the schema raises
+    `ModProfError` naming the file, the JSON path of the problem, what was expected and what
+    was found. Loading never runs code from the file.
+    """
+    from wandb_modprof.sinks.profile_file import read_profile
+
+    return Profile.from_data(read_profile(path))

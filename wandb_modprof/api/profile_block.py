@@ -13,6 +13,8 @@ from wandb_modprof.api.profile import Profile
 from wandb_modprof.capture import registry as _registry
 from wandb_modprof.capture.hooks import Capture
 from wandb_modprof.capture.options import Options, check_bool, parse_timing
+from wandb_modprof.capture.wrappers import type_name
+from wandb_modprof.stats.accumulator import ProfileAccumulator
 
 
 class ProfileBlock:
@@ -23,8 +25,10 @@ class ProfileBlock:
     ) -> None:
         self.model = model
         self._forwards = 0
+        acc = ProfileAccumulator(type_name(model))
+        self._profile = Profile(acc.model_name, acc)
         self._capture = Capture(
-            model, options, optimizer, self._every_forward, hooks_only_when_sampling=False
+            model, options, optimizer, self._every_forward, hooks_only_when_sampling=False, sink=acc
         )
         self._capture.owner = self
 
@@ -39,7 +43,7 @@ class ProfileBlock:
         except BaseException:
             _registry.release(self.model, self)
             raise
-        return self._capture.profile
+        return self._profile
 
     def __exit__(
         self,
@@ -49,8 +53,7 @@ class ProfileBlock:
     ) -> None:
         self._capture.detach()
         _registry.release(self.model, self)
-        prof = self._capture.profile
-        if exc_type is None and 0 < self._forwards <= prof._num_structures():
+        if exc_type is None and 0 < self._forwards <= self._profile.accumulator.num_structures():
             warnings.warn(
                 "wandb_modprof.profile(): the block ran one forward and it was the structure "
                 "pass (module graph, FLOPs), which is never timed. Run at least two steps "

@@ -25,6 +25,7 @@ from wandb_modprof.capture.options import Options, check_bool, parse_timing
 from wandb_modprof.capture.wrappers import check_supported, type_name
 from wandb_modprof.records import modes as _modes
 from wandb_modprof.sinks.wandb_log import WandbLog, chart_name, current_run, model_key
+from wandb_modprof.stats.accumulator import ProfileAccumulator
 
 
 class _StepCounter:
@@ -94,6 +95,8 @@ class WatchHandle:
         self._wandb_log: WandbLog | None = None
         self._ranks: RankChannel | None = None  # distributed runs: per-rank statistics
         self._counter = _StepCounter(log_freq, optimizer)
+        self._acc = ProfileAccumulator(type_name(model))
+        self._profile = Profile(self._acc.model_name, self._acc)
         try:
             self._capture = Capture(
                 model,
@@ -102,6 +105,7 @@ class WatchHandle:
                 self._counter,
                 hooks_only_when_sampling=True,
                 structure_eligible=self._counter.is_training_forward,
+                sink=self._acc,
             )
         except BaseException:
             self._counter.remove()  # a refused watch leaves no optimizer hook behind
@@ -112,13 +116,13 @@ class WatchHandle:
     def _log_samples(self, force: bool = False, final: bool = False) -> bool:
         """Called at the root forward after a sample (and by `unwatch`): rank 0 (or a run
         that is not distributed) logs; every other rank publishes its statistics for rank 0."""
-        profile = self._capture.profile
+        acc = self._acc
         ranks = self._ranks
         if ranks is not None and not ranks.is_logger:
-            profile._resolve_pending(force=force)
-            if profile._pending:
+            acc.resolve_pending(force=force)
+            if acc.pending_count:
                 return False  # device events not complete: asked again at a later step
-            ranks.publish(profile)
+            ranks.publish(acc)
             return True
         log = self._wandb_log
         if log is None:
@@ -126,7 +130,7 @@ class WatchHandle:
         before = None
         if ranks is not None:
             before = functools.partial(ranks.collect, final=final)
-        return log.deliver(profile, force=force, final=final, before_table=before)
+        return log.deliver(acc, force=force, final=final, before_table=before)
 
     @property
     def steps(self) -> int:
@@ -139,8 +143,8 @@ class WatchHandle:
 
     def profile(self) -> Profile:
         """The aggregated profile; waits for the device only for samples not yet resolved."""
-        self._capture.profile._resolve_pending(force=True)
-        return self._capture.profile
+        self._acc.resolve_pending(force=True)
+        return self._profile
 
     def unwatch(self) -> Profile:
         """Remove every hook (module, root, optimizer), log the samples not logged yet (waits
@@ -152,13 +156,13 @@ class WatchHandle:
             _registry.release(self.model, self)
             # final: the HTML report joins the last sample's log (`<key>/report`)
             self._log_samples(force=True, final=True)
-        return self._capture.profile
+        return self._profile
 
     def __repr__(self) -> str:
         state = "active" if self.active else "removed"
         return (
             f"<wandb_modprof.WatchHandle {type(self.model).__name__} log_freq={self.log_freq} "
-            f"steps={self.steps} samples={self._capture.profile._num_samples} {state}>"
+            f"steps={self.steps} samples={self._acc.num_samples} {state}>"
         )
 
 

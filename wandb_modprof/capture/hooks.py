@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
@@ -19,7 +19,6 @@ from torch.utils.hooks import RemovableHandle
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._warn import warn_safely
-from wandb_modprof.api.profile import Profile
 from wandb_modprof.capture import autograd_private as ap
 from wandb_modprof.capture import registry as _registry
 from wandb_modprof.capture.callstack import call_depth
@@ -38,6 +37,10 @@ from wandb_modprof.capture.static_memory import (
 from wandb_modprof.capture.structure_pass import StructurePass, prepare, structure_pass_active
 from wandb_modprof.capture.wrappers import type_name
 from wandb_modprof.records.calls import call_signature
+
+if TYPE_CHECKING:
+    from wandb_modprof.capture.static_memory import PendingGradientState, StaticMemory
+    from wandb_modprof.records.calls import Structure
 
 _MAX_PENDING = 4
 MAX_STRUCTURES = 8  # distinct call sequences captured; beyond that the graph stops growing
@@ -105,8 +108,30 @@ def make_clock(options: Options, device: torch.device) -> Clock:
         ) from None
 
 
+class SampleSink(Protocol):
+    """Where the capture hands its output: finished step sessions (resolved later, off the
+    sampled step) and structure passes. `stats.accumulator.ProfileAccumulator` is one; the
+    capture never imports it (the statistics stage sits above this one)."""
+
+    def add(
+        self,
+        session: StepSession,
+        gradients: PendingGradientState | None,
+        static_fn: Callable[[set[str]], Mapping[str, StaticMemory]],
+    ) -> None: ...
+
+    def add_structure(self, structure: Structure) -> None: ...
+
+    def has_structure(self, signature: str) -> bool: ...
+
+    def num_structures(self) -> int: ...
+
+    def resolve_pending(self, force: bool) -> None: ...
+
+
 class Capture:
-    """Installs and removes hooks; creates a `StepSession` per sampled root forward."""
+    """Installs and removes hooks; creates a `StepSession` per sampled root forward and hands
+    it, once its backward ended, to `sink`."""
 
     def __init__(
         self,
@@ -116,6 +141,8 @@ class Capture:
         should_sample: Callable[[nn.Module], int | None],
         hooks_only_when_sampling: bool,
         structure_eligible: Callable[[nn.Module], bool] = lambda module: True,
+        *,
+        sink: SampleSink,
     ) -> None:
         ap.check()
         self.model = model
@@ -139,7 +166,7 @@ class Capture:
         self.memory: DeviceMemory | None = None
         if options.device_memory and device.type != "cpu":
             self.memory = AcceleratorMemory(device)
-        self.profile = Profile(type_name(model))
+        self.sink = sink
         self._root_handles: list[RemovableHandle] = []
         self._child_handles: list[RemovableHandle] = []
         self._names: dict[int, tuple[str, str]] = {}
@@ -186,7 +213,7 @@ class Capture:
             session.abandon()
         self._sessions = []
         self.attached = False
-        self.profile._resolve_pending(force=True)
+        self.sink.resolve_pending(force=True)
 
     def index(self) -> ModelIndex:
         """Modules, parameters and static bytes; rebuilt only when the model changed."""
@@ -360,7 +387,7 @@ class Capture:
             error = structure.error or RuntimeError("forward hooks fired out of order")
             self._warn_once("<structure pass>", error)
             return
-        self.profile._add_structure(structure.finish())
+        self.sink.add_structure(structure.finish())
 
     def _end_structure(self) -> None:
         structure, self._structure = self._structure, None
@@ -380,9 +407,9 @@ class Capture:
         if not self.options.structure or self._structure_due:
             return
         signature = call_signature((inv.name, inv.call_index) for inv in session.invocations)
-        if self.profile._has_structure(signature):
+        if self.sink.has_structure(signature):
             return
-        if self.profile._num_structures() < MAX_STRUCTURES and self._structure_passes < MAX_PASSES:
+        if self.sink.num_structures() < MAX_STRUCTURES and self._structure_passes < MAX_PASSES:
             self._structure_due = True
         else:
             self._warn_structure(
@@ -529,7 +556,7 @@ class Capture:
             else:
                 gradients = None
             # Optimizer state is read when the sample is resolved, after optimizer.step().
-            self.profile._add(
+            self.sink.add(
                 session,
                 gradients,
                 functools.partial(static_memory, index, optimizer=self.optimizer),

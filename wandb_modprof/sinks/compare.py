@@ -26,8 +26,8 @@ from wandb_modprof.sinks.summary import (
 from wandb_modprof.sinks.units import format_value
 
 if TYPE_CHECKING:
-    from wandb_modprof.api.profile import Profile
     from wandb_modprof.records.modes import Mode
+    from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -74,7 +74,11 @@ class Comparison:
 
 
 def compare(
-    a: Profile, b: Profile, mode_key: str, label_a: str = "A", label_b: str = "B"
+    a: ProfileData | SupportsSnapshot,
+    b: ProfileData | SupportsSnapshot,
+    mode_key: str,
+    label_a: str = "A",
+    label_b: str = "B",
 ) -> Comparison:
     """Compare profile `b` with the baseline `a` in the analysis mode `mode_key`."""
     va, vb = mode_values(a, mode_key), mode_values(b, mode_key)

@@ -47,12 +47,13 @@ from typing import TYPE_CHECKING, Any
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._validate import check_choice
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODE_KEYS, SCALES
+from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_data
 from wandb_modprof.sinks import spec as _spec
 
 if TYPE_CHECKING:
-    from wandb_modprof.api.profile import Profile
     from wandb_modprof.view.table import ProfileTable
 
+_PROFILE_TYPES = (ProfileData, SupportsSnapshot)
 SPEC_ID = "modprof-spec"
 ROWS_ID = "modprof-rows"
 _JSON_ESCAPES = {
@@ -159,21 +160,20 @@ def script_json(value: Any) -> str:
     return text
 
 
-def check_profiles(profiles: Any, where: str) -> list[tuple[str, Profile]]:
-    from wandb_modprof.api.profile import Profile
-
+def check_profiles(profiles: Any, where: str) -> list[tuple[str, ProfileData]]:
+    """The (label, profile) pairs as (label, snapshot): each profile is read once, here."""
     if isinstance(profiles, (str, bytes)) or not isinstance(profiles, Sequence):
         raise ModProfError(
             f"{where} expected a sequence of (label, Profile) pairs; got {type(profiles).__name__}"
         )
-    out: list[tuple[str, Profile]] = []
+    out: list[tuple[str, ProfileData]] = []
     for i, pair in enumerate(profiles):
         ok = isinstance(pair, tuple) and len(pair) == 2
-        if not ok or not isinstance(pair[0], str) or not isinstance(pair[1], Profile):
+        if not ok or not isinstance(pair[0], str) or not isinstance(pair[1], _PROFILE_TYPES):
             raise ModProfError(
                 f"{where} expected (label: str, Profile) pairs; item {i} is {pair!r:.80}"
             )
-        out.append((pair[0], pair[1]))
+        out.append((pair[0], as_data(pair[1], where)))
     if not out:
         raise ModProfError(f"{where} expected at least one (label, Profile) pair; got none")
     return out
@@ -261,7 +261,7 @@ def report_spec(
 
 
 def report_html(
-    profiles: Sequence[tuple[str, Profile]],
+    profiles: Sequence[tuple[str, ProfileData | SupportsSnapshot]],
     *,
     title: str | None = None,
     mode: str = DEFAULT_MODE,
@@ -294,7 +294,9 @@ def report_html(
     if title is not None and not isinstance(title, str):
         raise ModProfError(f"title expected a str or None; got {type(title).__name__}")
 
-    tables = [(label, prof.model_name, prof.table()) for label, prof in pairs]
+    from wandb_modprof.view.table import build_table  # with the layout (igraph): lazily
+
+    tables = [(label, prof.model_name, build_table(prof)) for label, prof in pairs]
     return tables_html(tables, mode, scale, compare=compare, title=title)
 
 
@@ -308,7 +310,7 @@ def tables_html(
 ) -> str:
     """`report_html` from (label, model name, table) triples already built (checked by the
     caller; `WandbLog` reuses the table it logs)."""
-    from wandb_modprof import __version__
+    from wandb_modprof._version import __version__
 
     several = len(tables) > 1
     columns: list[str] = []
@@ -401,7 +403,9 @@ def write_file(path: str | os.PathLike[str], data: str | bytes, what: str) -> Pa
 
 
 def write_report(
-    path: str | os.PathLike[str], profiles: Sequence[tuple[str, Profile]], **kw: Any
+    path: str | os.PathLike[str],
+    profiles: Sequence[tuple[str, ProfileData | SupportsSnapshot]],
+    **kw: Any,
 ) -> Path:
     """Write `report_html(profiles, **kw)` to `path` (UTF-8) and return the path.
 

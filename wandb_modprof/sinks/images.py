@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._validate import check_choice
 from wandb_modprof.records.modes import MODE_KEYS, SCALES
+from wandb_modprof.records.snapshot import SupportsSnapshot, as_data
 from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.sinks.html import report_spec, write_file
 
 if TYPE_CHECKING:
-    from wandb_modprof.api.profile import Profile
+    from wandb_modprof.records.snapshot import ProfileData
 
 _MAX_PX = 20_000  # Deno/resvg refuse or run out of memory well before absurd sizes
 
@@ -46,7 +47,7 @@ def _check_size(name: str, value: object) -> int:
     return value
 
 
-def _resolve_view(prof: Profile, view: str | None, rows: Sequence[Mapping[str, object]]) -> str:
+def _resolve_view(prof: ProfileData, view: str | None, rows: Sequence[Mapping[str, object]]) -> str:
     """The view key to open ("" = the root view): a view key such as `layer2#0`, or a module's
     qualified name for its first call (`layer2` = `layer2#0`)."""
     if view is None or view == "":
@@ -65,14 +66,23 @@ def _resolve_view(prof: Profile, view: str | None, rows: Sequence[Mapping[str, o
 
 
 def picture_spec(
-    prof: Profile, *, mode: str, scale: str, view: str | None, width: int, height: int
+    prof: ProfileData | SupportsSnapshot,
+    *,
+    mode: str,
+    scale: str,
+    view: str | None,
+    width: int,
+    height: int,
 ) -> dict[str, object]:
     """The panel's spec with `prof`'s rows inline, opened at `mode` / `scale` / `view`."""
     mode = check_choice("mode", mode, MODE_KEYS)
     scale = check_choice("scale", scale, SCALES)
     width = _check_size("width", width)
     height = _check_size("height", height)
-    table = prof.table()
+    from wandb_modprof.view.table import build_table  # with the layout (igraph): lazily
+
+    prof = as_data(prof, "picture_spec()")
+    table = build_table(prof)
     rows = table.records()
     spec = report_spec(mode, scale, view=_resolve_view(prof, view, rows))
     spec["width"], spec["height"] = width, height
@@ -80,7 +90,7 @@ def picture_spec(
 
 
 def to_svg(
-    prof: Profile,
+    prof: ProfileData | SupportsSnapshot,
     path: str | os.PathLike[str] | None = None,
     *,
     mode: str,
@@ -98,7 +108,7 @@ def to_svg(
 
 
 def to_png(
-    prof: Profile,
+    prof: ProfileData | SupportsSnapshot,
     path: str | os.PathLike[str] | None = None,
     *,
     mode: str,

@@ -48,11 +48,12 @@ from typing import (
 )
 
 from wandb_modprof._errors import ModProfError
+from wandb_modprof._version import __version__
 from wandb_modprof.records.calls import Structure
 from wandb_modprof.records.sample import METRICS, ModuleStats, Sample
 
 if TYPE_CHECKING:
-    from wandb_modprof.api.profile import Profile
+    from wandb_modprof.records.snapshot import ProfileData
 
 FORMAT = "wandb_modprof.profile"
 VERSION = 1
@@ -65,7 +66,8 @@ _INT_LIMIT = 2**63
 
 @dataclass(frozen=True)
 class _Data:
-    """What a file holds besides its header: the arguments of `Profile._restore`."""
+    """What a file holds besides its header (its field names are the file's keys; per-rank
+    data is not saved)."""
 
     model_name: str
     num_samples: int
@@ -87,7 +89,7 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 # ---- writing -------------------------------------------------------------------------------
-def save_profile(prof: Profile, path: str | os.PathLike[str]) -> Path:
+def save_profile(prof: ProfileData, path: str | os.PathLike[str]) -> Path:
     """Write `prof` to `path` as JSON; `wandb_modprof.load(path)` reads back an equal profile.
 
     >>> prof.save("run.modprof.json")                         # doctest: +SKIP
@@ -98,11 +100,7 @@ def save_profile(prof: Profile, path: str | os.PathLike[str]) -> Path:
     forward order), so saving a loaded profile gives the same bytes. The file is written to a
     temporary file beside it and renamed over `path`, so a reader never sees half a file.
     """
-    from wandb_modprof import __version__  # lazily: the package imports this module
-
-    data = _Data(
-        prof.model_name, prof.num_samples, prof.stats(), prof.last_sample, tuple(prof.structures())
-    )
+    data = _Data(prof.model_name, prof.num_samples, dict(prof.stats), prof.last, prof.structures)
     doc = {"format": FORMAT, "version": VERSION, "wandb_modprof_version": __version__}
     doc.update(_encode(data, _Data))
     # ensure_ascii: escapes keep every Python str (even a lone surrogate in an odd module name)
@@ -163,18 +161,9 @@ def _is_record(tp: Any) -> TypeGuard[type]:
 
 
 # ---- reading -------------------------------------------------------------------------------
-def load(path: str | os.PathLike[str]) -> Profile:
-    """Read a profile written by `prof.save(path)`.
-
-    >>> prof = wandb_modprof.load("run.modprof.json")         # doctest: +SKIP
-    >>> print(prof.summary())                                 # doctest: +SKIP
-
-    The result is read-only (stats, last sample, structures, summary, `to_dict`). A file that
-    is missing, not JSON, of another format or version, or does not match the schema raises
-    `ModProfError` naming the file, the JSON path of the problem, what was expected and what
-    was found. Loading never runs code from the file.
-    """
-    from wandb_modprof.api.profile import Profile
+def read_profile(path: str | os.PathLike[str]) -> ProfileData:
+    """The data of a profile file written by `save_profile` (see `wandb_modprof.load`)."""
+    from wandb_modprof.records.snapshot import ProfileData
 
     where = str(Path(path))
     try:
@@ -185,8 +174,8 @@ def load(path: str | os.PathLike[str]) -> Profile:
         data = _parse(raw)
     except _FileError as e:
         raise ModProfError(f"cannot load {where!r}: {e}") from None
-    return Profile._restore(
-        data.model_name, data.num_samples, data.stats, data.last_sample, list(data.structures)
+    return ProfileData(
+        data.model_name, data.num_samples, data.stats, data.last_sample, data.structures
     )
 
 
@@ -216,8 +205,6 @@ def _parse(raw: bytes) -> _Data:
     if type(version) is not int:
         raise _FileError("version", f"expected an integer, got {_kind(version)}")
     if version not in SUPPORTED_VERSIONS:
-        from wandb_modprof import __version__
-
         by = f" (written by wandb_modprof {writer})" if isinstance(writer, str) else ""
         newer = version > max(SUPPORTED_VERSIONS)
         raise _FileError(

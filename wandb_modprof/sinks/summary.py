@@ -4,17 +4,18 @@ backward and memory), and the top module calls of one analysis mode (`wandb-modp
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wandb_modprof._validate import check_choice
 from wandb_modprof.records.modes import MODE_KEYS, Mode, mode
 from wandb_modprof.records.sample import ModuleStats, Sample
+from wandb_modprof.records.snapshot import ProfileData, as_data
 from wandb_modprof.sinks.units import format_value
 
 if TYPE_CHECKING:
-    from wandb_modprof.api.profile import Profile
+    from wandb_modprof.records.snapshot import SupportsSnapshot
 
 _MIB = 1024 * 1024
 
@@ -46,7 +47,11 @@ def _section(
 
 
 def format_summary(
-    model_name: str, num_samples: int, stats: dict[str, ModuleStats], last: Sample | None, n: int
+    model_name: str,
+    num_samples: int,
+    stats: Mapping[str, ModuleStats],
+    last: Sample | None,
+    n: int,
 ) -> str:
     if last is None or not stats:
         return f"wandb_modprof profile of {model_name}: no sampled steps yet."
@@ -129,7 +134,7 @@ def check_mode(key: str) -> Mode:
     return mode(key)
 
 
-def mode_values(prof: Profile, mode_key: str) -> ModeValues:
+def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValues:
     """The values the panel colours nodes by, read from the profile's flat table.
 
     >>> vals = mode_values(prof, "bwd")                          # doctest: +SKIP
@@ -141,7 +146,10 @@ def mode_values(prof: Profile, mode_key: str) -> ModeValues:
     rows hold each call exactly once. Values are means over the sampled steps, as drawn.
     """
     m = check_mode(mode_key)
-    records = prof.table(max_rows=_ALL_ROWS).records()
+    from wandb_modprof.view.table import build_table  # with the layout (igraph): lazily
+
+    prof = as_data(prof, "mode_values()")
+    records = build_table(prof, _ALL_ROWS).records()
     meta = {str(r["meta_key"]): r for r in records if r["row_kind"] == "meta"}
     nodes = [r for r in records if r["row_kind"] == "node" and r["node_kind"] == "module"]
     calls = Counter(str(r["module_name"]) for r in nodes)

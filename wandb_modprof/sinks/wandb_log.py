@@ -64,10 +64,12 @@ from torch import nn
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._warn import warn_safely
 from wandb_modprof.capture.wrappers import type_name
+from wandb_modprof.records.snapshot import SupportsSnapshot, as_data
 from wandb_modprof.sinks import spec as _spec
 
 if TYPE_CHECKING:
-    from wandb_modprof.api.profile import Profile
+    from wandb_modprof.records.snapshot import ProfileData
+    from wandb_modprof.stats.accumulator import ProfileAccumulator
     from wandb_modprof.view.table import ProfileTable
 
 KEY_PREFIX = "modprof"
@@ -209,43 +211,48 @@ class WandbLog:
 
     def deliver(
         self,
-        profile: Profile,
+        acc: ProfileAccumulator,
         force: bool = False,
         final: bool = False,
-        before_table: Callable[[Profile], bool] | None = None,
+        before_table: Callable[[ProfileAccumulator], bool] | None = None,
     ) -> bool:
         """Log the samples resolved since the last log. False: some still await their device
         events (only without `force`), ask again on a later step. `final` (at `unwatch`): the
         HTML report joins that log (or is logged alone if every sample was logged already).
         `before_table` runs just before the table is built: a distributed run's rank 0 folds
-        the other ranks' statistics into the profile there, and at the final log, when they
+        the other ranks' statistics into `acc` there, and at the final log, when they
         are newer than in the last table logged (it said True), the table is logged again."""
         try:
-            profile._resolve_pending(force=force)
-            if profile._pending:
+            acc.resolve_pending(force=force)
+            if acc.pending_count:
                 return False
-            count = profile._num_samples
+            count = acc.num_samples
             new = totals = count != self.logged_samples
             if final and not new and count > 0 and before_table is not None:
-                new = before_table(profile)  # other ranks' last samples arrived since
+                new = before_table(acc)  # other ranks' last samples arrived since
                 before_table = None
             report = final and count > 0 and not _flag(self.run, "disabled")
             if not (new or report):
                 return True
             self.logged_samples = count  # set first: a failed log is dropped, not retried
             if before_table is not None:
-                before_table(profile)
-            table = profile.table()  # once, for the panel and the report
-            entry = self.entry(profile, table, totals) if new else {}
+                before_table(acc)
+            from wandb_modprof.view.table import build_table  # with the layout: only when logging
+
+            data = acc.snapshot()
+            table = build_table(data)  # once, for the panel and the report
+            entry = self.entry(data, table, totals) if new else {}
             if report:
-                entry.update(self.report(profile, table))
+                entry.update(self.report(data, table))
             if entry:
                 self.run.log(entry, commit=False)
         except Exception as error:
             self._warn_once(error)
         return True
 
-    def report(self, profile: Profile, table: ProfileTable | None = None) -> dict[str, Any]:
+    def report(
+        self, profile: ProfileData | SupportsSnapshot, table: ProfileTable | None = None
+    ) -> dict[str, Any]:
         """`{<key>/report: wandb.Html}`: the final profile as the self-contained HTML report
         (`_html`), or {} if it could not be built (warned once, like a failed log)."""
         try:
@@ -254,10 +261,11 @@ class WandbLog:
             from wandb_modprof.sinks.html import report_html, tables_html
 
             mode, scale = self.string_fields["mode"], self.string_fields["scale"]
+            data = as_data(profile, "report()")
             if table is None:
-                page = report_html([(profile.model_name, profile)], mode=mode, scale=scale)
+                page = report_html([(data.model_name, data)], mode=mode, scale=scale)
             else:
-                page = tables_html([(profile.model_name, profile.model_name, table)], mode, scale)
+                page = tables_html([(data.model_name, data.model_name, table)], mode, scale)
             # inject=False: W&B's default would add a <link> to its CDN stylesheet, and the
             # page must work offline; data_is_not_path: never stat a 1 MB string as a path
             html = wandb.Html(page, inject=False, data_is_not_path=True)
@@ -267,16 +275,22 @@ class WandbLog:
         return {f"{self.key}{REPORT_SUFFIX}": html}
 
     def entry(
-        self, profile: Profile, table: ProfileTable | None = None, totals: bool = True
+        self,
+        profile: ProfileData | SupportsSnapshot,
+        table: ProfileTable | None = None,
+        totals: bool = True,
     ) -> dict[str, Any]:
         """The dict of one `run.log` call: the panel (or its table) and, with `totals`, the
         step totals (not when a table is logged again for the same samples)."""
         import wandb
 
+        from wandb_modprof.view.table import build_table
+
+        data = as_data(profile, "entry()")
         if table is None:
-            table = profile.table()
+            table = build_table(data)
         types = column_types(table.columns)
-        data = wandb.Table(
+        cells = wandb.Table(
             columns=list(table.columns),
             data=[list(row) for row in table.rows],
             dtype=types,
@@ -284,12 +298,12 @@ class WandbLog:
         )
         entry: dict[str, Any] = {}
         if self.chart is None:
-            entry[f"{self.key}_table"] = data
+            entry[f"{self.key}_table"] = cells
         else:
             entry[self.key] = wandb.plot_table(
-                self.chart, data, fields={}, string_fields=dict(self.string_fields)
+                self.chart, cells, fields={}, string_fields=dict(self.string_fields)
             )
-        last = profile._last if totals else None
+        last = data.last if totals else None
         if last is not None:
             for name in TOTALS:
                 value = getattr(last.totals, name)

@@ -67,3 +67,17 @@ class StatsAccumulator:
                 metrics={m: acc.freeze() for m, acc in self._stats[key].items()},
             )
         return out
+
+    def means(
+        self, metrics: tuple[str, ...]
+    ) -> tuple[dict[str, tuple[float | None, ...]], dict[str, int]]:
+        """Per key the running means of `metrics` (None: not measured) and the sample count
+        (of fwd_ms), without freezing every statistic."""
+        means: dict[str, tuple[float | None, ...]] = {}
+        counts: dict[str, int] = {}
+        for key, per_metric in self._stats.items():
+            accs = [per_metric.get(m) for m in metrics]
+            means[key] = tuple(None if a is None else a.mean for a in accs)
+            fwd = per_metric.get("fwd_ms")
+            counts[key] = fwd.count if fwd is not None else 0
+        return means, counts

@@ -51,8 +51,8 @@ from wandb_modprof.view.graphs import level_graphs, merge, short_name
 from wandb_modprof.view.layout import LevelLayout, layout_level
 
 if TYPE_CHECKING:
-    from wandb_modprof.api.profile import Profile
     from wandb_modprof.records.ranks import RankData
+    from wandb_modprof.records.snapshot import ProfileData
 
 MAX_ROWS = 10_000
 TABLE_FORMAT = "wandb_modprof.table"
@@ -263,7 +263,7 @@ def _cost(stats: ModuleStats | None) -> float:
 
 
 def _shrink_view(
-    graph: LevelGraph, stats: dict[str, ModuleStats], budget: int
+    graph: LevelGraph, stats: Mapping[str, ModuleStats], budget: int
 ) -> tuple[LevelGraph, dict[str, list[str]]]:
     """Keep the most expensive modules of an oversized view; merge the others into a group.
 
@@ -314,7 +314,7 @@ def _shrink_view(
 def reduce_graphs(
     graphs: list[LevelGraph],
     depth_of: dict[str, int],
-    stats: dict[str, ModuleStats],
+    stats: Mapping[str, ModuleStats],
     budget: int,
     max_rows: int = MAX_ROWS,
 ) -> tuple[list[LevelGraph], str, dict[str, list[str]]]:
@@ -467,7 +467,7 @@ def _rank_meta(ranks: RankData | None) -> list[tuple[str, str, float | None]]:
 
 
 def _group_values(
-    members: list[str], stats: dict[str, ModuleStats], calls: dict[str, CallInfo]
+    members: list[str], stats: Mapping[str, ModuleStats], calls: dict[str, CallInfo]
 ) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in members:
@@ -480,10 +480,10 @@ def _group_values(
     return out
 
 
-def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
+def build_table(prof: ProfileData, max_rows: int = MAX_ROWS) -> ProfileTable:
     """The profile as one flat table of at most `max_rows` rows (see the module docstring)."""
-    stats = prof.stats()
-    structures = prof.structures()
+    stats = prof.stats
+    structures = list(prof.structures)
     tree = merge(structures, stats.values())
     calls = {c.key: c for c in tree.calls}
     graphs = level_graphs(tree)
@@ -512,7 +512,7 @@ def build_table(prof: Profile, max_rows: int = MAX_ROWS) -> ProfileTable:
     if root is not None and root.flops_known:
         flops = root.fwd_flops
     meta.append(("total_fwd_flops", "", flops))
-    ranks = prof._ranks
+    ranks = prof.ranks
     meta.extend(_rank_meta(ranks))
     budget = max_rows - len(meta) - 2  # the `reduced` and `views` rows
     if budget < MIN_VIEW_ROWS:

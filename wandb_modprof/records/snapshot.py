@@ -1,0 +1,47 @@
+"""One frozen reading of a profile: what every sink (table, report, file, W&B log) takes.
+
+`ProfileData` is built by the statistics stage (`stats.accumulator.ProfileAccumulator.snapshot`)
+or read back from a profile file; sinks never see the live `Profile` or its accumulator.
+Anything with a `snapshot()` method (a `Profile`) can be passed where a sink accepts a
+`SupportsSnapshot`, so users can keep handing profiles to `write_report` and friends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from wandb_modprof._errors import ModProfError
+from wandb_modprof.records.calls import Structure
+from wandb_modprof.records.ranks import RankData
+from wandb_modprof.records.sample import ModuleStats, Sample
+
+
+@dataclass(frozen=True)
+class ProfileData:
+    """The profile at one moment: statistics per call key (in forward order), the last sample,
+    the structure passes (oldest first) and, on rank 0 of a distributed run, every rank's data."""
+
+    model_name: str
+    num_samples: int
+    stats: Mapping[str, ModuleStats]
+    last: Sample | None
+    structures: tuple[Structure, ...]
+    ranks: RankData | None = None
+
+
+@runtime_checkable
+class SupportsSnapshot(Protocol):
+    def snapshot(self) -> ProfileData: ...
+
+
+def as_data(value: object, where: str) -> ProfileData:
+    """`value` as a `ProfileData` (a profile is read once, here), or a clear error."""
+    if isinstance(value, ProfileData):
+        return value
+    if isinstance(value, SupportsSnapshot):
+        return value.snapshot()
+    raise ModProfError(
+        f"{where} expects a wandb_modprof.Profile (or its snapshot()); got {type(value).__name__}"
+    )

@@ -1,0 +1,156 @@
+"""The live side of a profile: finished step sessions wait here until they are resolved into
+samples, which fold into running statistics; structure passes and per-rank data are kept
+beside them. `snapshot()` freezes all of it into one `ProfileData` for the readers.
+
+The capture pushes into it (it satisfies `capture.hooks.SampleSink` without importing it);
+`api.profile.Profile` reads it. Resolution is lazy (when results are read) to keep it off the
+sampled step; a long backlog is resolved at `add` so memory stays bounded in loops that never
+read results.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from wandb_modprof.capture.resolve import last_stamp_ready, resolve, wait
+from wandb_modprof.records.snapshot import ProfileData
+from wandb_modprof.stats.running import StatsAccumulator
+
+if TYPE_CHECKING:
+    from wandb_modprof.capture.session import StepSession
+    from wandb_modprof.capture.static_memory import PendingGradientState, StaticMemory
+    from wandb_modprof.records.calls import Structure
+    from wandb_modprof.records.ranks import RankData
+    from wandb_modprof.records.sample import ModuleStats, Sample
+
+MAX_UNRESOLVED = 8
+StaticFn = Callable[[set[str]], Mapping[str, "StaticMemory"]]
+
+
+class ProfileAccumulator:
+    """Sessions to resolve, running statistics, structures and rank data of one profile."""
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+        self._acc = StatsAccumulator()
+        self._last: Sample | None = None
+        self._num_samples = 0
+        self._pending: deque[tuple[StepSession, PendingGradientState | None, StaticFn]] = deque()
+        self._lock = threading.Lock()
+        self._structures: dict[str, Structure] = {}  # by call-sequence signature, in order
+        self._loaded_stats: dict[str, ModuleStats] | None = None  # a profile read from a file
+        # Every rank's compact statistics, folded by rank 0 of a distributed `watch` when it
+        # logs (`api.distributed.RankChannel.collect`); None: no distributed data.
+        self._ranks: RankData | None = None
+
+    @classmethod
+    def restored(cls, data: ProfileData) -> ProfileAccumulator:
+        """A read-only accumulator holding a saved profile (`wandb_modprof.load`)."""
+        acc = cls(data.model_name)
+        acc._num_samples = data.num_samples
+        acc._loaded_stats = dict(data.stats)
+        acc._last = data.last
+        acc._structures = {s.signature: s for s in data.structures}
+        acc._ranks = data.ranks
+        return acc
+
+    # ---- filled by the capture -------------------------------------------------------------
+    def add(
+        self,
+        session: StepSession,
+        gradients: PendingGradientState | None,
+        static_fn: StaticFn,
+    ) -> None:
+        with self._lock:
+            self._pending.append((session, gradients, static_fn))
+            backlog = len(self._pending) > MAX_UNRESOLVED
+        if backlog:
+            self.resolve_pending(force=False)
+
+    def add_structure(self, structure: Structure) -> None:
+        self._structures[structure.signature] = structure
+
+    def has_structure(self, signature: str) -> bool:
+        return signature in self._structures
+
+    def num_structures(self) -> int:
+        return len(self._structures)
+
+    # ---- resolution ------------------------------------------------------------------------
+    def resolve_pending(self, force: bool) -> None:
+        """Resolve finished samples; unless forced, only those whose device events completed."""
+        with self._lock:
+            while self._pending:
+                session, gradients, static_fn = self._pending[0]
+                if not force and not last_stamp_ready(session):
+                    break
+                if force:
+                    wait(session)
+                self._pending.popleft()
+                names = {inv.name for inv in session.invocations}
+                sample = resolve(
+                    session,
+                    static_fn(names),
+                    gradients.resolve() if gradients is not None else None,
+                )
+                self._acc.fold(sample.invocations)
+                self._last = sample
+                self._num_samples += 1
+
+    @property
+    def pending_count(self) -> int:
+        """Finished sessions not resolved yet (their device events may still be running)."""
+        return len(self._pending)
+
+    # ---- reading (nothing here resolves: callers choose when to wait) ------------------------
+    @property
+    def num_samples(self) -> int:
+        return self._num_samples
+
+    @property
+    def last(self) -> Sample | None:
+        return self._last
+
+    @property
+    def ranks(self) -> RankData | None:
+        return self._ranks
+
+    def set_ranks(self, ranks: RankData) -> None:
+        self._ranks = ranks
+
+    def stats(self) -> dict[str, ModuleStats]:
+        """Running statistics per call key, in forward order of their last sample."""
+        snap = self._acc.snapshot() if self._loaded_stats is None else self._loaded_stats
+        return dict(sorted(snap.items(), key=lambda kv: kv[1].order))
+
+    def structures(self) -> tuple[Structure, ...]:
+        return tuple(self._structures.values())
+
+    def means(
+        self, metrics: tuple[str, ...]
+    ) -> tuple[dict[str, tuple[float | None, ...]], dict[str, int]]:
+        """Per call key the running means of `metrics` (None: not measured) and the sample
+        count: what a rank publishes to rank 0 (`api.distributed`), without a full snapshot."""
+        if self._loaded_stats is None:
+            return self._acc.means(metrics)
+        means: dict[str, tuple[float | None, ...]] = {}
+        counts: dict[str, int] = {}
+        for key, stats in self._loaded_stats.items():
+            means[key] = tuple(stats.mean(m) for m in metrics)
+            stat = stats.metrics.get("fwd_ms")
+            counts[key] = stat.count if stat is not None else 0
+        return means, counts
+
+    def snapshot(self) -> ProfileData:
+        """Everything resolved so far, frozen (pending sessions are not waited for)."""
+        return ProfileData(
+            model_name=self.model_name,
+            num_samples=self._num_samples,
+            stats=self.stats(),
+            last=self._last,
+            structures=self.structures(),
+            ranks=self._ranks,
+        )
