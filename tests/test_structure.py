@@ -405,14 +405,14 @@ def test_writes_into_tensors_carry_their_sources() -> None:
 
 # ---- the pass never breaks training ----------------------------------------------------------
 def test_a_failing_flop_formula_warns_once_and_training_goes_on(monkeypatch) -> None:
-    from wandb_modprof.capture import structure_pass as _structure
+    from wandb_modprof.capture import flops as _flops
 
     def broken(*args: object, **kwargs: object) -> int:
         raise ValueError("formula exploded")
 
-    formulas = dict(_structure._FORMULAS)
+    formulas = dict(_flops.FORMULAS)
     formulas[torch.ops.aten.addmm] = broken
-    monkeypatch.setattr(_structure, "_FORMULAS", formulas)
+    monkeypatch.setattr(_flops, "FORMULAS", formulas)
     torch.manual_seed(0)
     model = Reused()
     reference = [p.detach().clone() for p in model.parameters()]
@@ -438,18 +438,18 @@ def test_a_failing_flop_formula_warns_once_and_training_goes_on(monkeypatch) -> 
 
 
 def test_failed_passes_are_retried_a_bounded_number_of_times(monkeypatch) -> None:
-    from wandb_modprof.capture import hooks as _capture
-    from wandb_modprof.capture import structure_pass as _structure
+    from wandb_modprof.capture import flops as _flops
+    from wandb_modprof.capture import structure_driver as _driver
 
-    monkeypatch.setattr(_structure, "_FORMULAS", {torch.ops.aten.addmm: lambda *a, **k: 1 // 0})
+    monkeypatch.setattr(_flops, "FORMULAS", {torch.ops.aten.addmm: lambda *a, **k: 1 // 0})
     model = Reused()
     handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
     with pytest.warns(RuntimeWarning):
-        for _ in range(3 * _capture.MAX_PASSES):
+        for _ in range(3 * _driver.MAX_PASSES):
             model(torch.randn(2, 32)).sum().backward()
     capture = handle._capture
-    assert capture._structure_passes == _capture.MAX_PASSES
-    assert not capture._structure_due
+    assert capture.structures.passes == _driver.MAX_PASSES
+    assert not capture.structures.due
     handle.unwatch()
 
 
@@ -609,7 +609,7 @@ def test_structure_variants_are_capped_with_one_warning() -> None:
                 x = self.lin(x)
             return x
 
-    from wandb_modprof.capture.hooks import MAX_STRUCTURES
+    from wandb_modprof.capture.structure_driver import MAX_STRUCTURES
 
     model = Varying()
     handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())

@@ -39,7 +39,7 @@ from torch.utils.hooks import RemovableHandle
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._warn import warn_safely
 from wandb_modprof.capture import autograd_private as ap
-from wandb_modprof.capture.hooks import _Hook
+from wandb_modprof.capture.inert_hook import InertHook
 from wandb_modprof.capture.invocation import grad_fns
 
 Phase = Literal["forward_start", "forward_end", "backward_start", "backward_end"]
@@ -224,8 +224,8 @@ class ModuleCallbacks:
         # parametrizations) fall in the call's range; the hook goes last so it walks the
         # output that other hooks may have replaced.
         self._handles = [
-            module.register_forward_pre_hook(_Hook(self._pre), with_kwargs=True, prepend=True),
-            module.register_forward_hook(_Hook(self._post), with_kwargs=True, always_call=True),
+            module.register_forward_pre_hook(InertHook(self._pre), with_kwargs=True, prepend=True),
+            module.register_forward_hook(InertHook(self._post), with_kwargs=True, always_call=True),
         ]
 
     # ---- public ----------------------------------------------------------------------------

@@ -166,6 +166,17 @@ class WatchHandle:
         )
 
 
+def count_from(handle: WatchHandle, optimizer_steps: int) -> None:
+    """Continue counting optimizer steps from `optimizer_steps` (a resumed run's global step,
+    for the framework callbacks in `integrations`)."""
+    handle._counter.optimizer_steps = optimizer_steps
+
+
+def forwards_counted(handle: WatchHandle) -> int:
+    """Training forwards of the watched module counted so far (every micro-batch)."""
+    return handle._counter.forwards
+
+
 def watch(
     model: nn.Module,
     log_freq: int = 100,

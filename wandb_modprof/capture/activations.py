@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from wandb_modprof.capture import autograd_private as ap
 from wandb_modprof.capture.storage import StorageKey, storages
 
 
@@ -67,6 +68,7 @@ class ActivationCounter:
         # storage -> [owner, nbytes, weak refs to the packed objects holding it]
         self._saved: dict[StorageKey, list[Any]] = {}
         self.bytes_by_invocation: dict[int, int] = {}
+        self._ctx: torch.autograd.graph.saved_tensors_hooks | None = None
 
     def pack(self, tensor: torch.Tensor) -> _Packed:
         packed = _Packed(tensor.detach(), _version(tensor))
@@ -93,5 +95,29 @@ class ActivationCounter:
                 self.bytes_by_invocation[owner] = self.bytes_by_invocation.get(owner, 0) + nbytes
         self._saved = {}
 
-    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
-        return torch.autograd.graph.saved_tensors_hooks(self.pack, unpack)
+    # ---- our saved-tensor hooks on the thread's hook stack --------------------------------
+    @property
+    def pushed(self) -> bool:
+        return self._ctx is not None
+
+    def push(self) -> None:
+        self._ctx = torch.autograd.graph.saved_tensors_hooks(self.pack, unpack)
+        self._ctx.__enter__()
+
+    def pop(self) -> None:
+        """Pop our hooks, whatever is on top (the end of our forward: the stack must balance)."""
+        if self._ctx is not None:
+            self._ctx.__exit__(None, None, None)
+            self._ctx = None
+
+    def pop_if_innermost(self) -> bool:
+        """Pop our hooks if they are the innermost ones; True once they are gone.
+
+        The hook stack is global to the thread: popping when someone else's hooks are on top
+        would remove theirs, so then we wait until they have left."""
+        if self._ctx is None:
+            return True
+        if ap.top_saved_tensors_pack_hook() != self.pack:
+            return False
+        self.pop()
+        return True

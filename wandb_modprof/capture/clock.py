@@ -13,6 +13,10 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import torch
+from torch import nn
+
+from wandb_modprof._errors import ModProfError
+from wandb_modprof.capture.options import Options, Timing
 
 
 class Clock(Protocol):
@@ -68,3 +72,25 @@ class EventClock:
 
     def offsets_ms(self, ref: Any, stamps: Sequence[Any]) -> list[float]:
         return [float("nan") if s is None else float(ref.elapsed_time(s)) for s in stamps]
+
+
+def model_device(model: nn.Module) -> torch.device:
+    for param in model.parameters():
+        return param.device
+    for buffer in model.buffers():
+        return buffer.device
+    return torch.device("cpu")
+
+
+def make_clock(options: Options, device: torch.device) -> Clock:
+    """Host clock on CPU; device events on accelerators (events of the device that holds the
+    model's first parameter: a model spread over several devices is timed on that one)."""
+    if options.timing is Timing.CPU or (options.timing is Timing.AUTO and device.type == "cpu"):
+        return CpuClock()
+    try:
+        return EventClock(device)
+    except RuntimeError as error:
+        raise ModProfError(
+            f"timing='device' needs a model on an accelerator with timing events; the model's "
+            f"parameters are on {device} ({error}). Use timing='auto' or 'cpu'."
+        ) from None

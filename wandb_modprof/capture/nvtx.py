@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from wandb_modprof._errors import ModProfError
+
+if TYPE_CHECKING:
+    from wandb_modprof.capture.invocation import Invocation
+    from wandb_modprof.capture.nodes import NodeTable
 
 
 def check_available() -> None:
@@ -35,6 +40,28 @@ class NvtxRanges:
         self._pushed = 0
         # per thread: [(key, range id)], outermost first
         self._open: dict[int, list[tuple[str, int]]] = {}
+        self._chains: list[tuple[tuple[str, str], ...]] | None = None  # per invocation
+
+    def backward_node_of(
+        self, invocations: Sequence[Invocation], nodes: NodeTable, slot: int, stack: list[int]
+    ) -> None:
+        """Node `slot` starts (`stack`: the slots running on its thread, it last): open the
+        ranges of the call that owns it and of that call's ancestors."""
+        if self._chains is None:
+            self._chains = []
+            for inv in invocations:  # preorder: parents first
+                head = self._chains[inv.parent] if inv.parent >= 0 else ()
+                self._chains.append((*head, (inv.key, inv.name)))
+        owner = nodes.owner[slot]
+        if owner < 0:
+            return  # a node of an unmatched recompute: no call to name a range after
+        chain = self._chains[owner]
+        outer = stack[-2] if len(stack) > 1 and nodes.owner[stack[-2]] >= 0 else -1
+        if outer >= 0:  # nested in a node of a call it does not descend from: stay in that one
+            around = self._chains[nodes.owner[outer]]
+            if chain[: len(around)] != around:
+                chain = around
+        self.backward_node(nodes.thread[slot], chain)
 
     def forward_enter(self, name: str) -> None:
         torch.cuda.nvtx.range_push(f"{name}.forward")

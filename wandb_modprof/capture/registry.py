@@ -40,3 +40,21 @@ def owner_of(model: nn.Module) -> Any:
 
 def owners() -> list[Any]:
     return [owner for ref in list(_ACTIVE.values()) if (owner := ref()) is not None]
+
+
+# Captures whose hooks are attached, whatever owns them: a structure pass or a delivery must
+# know whether another watched model's timed forward is running around it.
+_ATTACHED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def attach_capture(capture: Any) -> None:
+    _ATTACHED.add(capture)
+
+
+def detach_capture(capture: Any) -> None:
+    _ATTACHED.discard(capture)
+
+
+def attached_captures() -> list[Any]:
+    """Each has `timed_forward`: its step session while a timed forward runs, else None."""
+    return list(_ATTACHED)

@@ -58,12 +58,12 @@ def resolve(
     first_alloc: list[int | None] = [None] * n
     peak: list[int | None] = [None] * n
     if has_bwd:
-        t0 = clock.offsets_ms(ref, session.node_t0)
-        t1 = clock.offsets_ms(ref, session.node_t1)
+        t0 = clock.offsets_ms(ref, session.nodes.t0)
+        t1 = clock.offsets_ms(ref, session.nodes.t1)
         ran = [_finite(a) and _finite(b) for a, b in zip(t0, t1, strict=True)]
         dur = [t1[j] - t0[j] if ran[j] else 0.0 for j in range(len(ran))]
         excl = list(dur)
-        for j, outer in enumerate(session.node_enclosing):
+        for j, outer in enumerate(session.nodes.enclosing):
             if ran[j] and outer >= 0:
                 excl[outer] -= dur[j]
         recs = session.recomputes
@@ -89,16 +89,16 @@ def resolve(
             if r.orig >= 0:
                 recompute[r.orig] += r_dur[k]
                 recomputed[r.orig] = True
-        for j, owner in enumerate(session.node_owner):
+        for j, owner in enumerate(session.nodes.owner):
             if not ran[j]:
                 continue
             bwd_self[owner] += excl[j]
             nodes_run[owner] += 1
             if t0[j] < first[owner]:
                 first[owner] = t0[j]
-                first_alloc[owner] = session.node_alloc0[j]
+                first_alloc[owner] = session.nodes.alloc0[j]
             last[owner] = max(last[owner], t1[j])
-            p = session.node_peak[j]
+            p = session.nodes.peak[j]
             if p is not None:
                 q = peak[owner]
                 peak[owner] = p if q is None else max(q, p)
@@ -194,18 +194,18 @@ def _runs(
     """Every node execution and checkpoint recompute of the backward, in start order."""
     invs = session.invocations
     runs: list[BackwardRun] = []
-    for j, owner in enumerate(session.node_owner):
+    for j, owner in enumerate(session.nodes.owner):
         if owner >= 0 and _finite(t0[j]) and _finite(t1[j]):
-            seq = session.node_seq[j]
-            name = session.node_name[j]
-            thread = session.node_thread[j]
+            seq = session.nodes.seq[j]
+            name = session.nodes.name[j]
+            thread = session.nodes.thread[j]
             runs.append(BackwardRun("node", name, seq, invs[owner].key, t0[j], t1[j], thread))
     for k, r in enumerate(session.recomputes):
         start, end = r_off[2 * k], r_off[2 * k + 1]
         if r.orig < 0 or not (_finite(start) and _finite(end)):
             continue
         node = r.enclosing_node
-        thread = session.node_thread[node] if node >= 0 else session.forward_thread
+        thread = session.nodes.thread[node] if node >= 0 else session.forward_thread
         key = invs[r.orig].key
         runs.append(BackwardRun("recompute", key, -1, key, start, end, thread))
     runs.sort(key=lambda run: (run.start_ms, -run.end_ms))

@@ -35,7 +35,9 @@ from wandb_modprof.capture.activations import ActivationCounter
 from wandb_modprof.capture.clock import Clock
 from wandb_modprof.capture.device_memory import DeviceMemory
 from wandb_modprof.capture.invocation import Invocation, Recompute, grad_fns
+from wandb_modprof.capture.nodes import NodeTable
 from wandb_modprof.capture.nvtx import NvtxRanges
+from wandb_modprof.capture.recompute import RecomputeTracker
 from wandb_modprof.capture.static_memory import PendingGradientState
 from wandb_modprof.capture.storage import StorageKey
 
@@ -65,7 +67,6 @@ class StepSession:
         self.ref_stamp: Any = None
         self.forward_thread = threading.get_native_id()
         self.nvtx = nvtx
-        self._chains: list[tuple[tuple[str, str], ...]] | None = None  # for NVTX, per owner
         self.exception_at_start = sys.exc_info()[1]
         self.forward_done = False
         self.superseded = False  # a newer root forward started before this one's backward
@@ -80,33 +81,18 @@ class StepSession:
             self.activations = ActivationCounter(
                 excluded_storages, self.current, lambda e: self.fail("saved-tensor hook", e)
             )
-        self._act_ctx: Any = None
         # backward, indexed by node slot
         self._hooked_seqs: set[int] = set()
-        self.node_seq: list[int] = []
-        self.node_name: list[str] = []  # autograd node class, for traces
-        self.node_thread: list[int] = []  # native id of the thread that ran it
-        self.node_via: list[int] = []  # AccumulateGrad: the slot of the node feeding it
-        self.node_owner: list[int] = []
-        self.node_t0: list[Any] = []
-        self.node_t1: list[Any] = []
-        self.node_enclosing: list[int] = []
-        self.node_alloc0: list[int | None] = []
-        self.node_peak: list[int | None] = []
+        self.nodes = NodeTable()
         self._exec: dict[int, list[int]] = {}
         self._persistent_handles: list[Any] = []
         # Parameters whose AccumulateGrad node is hooked; those slots cannot start a backward:
         # a later step's graph reuses a live AccumulateGrad node, hooks included.
         self._accumulate_params: set[int] = set()
-        self.node_accumulate: list[bool] = []
         self.bwd_started = False
         self.bwd_t_begin: Any = None
         self.bwd_t_end: Any = None
-        # checkpoint recomputes
-        self.recomputes: list[Recompute] = []
-        self._rstack: list[int] = []
-        self._rroots: list[Any] = []
-        self._matched: set[int] = set()
+        self._recompute = RecomputeTracker()  # activation-checkpointing recomputes
         self.gradients: PendingGradientState | None = None
 
     # ---- forward -----------------------------------------------------------------------
@@ -182,19 +168,15 @@ class StepSession:
         self.pop_saved_tensors_hooks()
         self.abandon()
 
-    def pop_saved_tensors_hooks(self) -> bool:
-        """Pop our saved-tensor hooks if they are the innermost ones; True once they are gone.
+    @property
+    def saved_hooks_pushed(self) -> bool:
+        """Our saved-tensor hooks are still pushed (someone else's were on top at the end)."""
+        return self.activations is not None and self.activations.pushed
 
-        The hook stack is global to the thread: popping when someone else's hooks are on top
-        would remove theirs, so then we wait until they have left."""
-        if self._act_ctx is None:
-            return True
-        assert self.activations is not None
-        if ap.top_saved_tensors_pack_hook() != self.activations.pack:
-            return False
-        self._act_ctx.__exit__(None, None, None)
-        self._act_ctx = None
-        return True
+    def pop_saved_tensors_hooks(self) -> bool:
+        """Pop our saved-tensor hooks if they are innermost (`ActivationCounter`); True once
+        they are gone."""
+        return self.activations is None or self.activations.pop_if_innermost()
 
     def _fold_forward_peak(self) -> None:
         """Charge the allocator peak since the last boundary to the running invocation."""
@@ -207,16 +189,14 @@ class StepSession:
 
     def _start_activations(self) -> None:
         if self.activations is not None:
-            self._act_ctx = self.activations.hooks()
-            self._act_ctx.__enter__()
+            self.activations.push()
 
     def _end_forward(self) -> None:
         if self.nvtx is not None:
             self.nvtx.forward_abort()  # ranges a failed forward left open
         # Pop our saved-tensor hooks first, whatever happened: the hook stack must stay balanced.
-        if self._act_ctx is not None:
-            self._act_ctx.__exit__(None, None, None)
-            self._act_ctx = None
+        if self.activations is not None:
+            self.activations.pop()
         self.forward_done = True
         if self.activations is not None:
             self.activations.close()
@@ -234,12 +214,12 @@ class StepSession:
         for idx, inv in enumerate(self.invocations):  # preorder: children overwrite parents
             if inv.seq1 > inv.seq0:
                 owners[inv.seq0 - root.seq0 : inv.seq1 - root.seq0] = [idx] * (inv.seq1 - inv.seq0)
-        for slot, via in enumerate(self.node_via):
+        for slot, via in enumerate(self.nodes.via):
             if via >= 0:  # AccumulateGrad: charged to the call whose node feeds it
-                self.node_owner[slot] = self.node_owner[via]
+                self.nodes.owner[slot] = self.nodes.owner[via]
             else:
-                self.node_owner[slot] = owners[self.node_seq[slot] - root.seq0]
-        if not self.node_seq:
+                self.nodes.owner[slot] = owners[self.nodes.seq[slot] - root.seq0]
+        if not self.nodes.seq:
             # Nothing in the step can run a backward (all frozen, or no grad): done now.
             self.finish()
 
@@ -276,21 +256,13 @@ class StepSession:
                 self._accumulate_params.add(param_id)
             else:
                 continue  # created before this forward (its inputs)
-            slot = len(self.node_seq)
-            self.node_seq.append(seq if in_range else -1)
-            self.node_name.append(node.name())
-            self.node_thread.append(0)
-            self.node_via.append(-1 if in_range else via)
             if owners is None:
-                self.node_owner.append(-1)
+                owner = -1
             else:
-                self.node_owner.append(owners[seq - lo] if in_range else self.node_owner[via])
-            self.node_t0.append(None)
-            self.node_t1.append(None)
-            self.node_enclosing.append(-1)
-            self.node_alloc0.append(None)
-            self.node_peak.append(None)
-            self.node_accumulate.append(not in_range)
+                owner = owners[seq - lo] if in_range else self.nodes.owner[via]
+            slot = self.nodes.add(
+                seq if in_range else -1, node.name(), -1 if in_range else via, owner, not in_range
+            )
             pre = node.register_prehook(functools.partial(self._node_pre, slot))
             post = node.register_hook(functools.partial(self._node_post, slot))
             if not in_range:
@@ -309,47 +281,29 @@ class StepSession:
             return  # a backward run inside the forward (autograd.grad in forward) is not ours
         try:
             if not self.bwd_started:
-                if self.node_accumulate[slot]:
+                if self.nodes.accumulate[slot]:
                     return  # another graph reached this shared node; ours has not run
                 self.bwd_started = True
                 self.bwd_t_begin = self.clock.stamp()
                 ap.queue_end_of_backward(self.finish)
             stack = self._exec_stack()
-            self.node_enclosing[slot] = stack[-1] if stack else -1
+            self.nodes.enclosing[slot] = stack[-1] if stack else -1
             stack.append(slot)
-            self.node_thread[slot] = threading.get_native_id()
+            self.nodes.thread[slot] = threading.get_native_id()
             if self.nvtx is not None:
-                self._nvtx_node(slot, stack)
+                self.nvtx.backward_node_of(self.invocations, self.nodes, slot, stack)
             if self.memory is not None:
                 self._fold_node_peak(stack[:-1])
-                self.node_alloc0[slot] = self.memory.allocated()
-            self.node_t0[slot] = self.clock.stamp()
+                self.nodes.alloc0[slot] = self.memory.allocated()
+            self.nodes.t0[slot] = self.clock.stamp()
         except Exception as error:
             self.fail("backward pre-hook", error)
 
-    def _nvtx_node(self, slot: int, stack: list[int]) -> None:
-        assert self.nvtx is not None
-        if self._chains is None:
-            self._chains = []
-            for inv in self.invocations:  # preorder: parents first
-                head = self._chains[inv.parent] if inv.parent >= 0 else ()
-                self._chains.append((*head, (inv.key, inv.name)))
-        owner = self.node_owner[slot]
-        if owner < 0:
-            return  # a node of an unmatched recompute: no call to name a range after
-        chain = self._chains[owner]
-        outer = stack[-2] if len(stack) > 1 and self.node_owner[stack[-2]] >= 0 else -1
-        if outer >= 0:  # nested in a node of a call it does not descend from: stay in that one
-            around = self._chains[self.node_owner[outer]]
-            if chain[: len(around)] != around:
-                chain = around
-        self.nvtx.backward_node(self.node_thread[slot], chain)
-
     def _node_post(self, slot: int, grad_inputs: Any, grad_outputs: Any) -> None:
-        if self.closed or self.node_t0[slot] is None:
+        if self.closed or self.nodes.t0[slot] is None:
             return
         try:
-            self.node_t1[slot] = self.clock.stamp()
+            self.nodes.t1[slot] = self.clock.stamp()
             stack = self._exec_stack()
             if stack and stack[-1] == slot:
                 stack.pop()
@@ -357,11 +311,11 @@ class StepSession:
                 stack.remove(slot)
             if self.memory is not None:
                 self._fold_node_peak([slot])
-                outer = self.node_enclosing[slot]
-                peak = self.node_peak[slot]
+                outer = self.nodes.enclosing[slot]
+                peak = self.nodes.peak[slot]
                 if outer >= 0 and peak is not None:
-                    prev = self.node_peak[outer]
-                    self.node_peak[outer] = peak if prev is None else max(prev, peak)
+                    prev = self.nodes.peak[outer]
+                    self.nodes.peak[outer] = peak if prev is None else max(prev, peak)
         except Exception as error:
             self.fail("backward hook", error)
 
@@ -371,8 +325,8 @@ class StepSession:
         self.memory.reset_peak()
         if running:
             top = running[-1]
-            prev = self.node_peak[top]
-            self.node_peak[top] = peak if prev is None else max(prev, peak)
+            prev = self.nodes.peak[top]
+            self.nodes.peak[top] = peak if prev is None else max(prev, peak)
 
     def finish(self) -> None:
         """End of the sampled backward (or of a forward that cannot have one)."""
@@ -399,59 +353,24 @@ class StepSession:
         self._accumulate_params = set()
 
     # ---- activation-checkpointing recomputes ---------------------------------------------
+    @property
+    def recomputes(self) -> list[Recompute]:
+        return self._recompute.records
+
     def recompute_enter(self, module_id: int) -> None:
         if self.closed:
             return
         candidates = self._by_module.get(module_id, [])
-        parent = self._rstack[-1] if self._rstack else -1
-        orig = -1
-        if parent >= 0 and self.recomputes[parent].orig >= 0:
-            # Inside a recomputed call children repeat in forward order.
-            want = self.recomputes[parent].orig
-            orig = next(
-                (
-                    i
-                    for i in candidates
-                    if i not in self._matched and self.invocations[i].parent == want
-                ),
-                -1,
-            )
-        if orig < 0:
-            # Top-level recomputes run in backward order: the latest unmatched call first.
-            orig = next((i for i in reversed(candidates) if i not in self._matched), -1)
-        if orig >= 0:
-            self._matched.add(orig)
-        stack = self._exec_stack()
-        enclosing = stack[-1] if stack and parent < 0 else -1
-        self._rstack.append(len(self.recomputes))
-        self.recomputes.append(
-            Recompute(orig, parent, enclosing, ap.sequence_nr(), self.clock.stamp())
-        )
+        self._recompute.enter(candidates, self.invocations, self._exec_stack(), self.clock)
 
     def recompute_exit(self, module_id: int, result: Any) -> None:
-        if self.closed or not self._rstack:
+        if self.closed:
             return
-        rec = self.recomputes[self._rstack.pop()]
-        rec.t1 = self.clock.stamp()
-        rec.seq1 = ap.sequence_nr()
-        self._rroots.extend(grad_fns(result))
-        if self._rstack:
-            return
-        # A top-level recompute finished. With reentrant checkpointing its fresh nodes run in
-        # a nested backward right now: hook them so the recomputed module gets their time.
-        roots, self._rroots = self._rroots, []
-        top = len(self.recomputes) - 1
-        while self.recomputes[top].parent >= 0:
-            top = self.recomputes[top].parent
-        lo, hi = self.recomputes[top].seq0, rec.seq1
-        if hi <= lo:
-            return
-        owners = [-1] * (hi - lo)
-        for r in self.recomputes[top:]:
-            owner = r.orig if r.orig >= 0 else self.recomputes[top].orig
-            if r.seq1 > r.seq0 and owner >= 0:
-                owners[r.seq0 - lo : r.seq1 - lo] = [owner] * (r.seq1 - r.seq0)
-        self._hook_nodes(roots, lo, hi, owners)
+        walk = self._recompute.exit(result, self.clock)
+        if walk is not None:
+            # With reentrant checkpointing the fresh nodes of a finished top-level recompute
+            # run in a nested backward right now: hook them so the module gets their time.
+            self._hook_nodes(*walk)
 
     # ---- failure -----------------------------------------------------------------------
     def fail(self, where: str, error: Exception) -> None:

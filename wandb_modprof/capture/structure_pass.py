@@ -19,21 +19,18 @@ are dropped when their call returns.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import fields, is_dataclass
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 from torch.utils.weak import WeakIdKeyDictionary
 
 from wandb_modprof.capture.callstack import call_depth
+from wandb_modprof.capture.flops import FlopCount
 from wandb_modprof.capture.invocation import tensors_in
+from wandb_modprof.capture.slots import input_slots, output_slots
 from wandb_modprof.capture.wrappers import inner_model
 from wandb_modprof.records.calls import (
     CallInfo,
@@ -43,59 +40,6 @@ from wandb_modprof.records.calls import (
     input_key,
     output_key,
 )
-
-
-# ---- flattening ----------------------------------------------------------------------------
-def output_slots(result: Any) -> list[tuple[str, list[torch.Tensor]]]:
-    """A module output split into named fields, each with its tensors."""
-    if isinstance(result, torch.Tensor):
-        return [("output", [result])]
-    if isinstance(result, Mapping):  # dict, OrderedDict, transformers' ModelOutput
-        items: list[tuple[str, Any]] = [(str(k), v) for k, v in result.items()]
-    elif is_dataclass(result) and not isinstance(result, type):
-        items = [(f.name, getattr(result, f.name, None)) for f in fields(result)]
-    elif isinstance(result, (list, tuple)):
-        names = getattr(result, "_fields", None)  # namedtuple
-        items = [(str(names[i]) if names else f"output[{i}]", v) for i, v in enumerate(result)]
-    else:
-        return []
-    slots = [(name, list(tensors_in(v))) for name, v in items]
-    return [(name, ts) for name, ts in slots if ts]
-
-
-@functools.lru_cache(maxsize=1024)
-def _parameters(forward: Callable[..., Any]) -> tuple[list[str], str | None]:
-    """Names of `forward`'s positional parameters (without `self`) and of its `*args`."""
-    try:
-        params = list(inspect.signature(forward).parameters.values())[1:]
-    except (TypeError, ValueError):  # builtins / C extensions without a signature
-        return [], None
-    positional = [
-        p.name
-        for p in params
-        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    ]
-    var = next((p.name for p in params if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
-    return positional, var
-
-
-def input_slots(
-    module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-) -> list[tuple[str, list[torch.Tensor]]]:
-    """Arguments of a call named after `forward`'s parameters (`x`, `input_ids`, `args[2]`)."""
-    positional, var = _parameters(type(module).forward)
-    slots: list[tuple[str, list[torch.Tensor]]] = []
-    for i, value in enumerate(args):
-        if i < len(positional):
-            name = positional[i]
-        elif var is not None:
-            name = f"{var}[{i - len(positional)}]"
-        else:
-            name = f"args[{i}]"
-        slots.append((name, list(tensors_in(value))))
-    for key, value in kwargs.items():
-        slots.append((str(key), list(tensors_in(value))))
-    return [(name, ts) for name, ts in slots if ts]
 
 
 def prepare() -> None:
@@ -211,86 +155,6 @@ class _Dataflow(TorchFunctionMode):
         return out
 
 
-def _ops(*names: str) -> frozenset[Any]:
-    """ATen overloads by name, skipping those this torch version does not have."""
-    found = []
-    for name in names:
-        packet, _, overload = name.partition(".")
-        op = getattr(torch.ops.aten, packet, None) or getattr(torch.ops.prim, packet, None)
-        if op is not None and hasattr(op, overload):
-            found.append(getattr(op, overload))
-    return frozenset(found)
-
-
-# Metadata queries (as FlopCounterMode skips them): declining them lets tensor subclasses
-# with their own size/stride policy (jagged nested tensors) answer.
-_SHAPE_QUERIES = _ops(
-    "is_contiguous.default",
-    "is_contiguous.memory_format",
-    "sym_is_contiguous.default",
-    "is_strides_like_format.default",
-    "is_non_overlapping_and_dense.default",
-    "size.default",
-    "sym_size.default",
-    "stride.default",
-    "sym_stride.default",
-    "storage_offset.default",
-    "sym_storage_offset.default",
-    "numel.default",
-    "sym_numel.default",
-    "dim.default",
-    "layout.default",
-)
-
-
-def _cpu_sdpa_flops(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args: Any, **kwargs: Any
-) -> int:
-    return int(sdpa_flop_count(query.shape, key.shape, value.shape))
-
-
-# torch.utils.flop_counter has no formula for the CPU kernel of scaled_dot_product_attention
-# (torch 2.13); it is the flash formula on the same shapes.
-_FORMULAS: dict[Any, Any] = {
-    **flop_registry,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops,
-}
-_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
-
-
-class _Flops(TorchDispatchMode):
-    """FLOPs of every ATen op with a `torch.utils.flop_counter` formula, charged to the
-    innermost open call. Unlike `FlopCounterMode` it never decomposes an op to count it:
-    the user's op always runs once, as called (composite ops with no formula count 0)."""
-
-    supports_higher_order_operators = True  # torch.cond & co. run through unchanged
-
-    def __init__(self, pass_: StructurePass) -> None:
-        super().__init__()
-        self.pass_ = pass_
-
-    def __torch_dispatch__(
-        self,
-        func: Any,
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: Mapping[str, Any] | None = None,
-    ) -> Any:
-        kwargs = kwargs or {}
-        if func in _SHAPE_QUERIES or any(t not in _PLAIN_TYPES for t in types):
-            return NotImplemented  # tensor subclasses unwrap first; we see their plain ops
-        out = func(*args, **kwargs)
-        if self.pass_.failed or isinstance(func, torch._ops.HigherOrderOperator):
-            return out
-        try:
-            formula = _FORMULAS.get(func._overloadpacket)
-            if formula is not None:
-                self.pass_.add_flops(int(formula(*args, **kwargs, out_val=out)))
-        except Exception as error:  # a formula that cannot read these arguments
-            self.pass_.fail(error)
-        return out
-
-
 class StructurePass:
     """One forward seen by the structure capture; `finish()` returns the `Structure`."""
 
@@ -305,7 +169,7 @@ class StructurePass:
         self._stack: list[_Frame] = []
         self._edges: set[DataEdge] = set()
         self._dataflow = _Dataflow(self)
-        self._flops = _Flops(self)
+        self._flops = FlopCount(self)
         self._modes_on = False
         self._ops = 0
         self.failed = False

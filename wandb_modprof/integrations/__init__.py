@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from wandb_modprof.api.watch import WatchHandle, watch
+from wandb_modprof.api.watch import WatchHandle, count_from, forwards_counted, watch
 
 from .._errors import ModProfError
 from .._validate import check_log_freq
@@ -102,12 +102,12 @@ def start_at_step(handle: WatchHandle, global_step: int) -> None:
     resumed at step 1,000 samples 1,100, 1,200 ..., as the uninterrupted run would have.
     The first step after the start is still the structure pass."""
     if global_step > 0:
-        handle._counter.optimizer_steps = global_step
+        count_from(handle, global_step)
 
 
 def training_forwards(handle: WatchHandle) -> int:
     """Training forwards of the watched module counted so far (every micro-batch)."""
-    return handle._counter.forwards
+    return forwards_counted(handle)
 
 
 def other_rank_watches() -> bool:

@@ -1,0 +1,167 @@
+"""The package's import graph, built from the source: data flows one way.
+
+Every import counts, also those inside functions and under `TYPE_CHECKING`: a lazy import
+still couples two modules, and a cycle hidden in a function is still a cycle. Stages, lowest
+first (a module may import its own stage or a lower one, never a higher one):
+
+    base (_errors, _warn, _validate, _version) < records < capture < stats < view < sinks
+    < api < integrations < the package itself (__init__, __main__)
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "wandb_modprof"
+STAGES = ("base", "records", "capture", "stats", "view", "sinks", "api", "integrations", "top")
+BASE = {"_errors", "_warn", "_validate", "_version"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def stage(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] in ("__init__", "__main__"):
+        return "top"
+    if parts[1] in BASE:
+        return "base"
+    assert parts[1] in STAGES, f"{module} is in no stage: add its folder to STAGES"
+    return parts[1]
+
+
+def imports(path: Path) -> Iterator[tuple[str, int]]:
+    """(imported module, line) for every import in the file, resolved to package modules."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield target, node.lineno
+            for alias in node.names:  # `from pkg import module` imports the module
+                yield f"{target}.{alias.name}", node.lineno
+
+
+def graph() -> dict[str, dict[str, int]]:
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    edges: dict[str, dict[str, int]] = {m: {} for m in modules}
+    for name, path in modules.items():
+        for target, line in imports(path):
+            if target in modules and target != name:
+                edges[name].setdefault(target, line)
+    return edges
+
+
+def cycles(edges: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    counter = 0
+    for root, targets in edges.items():
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(targets))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = counter
+                counter += 1
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(edges[child])))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def test_the_graph_is_read_from_the_source():
+    edges = graph()
+    assert len(edges) > 40  # every module of the package was found
+    # function-level and TYPE_CHECKING imports are edges too
+    assert "wandb_modprof.view.table" in edges["wandb_modprof.sinks.summary"]
+    assert "wandb_modprof.records.snapshot" in edges["wandb_modprof.view.table"]
+
+
+def test_no_import_cycles():
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b": 1}, "b": {}}) == []
+
+
+def test_imports_point_down_the_stages():
+    upward = [
+        f"{src} ({stage(src)}) line {line} imports {dst} ({stage(dst)})"
+        for src, targets in graph().items()
+        for dst, line in targets.items()
+        if STAGES.index(stage(dst)) > STAGES.index(stage(src))
+    ]
+    assert upward == []
+
+
+@pytest.mark.parametrize("folder", [s for s in STAGES if s not in ("base", "top")])
+def test_each_stage_says_what_it_takes_and_gives(folder: str):
+    init = PACKAGE / folder / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text()))
+    assert doc is not None and len(doc.split()) >= 25, f"{init} needs a docstring paragraph"
+
+
+def test_no_subpackage_shadows_a_public_name():
+    import wandb_modprof
+
+    folders = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert folders & set(wandb_modprof.__all__) == set()
+
+
+def test_no_module_imports_another_modules_private_names():
+    private = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (
+                node.level or "wandb_modprof" in (node.module or "")
+            ):
+                for alias in node.names:
+                    name = alias.name
+                    is_module = (PACKAGE / f"{name}.py").exists() or (PACKAGE / name).is_dir()
+                    if name.startswith("_") and not name.startswith("__") and not is_module:
+                        private.append(f"{module_name(path)} line {node.lineno}: {name}")
+    assert private == []

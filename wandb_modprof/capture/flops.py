@@ -1,0 +1,103 @@
+"""FLOPs per module call, counted during the structure pass.
+
+A `TorchDispatchMode` sees every ATen op once, as the user's code called it, and charges the
+FLOPs that `torch.utils.flop_counter`'s formulas give to the innermost open call (through the
+`FlopSink`, the running `StructurePass`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry, sdpa_flop_count
+
+
+class FlopSink(Protocol):
+    failed: bool
+
+    def add_flops(self, count: int) -> None: ...
+
+    def fail(self, error: Exception) -> None: ...
+
+
+def _ops(*names: str) -> frozenset[Any]:
+    """ATen overloads by name, skipping those this torch version does not have."""
+    found = []
+    for name in names:
+        packet, _, overload = name.partition(".")
+        op = getattr(torch.ops.aten, packet, None) or getattr(torch.ops.prim, packet, None)
+        if op is not None and hasattr(op, overload):
+            found.append(getattr(op, overload))
+    return frozenset(found)
+
+
+# Metadata queries (as FlopCounterMode skips them): declining them lets tensor subclasses
+# with their own size/stride policy (jagged nested tensors) answer.
+_SHAPE_QUERIES = _ops(
+    "is_contiguous.default",
+    "is_contiguous.memory_format",
+    "sym_is_contiguous.default",
+    "is_strides_like_format.default",
+    "is_non_overlapping_and_dense.default",
+    "size.default",
+    "sym_size.default",
+    "stride.default",
+    "sym_stride.default",
+    "storage_offset.default",
+    "sym_storage_offset.default",
+    "numel.default",
+    "sym_numel.default",
+    "dim.default",
+    "layout.default",
+)
+
+
+def _cpu_sdpa_flops(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args: Any, **kwargs: Any
+) -> int:
+    return int(sdpa_flop_count(query.shape, key.shape, value.shape))
+
+
+# torch.utils.flop_counter has no formula for the CPU kernel of scaled_dot_product_attention
+# (torch 2.13); it is the flash formula on the same shapes.
+FORMULAS: dict[Any, Any] = {
+    **flop_registry,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops,
+}
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+class FlopCount(TorchDispatchMode):
+    """FLOPs of every ATen op with a `torch.utils.flop_counter` formula, charged to the
+    innermost open call. Unlike `FlopCounterMode` it never decomposes an op to count it:
+    the user's op always runs once, as called (composite ops with no formula count 0)."""
+
+    supports_higher_order_operators = True  # torch.cond & co. run through unchanged
+
+    def __init__(self, pass_: FlopSink) -> None:
+        super().__init__()
+        self.pass_ = pass_
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func in _SHAPE_QUERIES or any(t not in _PLAIN_TYPES for t in types):
+            return NotImplemented  # tensor subclasses unwrap first; we see their plain ops
+        out = func(*args, **kwargs)
+        if self.pass_.failed or isinstance(func, torch._ops.HigherOrderOperator):
+            return out
+        try:
+            formula = FORMULAS.get(func._overloadpacket)
+            if formula is not None:
+                self.pass_.add_flops(int(formula(*args, **kwargs, out_val=out)))
+        except Exception as error:  # a formula that cannot read these arguments
+            self.pass_.fail(error)
+        return out

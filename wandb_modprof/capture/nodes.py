@@ -1,0 +1,59 @@
+"""The autograd nodes one sampled step hooked, in parallel lists indexed by slot.
+
+Filled by `session.StepSession` as calls return (one `add` per node), stamped by its node
+hooks during the backward, read by `resolve` after the step. Plain lists of ints and stamps:
+no node or tensor is held.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class NodeTable:
+    __slots__ = (
+        "accumulate",
+        "alloc0",
+        "enclosing",
+        "name",
+        "owner",
+        "peak",
+        "seq",
+        "t0",
+        "t1",
+        "thread",
+        "via",
+    )
+
+    def __init__(self) -> None:
+        self.seq: list[int] = []  # autograd sequence number; -1 for AccumulateGrad nodes
+        self.name: list[str] = []  # autograd node class, for traces
+        self.thread: list[int] = []  # native id of the thread that ran it
+        self.via: list[int] = []  # AccumulateGrad: the slot of the node feeding it
+        self.owner: list[int] = []  # index of the invocation charged (-1: not yet / none)
+        self.t0: list[Any] = []  # clock stamps around the node's execution
+        self.t1: list[Any] = []
+        self.enclosing: list[int] = []  # slot of the node it ran nested in (reentrant), or -1
+        self.alloc0: list[int | None] = []  # accelerators: allocated bytes when it started
+        self.peak: list[int | None] = []  # accelerators: allocator peak while it ran
+        # AccumulateGrad nodes outlive the step's graph; they cannot start a sampled backward
+        self.accumulate: list[bool] = []
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def add(self, seq: int, name: str, via: int, owner: int, accumulate: bool) -> int:
+        """A newly hooked node; returns its slot."""
+        slot = len(self.seq)
+        self.seq.append(seq)
+        self.name.append(name)
+        self.thread.append(0)
+        self.via.append(via)
+        self.owner.append(owner)
+        self.t0.append(None)
+        self.t1.append(None)
+        self.enclosing.append(-1)
+        self.alloc0.append(None)
+        self.peak.append(None)
+        self.accumulate.append(accumulate)
+        return slot

@@ -1,0 +1,197 @@
+"""When the structure pass runs, and what happens around it, for one watched model.
+
+The pass (`structure_pass.StructurePass`) is one untimed forward with two torch modes pushed.
+This driver decides when one is due (the first eligible forward; again when a timed step's
+call sequence is new, up to `MAX_STRUCTURES` sequences and `MAX_PASSES` attempts), starts it
+from the root's pre-hook, ends it at the root's exit and hands the finished `Structure` to the
+sink. The capture (`hooks.Capture`) owns the module hooks; the driver reaches them only through
+the small `HookOwner` interface below.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+from torch import nn
+
+from wandb_modprof._warn import warn_safely
+from wandb_modprof.capture import registry as _registry
+from wandb_modprof.capture.static_memory import ROOT_NAME
+from wandb_modprof.capture.structure_pass import StructurePass, prepare, structure_pass_active
+from wandb_modprof.records.calls import call_signature
+
+if TYPE_CHECKING:
+    from wandb_modprof.capture.session import StepSession
+    from wandb_modprof.capture.static_memory import ModelIndex
+    from wandb_modprof.records.calls import Structure
+
+MAX_STRUCTURES = 8  # distinct call sequences captured; beyond that the graph stops growing
+MAX_PASSES = 2 * MAX_STRUCTURES  # structure passes started, failed ones included
+# Modules with an inference fast path that `has_torch_function` (true under our dataflow mode)
+# turns off: a structure pass on their eval forward would change its numerics.
+_FASTPATH_TYPES = (
+    nn.MultiheadAttention,
+    nn.TransformerEncoderLayer,
+    nn.TransformerDecoderLayer,
+    nn.TransformerEncoder,
+)
+
+
+class HookOwner(Protocol):
+    """What the driver needs from the capture that owns the model's hooks."""
+
+    def index(self) -> ModelIndex: ...
+
+    def hook_children(self, index: ModelIndex) -> None: ...
+
+    def release_children(self) -> None: ...
+
+    def label(self, module: nn.Module, default_name: str) -> tuple[str, str]: ...
+
+    def warn_once(self, where: str, error: Exception) -> None: ...
+
+
+class StructureSink(Protocol):
+    def add_structure(self, structure: Structure) -> None: ...
+
+    def has_structure(self, signature: str) -> bool: ...
+
+    def num_structures(self) -> int: ...
+
+
+class StructureDriver:
+    """The structure passes of one capture: due, running (`current`), or stale (their modes
+    could not be popped yet because someone else's mode is on top of ours)."""
+
+    def __init__(
+        self,
+        owner: HookOwner,
+        sink: StructureSink,
+        enabled: bool,
+        eligible: Callable[[nn.Module], bool],
+    ) -> None:
+        self.owner = owner
+        self.sink = sink
+        self.enabled = enabled
+        self.eligible = eligible
+        self.due = enabled
+        self.current: StructurePass | None = None
+        self.stale: list[StructurePass] = []
+        self.passes = 0
+        self._warned = False
+        self._fastpath: tuple[ModelIndex, bool] | None = None
+        if enabled:
+            prepare()
+
+    def pop_stale(self) -> None:
+        self.stale = [s for s in self.stale if not s.pop_modes()]
+
+    def can_start(self, module: nn.Module) -> bool:
+        if not self.eligible(module):
+            return False
+        if torch.compiler.is_compiling():
+            # The root's hooks run inside compiled code (`model.compile()`): no modes there.
+            self.due = False
+            self.warn("the model runs inside torch.compile; it has no structure pass")
+            return False
+        if structure_pass_active():
+            return False  # another model's pass is running: ours on a later step
+        return module.training or not self._has_fastpath_modules()
+
+    def _has_fastpath_modules(self) -> bool:
+        index = self.owner.index()
+        if self._fastpath is None or self._fastpath[0] is not index:
+            found = any(isinstance(m, _FASTPATH_TYPES) for _, m in index.modules.values())
+            self._fastpath = (index, found)
+        return self._fastpath[1]
+
+    def start(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+        self.due = False
+        self.passes += 1
+        self.owner.hook_children(self.owner.index())
+        _disturb_other_timed_forwards(self.owner)
+        structure = StructurePass(module, training=module.training)
+        self.current = structure
+        try:
+            structure.push_modes()
+            name, module_type = self.owner.label(module, ROOT_NAME)
+            structure.enter(module, name, module_type, args, kwargs)
+        except BaseException:
+            self.end()  # pops what was pushed, takes the child hooks off again
+            self.rearm()
+            raise
+
+    def exit(self, module: nn.Module, result: Any) -> None:
+        """The root's exit hook during a pass."""
+        structure = self.current
+        assert structure is not None
+        raised = sys.exc_info()[1]
+        if raised is not None and raised is not structure.exception_at_start:
+            # The forward raised (always-call hooks run on exceptions): a partial graph is
+            # not kept; a later step tries again.
+            self.end()
+            self.rearm()
+            return
+        structure.exit(module, result)
+        if not structure.forward_done and not structure.failed:
+            return  # the root was re-entered; its outer call is still open
+        self.end()
+        if structure.failed:
+            self.rearm()
+            error = structure.error or RuntimeError("forward hooks fired out of order")
+            self.owner.warn_once("<structure pass>", error)
+            return
+        self.sink.add_structure(structure.finish())
+
+    def end(self) -> None:
+        structure, self.current = self.current, None
+        if structure is not None and not structure.pop_modes():
+            self.stale.append(structure)  # someone's mode is on top of ours
+        self.owner.release_children()
+
+    def abort(self) -> None:
+        """A pass cut short (an interrupted forward): ended, and retried on a later step."""
+        if self.current is not None:
+            self.end()
+            self.rearm()
+
+    def rearm(self) -> None:
+        """After a failed pass: the next timed sample finds its call sequence unknown and asks
+        for another pass (`check`), so failing passes alternate with samples and stop after
+        `MAX_PASSES`."""
+        if self.passes >= MAX_PASSES:
+            self.warn(f"{MAX_PASSES} structure passes failed or were cut short")
+
+    def check(self, session: StepSession) -> None:
+        """A timed step whose call sequence was never captured asks for a structure pass."""
+        if not self.enabled or self.due:
+            return
+        signature = call_signature((inv.name, inv.call_index) for inv in session.invocations)
+        if self.sink.has_structure(signature):
+            return
+        if self.sink.num_structures() < MAX_STRUCTURES and self.passes < MAX_PASSES:
+            self.due = True
+        else:
+            self.warn(f"the model called more than {MAX_STRUCTURES} different sequences of modules")
+
+    def warn(self, why: str) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        warn_safely(
+            f"wandb_modprof: {why}; the graph shows the structures captured so far (module "
+            "statistics still cover every module, drawn without edges where no pass saw them).",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+
+
+def _disturb_other_timed_forwards(owner: object) -> None:
+    """A pass about to run inside another model's timed forward spoils that sample."""
+    for capture in _registry.attached_captures():
+        running = capture.timed_forward
+        if capture is not owner and running is not None:
+            running.disturbed = True
