@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from wandb_modprof.capture.clock import CpuClock
 from wandb_modprof.capture.session import StepSession
@@ -30,15 +31,75 @@ def _finite(value: float) -> bool:
     return not math.isnan(value)
 
 
+@dataclass
+class _Backward:
+    """Per invocation (indexed as `session.invocations`): its own backward work, then, after
+    `_roll_up`, with its descendants'. Node and recompute offsets are kept for the trace."""
+
+    bwd_self: list[float]
+    recompute: list[float]
+    recomputed: list[bool]
+    nodes_run: list[int]
+    first: list[float]  # start of its first node (inf: none ran)
+    last: list[float]  # end of its last node (-inf: none ran)
+    first_alloc: list[int | None]  # accelerators: allocated bytes as its first node started
+    peak: list[int | None]  # accelerators: allocator peak over its nodes
+    t0: list[float]
+    t1: list[float]
+    r_off: list[float]
+
+    @classmethod
+    def empty(cls, n: int) -> _Backward:
+        return cls(
+            [0.0] * n, [0.0] * n, [False] * n, [0] * n, [math.inf] * n, [-math.inf] * n,
+            [None] * n, [None] * n, [], [], [],
+        )  # fmt: skip
+
+
 def resolve(
     session: StepSession,
     static: Mapping[str, StaticMemory],
     gradients: GradientState | None,
 ) -> Sample:
+    """The sample of a finished session: one `InvocationRecord` per call (forward times from
+    the call stamps; backward times from node stamps charged to their owners, recomputes to
+    the calls they repeat, then summed up the call tree; memory from the byte counters and the
+    static / gradient readings taken at the end of the step) and the step totals."""
     clock, ref = session.clock, session.ref_stamp
     invs = session.invocations
+    fwd_start, fwd, fwd_self = _forward_times(session)
+    back = _backward_times(session) if session.bwd_started else _Backward.empty(len(invs))
+    act_self: list[int | None] = [None] * len(invs)
+    if session.activations is not None:
+        counts = session.activations.bytes_by_invocation
+        act_self = [counts.get(i, 0) for i in range(len(invs))]
+    bwd, act = _roll_up(session, back, act_self)
+    records = [
+        _record(session, i, static, gradients, fwd_start, fwd, fwd_self, back, bwd, act, act_self)
+        for i in range(len(invs))
+    ]
+    bwd_total = None
+    if session.bwd_started:
+        begin, end = clock.offsets_ms(ref, [session.bwd_t_begin, session.bwd_t_end])
+        bwd_total = end - begin
+    totals = StepTotals(fwd_ms=fwd[0], bwd_ms=bwd_total, act_bytes=act[0])
+    return Sample(
+        step=session.step,
+        invocations=tuple(records),
+        totals=totals,
+        forward_thread_id=session.forward_thread,
+        runs=_runs(session, back.t0, back.t1, back.r_off) if session.bwd_started else (),
+        host_origin_ns=ref if isinstance(clock, CpuClock) else None,
+    )
+
+
+def _forward_times(session: StepSession) -> tuple[list[float], list[float], list[float]]:
+    """Per call: forward start offset, inclusive forward time, and self time (children out)."""
+    invs = session.invocations
     n = len(invs)
-    stamps = clock.offsets_ms(ref, [t for inv in invs for t in (inv.t0, inv.t1)])
+    stamps = session.clock.offsets_ms(
+        session.ref_stamp, [t for inv in invs for t in (inv.t0, inv.t1)]
+    )
     fwd_start, fwd_end = stamps[0::2], stamps[1::2]
     fwd = [fwd_end[i] - fwd_start[i] for i in range(n)]
     children: list[list[int]] = [[] for _ in range(n)]
@@ -46,75 +107,84 @@ def resolve(
         if inv.parent >= 0:
             children[inv.parent].append(i)
     fwd_self = [fwd[i] - sum(fwd[c] for c in children[i]) for i in range(n)]
+    return fwd_start, fwd, fwd_self
 
-    # ---- backward: exclusive node times summed per owner, then rolled up to ancestors ----
-    has_bwd = session.bwd_started
-    bwd_self = [0.0] * n
-    recompute = [0.0] * n
-    recomputed = [False] * n
-    nodes_run = [0] * n
-    first = [math.inf] * n
-    last = [-math.inf] * n
-    first_alloc: list[int | None] = [None] * n
-    peak: list[int | None] = [None] * n
-    if has_bwd:
-        t0 = clock.offsets_ms(ref, session.nodes.t0)
-        t1 = clock.offsets_ms(ref, session.nodes.t1)
-        ran = [_finite(a) and _finite(b) for a, b in zip(t0, t1, strict=True)]
-        dur = [t1[j] - t0[j] if ran[j] else 0.0 for j in range(len(ran))]
-        excl = list(dur)
-        for j, outer in enumerate(session.nodes.enclosing):
-            if ran[j] and outer >= 0:
-                excl[outer] -= dur[j]
-        recs = session.recomputes
-        r_off = clock.offsets_ms(ref, [t for r in recs for t in (r.t0, r.t1)])
-        r_dur = [
-            r_off[2 * k + 1] - r_off[2 * k] if _finite(r_off[2 * k + 1]) else 0.0
-            for k in range(len(recs))
-        ]
-        r_self = list(r_dur)
-        for k, r in enumerate(recs):
-            if r.parent >= 0:
-                r_self[r.parent] -= r_dur[k]
-        for k, r in enumerate(recs):
-            owner = r.orig
-            up = r.parent
-            while owner < 0 and up >= 0:  # an unmatched nested call: charge the nearest match
-                owner, up = recs[up].orig, recs[up].parent
-            if owner < 0:
-                continue  # unmatched top-level recompute: its time stays in the enclosing node
-            if r.parent < 0 and r.enclosing_node >= 0:
-                excl[r.enclosing_node] -= r_dur[k]
-            bwd_self[owner] += r_self[k]
-            if r.orig >= 0:
-                recompute[r.orig] += r_dur[k]
-                recomputed[r.orig] = True
-        for j, owner in enumerate(session.nodes.owner):
-            if not ran[j]:
-                continue
-            bwd_self[owner] += excl[j]
-            nodes_run[owner] += 1
-            if t0[j] < first[owner]:
-                first[owner] = t0[j]
-                first_alloc[owner] = session.nodes.alloc0[j]
-            last[owner] = max(last[owner], t1[j])
-            p = session.nodes.peak[j]
-            if p is not None:
-                q = peak[owner]
-                peak[owner] = p if q is None else max(q, p)
 
-    act_self: list[int | None] = [None] * n
-    if session.activations is not None:
-        counts = session.activations.bytes_by_invocation
-        act_self = [counts.get(i, 0) for i in range(n)]
+def _backward_times(session: StepSession) -> _Backward:
+    """Exclusive node times (nested nodes and recomputes taken out) charged to their owners."""
+    clock, ref = session.clock, session.ref_stamp
+    back = _Backward.empty(len(session.invocations))
+    nodes = session.nodes
+    back.t0 = t0 = clock.offsets_ms(ref, nodes.t0)
+    back.t1 = t1 = clock.offsets_ms(ref, nodes.t1)
+    ran = [_finite(a) and _finite(b) for a, b in zip(t0, t1, strict=True)]
+    dur = [t1[j] - t0[j] if ran[j] else 0.0 for j in range(len(ran))]
+    excl = list(dur)
+    for j, outer in enumerate(nodes.enclosing):
+        if ran[j] and outer >= 0:
+            excl[outer] -= dur[j]
+    _charge_recomputes(session, back, excl)
+    for j, owner in enumerate(nodes.owner):
+        if not ran[j]:
+            continue
+        back.bwd_self[owner] += excl[j]
+        back.nodes_run[owner] += 1
+        if t0[j] < back.first[owner]:
+            back.first[owner] = t0[j]
+            back.first_alloc[owner] = nodes.alloc0[j]
+        back.last[owner] = max(back.last[owner], t1[j])
+        p = nodes.peak[j]
+        if p is not None:
+            q = back.peak[owner]
+            back.peak[owner] = p if q is None else max(q, p)
+    return back
+
+
+def _charge_recomputes(session: StepSession, back: _Backward, excl: list[float]) -> None:
+    """A recompute's time goes to the call it repeats (its `recompute_ms`, and its backward
+    self time), and out of the node it ran inside."""
+    recs = session.recomputes
+    back.r_off = r_off = session.clock.offsets_ms(
+        session.ref_stamp, [t for r in recs for t in (r.t0, r.t1)]
+    )
+    r_dur = [
+        r_off[2 * k + 1] - r_off[2 * k] if _finite(r_off[2 * k + 1]) else 0.0
+        for k in range(len(recs))
+    ]
+    r_self = list(r_dur)
+    for k, r in enumerate(recs):
+        if r.parent >= 0:
+            r_self[r.parent] -= r_dur[k]
+    for k, r in enumerate(recs):
+        owner = r.orig
+        up = r.parent
+        while owner < 0 and up >= 0:  # an unmatched nested call: charge the nearest match
+            owner, up = recs[up].orig, recs[up].parent
+        if owner < 0:
+            continue  # unmatched top-level recompute: its time stays in the enclosing node
+        if r.parent < 0 and r.enclosing_node >= 0:
+            excl[r.enclosing_node] -= r_dur[k]
+        back.bwd_self[owner] += r_self[k]
+        if r.orig >= 0:
+            back.recompute[r.orig] += r_dur[k]
+            back.recomputed[r.orig] = True
+
+
+def _roll_up(
+    session: StepSession, back: _Backward, act_self: list[int | None]
+) -> tuple[list[float], list[int | None]]:
+    """Inclusive backward time and activation bytes: each call's own plus its descendants'
+    (node counts, first / last node and peaks are folded into `back` in place)."""
+    invs = session.invocations
     act: list[int | None] = list(act_self)
-    bwd = list(bwd_self)
-    for i in range(n - 1, -1, -1):  # preorder indices: children come after their parent
+    bwd = list(back.bwd_self)
+    first, last, first_alloc, peak = back.first, back.last, back.first_alloc, back.peak
+    for i in range(len(invs) - 1, -1, -1):  # preorder indices: children come after their parent
         p = invs[i].parent
         if p < 0:
             continue
         bwd[p] += bwd[i]
-        nodes_run[p] += nodes_run[i]
+        back.nodes_run[p] += back.nodes_run[i]
         if first[i] < first[p]:
             first[p], first_alloc[p] = first[i], first_alloc[i]
         last[p] = max(last[p], last[i])
@@ -124,67 +194,70 @@ def resolve(
         a, b = act[p], act[i]
         if a is not None and b is not None:
             act[p] = a + b
+    return bwd, act
 
-    records: list[InvocationRecord] = []
-    for i, inv in enumerate(invs):
-        st = static.get(inv.name)
-        ran_any = nodes_run[i] > 0
-        grad_bytes = gradients.grad_bytes.get(inv.name) if gradients is not None else None
-        records.append(
-            InvocationRecord(
-                key=inv.key,
-                module_name=inv.name,
-                module_type=inv.module_type,
-                call_index=inv.call_index,
-                parent_key=invs[inv.parent].key if inv.parent >= 0 else None,
-                depth=inv.depth,
-                order=i,
-                fwd_ms=fwd[i],
-                fwd_self_ms=fwd_self[i],
-                bwd_ms=bwd[i] if has_bwd else None,
-                bwd_self_ms=bwd_self[i] if has_bwd else None,
-                bwd_span_ms=last[i] - first[i] if ran_any else (0.0 if has_bwd else None),
-                recompute_ms=recompute[i] if recomputed[i] else None,
-                fwd_start_ms=fwd_start[i],
-                bwd_start_ms=first[i] if ran_any else None,
-                bwd_end_ms=last[i] if ran_any else None,
-                backward_nodes=nodes_run[i],
-                seq_start=inv.seq0,
-                seq_end=inv.seq1,
-                act_bytes=act[i],
-                act_self_bytes=act_self[i],
-                param_bytes=st.param_bytes if st else 0,
-                param_count=st.param_count if st else 0,
-                buffer_bytes=st.buffer_bytes if st else 0,
-                grad_bytes=grad_bytes,
-                optim_bytes=st.optim_bytes if st else None,
-                fwd_mem_delta_bytes=(
-                    inv.mem_alloc1 - inv.mem_alloc0
-                    if inv.mem_alloc0 is not None and inv.mem_alloc1 is not None
-                    else None
-                ),
-                fwd_mem_peak_bytes=(
-                    max(0, inv.mem_peak - inv.mem_alloc0)
-                    if inv.mem_peak is not None and inv.mem_alloc0 is not None
-                    else None
-                ),
-                bwd_mem_peak_bytes=_peak_over(peak[i], first_alloc[i]),
-                param_norm=gradients.param_norm.get(inv.name) if gradients is not None else None,
-                grad_norm=gradients.grad_norm.get(inv.name) if gradients is not None else None,
-            )
-        )
-    bwd_total = None
-    if has_bwd:
-        begin, end = clock.offsets_ms(ref, [session.bwd_t_begin, session.bwd_t_end])
-        bwd_total = end - begin
-    totals = StepTotals(fwd_ms=fwd[0], bwd_ms=bwd_total, act_bytes=act[0])
-    return Sample(
-        step=session.step,
-        invocations=tuple(records),
-        totals=totals,
-        forward_thread_id=session.forward_thread,
-        runs=_runs(session, t0, t1, r_off) if has_bwd else (),
-        host_origin_ns=ref if isinstance(clock, CpuClock) else None,
+
+def _record(
+    session: StepSession,
+    i: int,
+    static: Mapping[str, StaticMemory],
+    gradients: GradientState | None,
+    fwd_start: list[float],
+    fwd: list[float],
+    fwd_self: list[float],
+    back: _Backward,
+    bwd: list[float],
+    act: list[int | None],
+    act_self: list[int | None],
+) -> InvocationRecord:
+    # One field per metric, in the record's order: splitting it would only scatter the list.
+    invs = session.invocations
+    inv = invs[i]
+    has_bwd = session.bwd_started
+    st = static.get(inv.name)
+    ran_any = back.nodes_run[i] > 0
+    first, last = back.first[i], back.last[i]
+    grad_bytes = gradients.grad_bytes.get(inv.name) if gradients is not None else None
+    return InvocationRecord(
+        key=inv.key,
+        module_name=inv.name,
+        module_type=inv.module_type,
+        call_index=inv.call_index,
+        parent_key=invs[inv.parent].key if inv.parent >= 0 else None,
+        depth=inv.depth,
+        order=i,
+        fwd_ms=fwd[i],
+        fwd_self_ms=fwd_self[i],
+        bwd_ms=bwd[i] if has_bwd else None,
+        bwd_self_ms=back.bwd_self[i] if has_bwd else None,
+        bwd_span_ms=last - first if ran_any else (0.0 if has_bwd else None),
+        recompute_ms=back.recompute[i] if back.recomputed[i] else None,
+        fwd_start_ms=fwd_start[i],
+        bwd_start_ms=first if ran_any else None,
+        bwd_end_ms=last if ran_any else None,
+        backward_nodes=back.nodes_run[i],
+        seq_start=inv.seq0,
+        seq_end=inv.seq1,
+        act_bytes=act[i],
+        act_self_bytes=act_self[i],
+        param_bytes=st.param_bytes if st else 0,
+        param_count=st.param_count if st else 0,
+        buffer_bytes=st.buffer_bytes if st else 0,
+        grad_bytes=grad_bytes,
+        optim_bytes=st.optim_bytes if st else None,
+        fwd_mem_delta_bytes=(
+            inv.mem_alloc1 - inv.mem_alloc0
+            if inv.mem_alloc0 is not None and inv.mem_alloc1 is not None
+            else None
+        ),
+        fwd_mem_peak_bytes=(
+            max(0, inv.mem_peak - inv.mem_alloc0)
+            if inv.mem_peak is not None and inv.mem_alloc0 is not None
+            else None
+        ),
+        bwd_mem_peak_bytes=_peak_over(back.peak[i], back.first_alloc[i]),
+        param_norm=gradients.param_norm.get(inv.name) if gradients is not None else None,
+        grad_norm=gradients.grad_norm.get(inv.name) if gradients is not None else None,
     )
 
 
