@@ -1,4 +1,4 @@
-"""Writes `wandb_modprof/vega_specs/modprof.vg.json`, the panel's Vega v5 spec.
+"""Writes `vega_specs/modprof.vg.json`, the panel's Vega v5 spec.
 
 The spec is plain JSON (what W&B stores and what the HTML report embeds); it is generated here
 because every analysis mode needs the same handful of expressions (value, missing, format),
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODES, Mode  # noqa: E402
 from wandb_modprof.sinks.spec import DATASET, SPEC_FILE, SPEC_VERSION  # noqa: E402
 
-OUT = ROOT / "wandb_modprof" / "vega_specs" / SPEC_FILE
+OUT = ROOT / "vega_specs" / SPEC_FILE
 
 SIDE_W = 224  # sidebar width; the graph area starts at GX0
 GX0 = 236
