@@ -53,7 +53,8 @@ pictures: $(VENV)/.installed
 	$(PY) tools/render_layout.py --out docs/images
 	$(PY) tools/render_panel.py --out docs/images
 
-# Regenerate the panel's Vega spec from tools/build_spec.py (a test checks it is up to date).
+# Regenerate the panel's Vega spec vega_specs/modprof.vg.json from tools/build_spec.py and its
+# parts in tools/spec/ (tests/test_panel_render.py checks the committed file is up to date).
 spec: $(VENV)/.installed
 	$(PY) tools/build_spec.py
 

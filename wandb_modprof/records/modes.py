@@ -6,18 +6,72 @@ One list serves the Vega spec (generated from it by `tools/build_spec.py`), the 
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+
+class _StrEnum(str, enum.Enum):
+    """A string enum whose members compare, hash, format and serialise as their values
+    (`enum.StrEnum` is Python 3.11+; this package supports 3.10)."""
+
+    def __str__(self) -> str:
+        # (str, Enum) formats as "Unit.MS" in f-strings from Python 3.12 on: keep the value
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Unit(_StrEnum):
+    """How a mode's values are written (`wandb_modprof.sinks.units.format_value`)."""
+
+    MS = "ms"
+    """Milliseconds: s at 1000 ms and above, µs below 1 ms."""
+    BYTES = "bytes"
+    """Bytes, with binary prefixes (KiB, MiB, GiB, TiB); whole bytes below 1 KiB."""
+    FLOPS = "flops"
+    """Floating-point operations, with decimal prefixes (kFLOP ... PFLOP)."""
+    FLOP_S = "flop_s"
+    """Floating-point operations per second, with decimal prefixes (kFLOP/s ... PFLOP/s)."""
+    RATIO = "ratio"
+    """A dimensionless ratio, written with a multiplication sign after it (e.g. 1.8 times)."""
+    NORM = "norm"
+    """An L2 norm: 4 significant digits, no unit."""
+
+
+class Combine(_StrEnum):
+    """How a mode folds the table columns it reads into one value."""
+
+    SUM = "sum"
+    """The sum of the columns (e.g. forward + backward time)."""
+    MAX = "max"
+    """The largest of the columns (e.g. the forward or backward device peak)."""
+
+
+class Group(_StrEnum):
+    """The legend heading a mode is listed under."""
+
+    TIME = "Time"
+    """Forward / backward wall time."""
+    MEMORY = "Memory"
+    """Activations, parameters, gradients, optimizer state, device peaks."""
+    HEALTH = "Health"
+    """Parameter and gradient norms."""
+    COMPUTE = "Compute"
+    """FLOPs and FLOP/s."""
+    RANKS = "Ranks"
+    """Distributed runs: imbalance between ranks."""
 
 
 @dataclass(frozen=True)
 class Mode:
     key: str  # the value of the spec's `mode` signal and of `default_mode=`
     label: str  # legend entry
-    group: str  # legend column heading
-    unit: str  # "ms" | "bytes" | "flops" | "flop_s" | "norm" | "ratio": how values are written
+    group: Group  # legend column heading
+    unit: Unit  # how values are written
     columns: tuple[str, ...]  # table columns the value reads; missing if any of them is
-    combine: str  # "sum" or "max" of `columns`
+    combine: Combine  # how `columns` fold into one value
     total: str  # meta row whose meta_number is the model total ("" = no share shown)
 
     def value(self, row: Mapping[str, object]) -> float | None:
@@ -26,43 +80,43 @@ class Mode:
         if missing == "*" or any(c in missing.split(",") or c not in row for c in self.columns):
             return None  # (a table from before a column existed has no such cell)
         values = [float(row[c]) for c in self.columns]  # type: ignore[arg-type]
-        return sum(values) if self.combine == "sum" else max(values)
+        return sum(values) if self.combine is Combine.SUM else max(values)
 
 
+_T, _M, _H, _C, _R = Group.TIME, Group.MEMORY, Group.HEALTH, Group.COMPUTE, Group.RANKS
+_SUM, _MAX = Combine.SUM, Combine.MAX
 MODES: tuple[Mode, ...] = (
-    Mode("fwd", "Forward", "Time", "ms", ("fwd_ms",), "sum", "total_fwd_ms"),
-    Mode("bwd", "Backward", "Time", "ms", ("bwd_ms",), "sum", "total_bwd_ms"),
-    Mode("fwd_bwd", "Fwd + bwd", "Time", "ms", ("fwd_ms", "bwd_ms"), "sum", "total_fwd_bwd_ms"),
+    Mode("fwd", "Forward", _T, Unit.MS, ("fwd_ms",), _SUM, "total_fwd_ms"),
+    Mode("bwd", "Backward", _T, Unit.MS, ("bwd_ms",), _SUM, "total_bwd_ms"),
+    Mode("fwd_bwd", "Fwd + bwd", _T, Unit.MS, ("fwd_ms", "bwd_ms"), _SUM, "total_fwd_bwd_ms"),
     Mode(
         "self",
         "Self (fwd + bwd)",
-        "Time",
-        "ms",
+        _T,
+        Unit.MS,
         ("fwd_self_ms", "bwd_self_ms"),
-        "sum",
+        _SUM,
         "total_fwd_bwd_ms",
     ),
-    Mode("act", "Activations", "Memory", "bytes", ("act_bytes",), "sum", "total_act_bytes"),
-    Mode("param", "Parameters", "Memory", "bytes", ("param_bytes",), "sum", "total_param_bytes"),
-    Mode("grad", "Gradients", "Memory", "bytes", ("grad_bytes",), "sum", "total_grad_bytes"),
-    Mode(
-        "optim", "Optimizer state", "Memory", "bytes", ("optim_bytes",), "sum", "total_optim_bytes"
-    ),
+    Mode("act", "Activations", _M, Unit.BYTES, ("act_bytes",), _SUM, "total_act_bytes"),
+    Mode("param", "Parameters", _M, Unit.BYTES, ("param_bytes",), _SUM, "total_param_bytes"),
+    Mode("grad", "Gradients", _M, Unit.BYTES, ("grad_bytes",), _SUM, "total_grad_bytes"),
+    Mode("optim", "Optimizer state", _M, Unit.BYTES, ("optim_bytes",), _SUM, "total_optim_bytes"),
     Mode(
         "peak",
         "Peak (device)",
-        "Memory",
-        "bytes",
+        _M,
+        Unit.BYTES,
         ("fwd_mem_peak_bytes", "bwd_mem_peak_bytes"),
-        "max",
+        _MAX,
         "",
     ),
-    Mode("param_norm", "Parameter norm", "Health", "norm", ("param_norm",), "sum", ""),
-    Mode("grad_norm", "Gradient norm", "Health", "norm", ("grad_norm",), "sum", ""),
-    Mode("flops", "FLOPs (fwd)", "Compute", "flops", ("fwd_flops",), "sum", "total_fwd_flops"),
-    Mode("flop_s", "FLOP/s (fwd)", "Compute", "flop_s", ("fwd_flop_per_s",), "sum", ""),
+    Mode("param_norm", "Parameter norm", _H, Unit.NORM, ("param_norm",), _SUM, ""),
+    Mode("grad_norm", "Gradient norm", _H, Unit.NORM, ("grad_norm",), _SUM, ""),
+    Mode("flops", "FLOPs (fwd)", _C, Unit.FLOPS, ("fwd_flops",), _SUM, "total_fwd_flops"),
+    Mode("flop_s", "FLOP/s (fwd)", _C, Unit.FLOP_S, ("fwd_flop_per_s",), _SUM, ""),
     # max / mean over ranks of the call's fwd + bwd time (distributed runs only): stragglers
-    Mode("imbalance", "Rank imbalance", "Ranks", "ratio", ("rank_imbalance",), "sum", ""),
+    Mode("imbalance", "Rank imbalance", _R, Unit.RATIO, ("rank_imbalance",), _SUM, ""),
 )
 MODE_KEYS: tuple[str, ...] = tuple(m.key for m in MODES)
 DEFAULT_MODE = "fwd_bwd"

@@ -5,14 +5,18 @@ this module) the panel.
 >>> format_value("ms", 999.96), format_value("bytes", 2.5 * 1024**4)
 ('1000 ms', '2.5 TiB')
 
-Rules: 3 significant digits without exponent or trailing zeros (d3-format's `.3~r`); the
-prefix is chosen on the unrounded value (999.96 ms stays in ms); binary prefixes for bytes,
-decimal for FLOPs; "-" where a value was not measured.
+Rules: 3 significant digits without exponent or trailing zeros (d3-format's `.3~r`, rounding
+half up as JavaScript does: 1.125 -> 1.13, 123456 -> 123000); the prefix is chosen on the
+unrounded value (999.96 ms stays in ms); binary prefixes for bytes (whole bytes below 1 KiB),
+decimal for FLOPs; norms with 4 significant digits (d3-format's `.4~g`: 1.235e+6, 0.00001234);
+"-" where a value was not measured. Negative numbers are written with "-" (Vega's d3-format
+writes U+2212); no unit of the panel is negative.
 """
 
 from __future__ import annotations
 
 import math
+from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
 
 NOT_MEASURED = "-"
 
@@ -30,7 +34,7 @@ def format_value(unit: str, value: float | None) -> str:
         return _decimal(value, "FLOP" if unit == "flops" else "FLOP/s")
     if unit == "ratio":
         return f"{_sig(value)}×"  # noqa: RUF001 (the multiplication sign is meant)
-    return f"{value:.4g}"
+    return _general(value, 4)
 
 
 def _time(ms: float) -> str:
@@ -43,7 +47,9 @@ def _bytes(value: float) -> str:
     for power, prefix in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
         if abs(value) >= 1024**power:
             return f"{_sig(value / 1024**power)} {prefix}"
-    return f"{value:,.0f} B"
+    # d3's `,d`: JavaScript's Math.round (halves up), thousands separated
+    whole = (Decimal(value) + Decimal("0.5")).to_integral_value(rounding=ROUND_FLOOR)
+    return f"{int(whole):,} B"
 
 
 def _decimal(value: float, unit: str) -> str:
@@ -57,6 +63,44 @@ def _sig(value: float) -> str:
     """3 significant digits, no exponent, no trailing zeros (d3-format's '.3~r')."""
     if value == 0 or not math.isfinite(value):
         return f"{value:g}"
-    digits = max(0, 2 - math.floor(math.log10(abs(value))))
-    text = f"{round(value, digits):.{digits}f}"
+    digits, exp = _digits(value, 3)
+    return _sign(value) + _fixed(digits, exp)
+
+
+def _general(value: float, precision: int) -> str:
+    """d3-format's '.{precision}~g': JavaScript's toPrecision, trailing zeros trimmed."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    digits, exp = _digits(value, precision)
+    if exp < -6 or exp >= precision:
+        mantissa = (digits[0] + "." + digits[1:]).rstrip("0").rstrip(".")
+        return f"{_sign(value)}{mantissa}e{'+' if exp >= 0 else '-'}{abs(exp)}"
+    return _sign(value) + _fixed(digits, exp)
+
+
+def _digits(value: float, precision: int) -> tuple[str, int]:
+    """The `precision` significant digits of |value| and its decimal exponent, rounded half up
+    on the exact binary value (JavaScript's toExponential, which d3-format uses)."""
+    exact = Decimal(abs(value))
+    exp = exact.adjusted()
+    step = Decimal(1).scaleb(1 - precision)
+    mantissa = exact.scaleb(-exp).quantize(step, rounding=ROUND_HALF_UP)
+    if mantissa >= 10:  # 9.995 -> 10.0: one more digit before the point
+        exp += 1
+        mantissa = (mantissa / 10).quantize(step, rounding=ROUND_HALF_UP)
+    return str(mantissa).replace(".", ""), exp
+
+
+def _fixed(digits: str, exp: int) -> str:
+    """`digits` x 10^(exp - len + 1) without exponent, trailing zeros trimmed."""
+    if exp < 0:
+        text = "0." + "0" * (-exp - 1) + digits
+    elif len(digits) > exp + 1:
+        text = digits[: exp + 1] + "." + digits[exp + 1 :]
+    else:
+        text = digits + "0" * (exp + 1 - len(digits))
     return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _sign(value: float) -> str:
+    return "-" if value < 0 else ""

@@ -40,6 +40,7 @@ import igraph
 from wandb_modprof.records.graph import GraphNode, LevelGraph
 
 # Shared with the Vega spec, which draws the text: box sizes assume these fonts.
+FONT_FAMILY = "Helvetica Neue, Helvetica, Arial, sans-serif"
 FONT_PX = 12
 SUBLABEL_FONT_PX = 10
 # Average glyph advance of a sans font is about 0.5-0.55 em for mixed-case identifiers;

@@ -1,0 +1,216 @@
+"""The spec's data, first half: the rows W&B hands over (dataset `wandb`), runs, meta rows, the
+nodes of the current view with their value in the current mode, the extents that normalise
+the colours, and what is drawn. The lists shown around the graph are in `lists`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tools.spec.expressions import missing, value_expr
+from tools.spec.theme import NO_VALUE_FILL, PORT_FILL
+from wandb_modprof.records.modes import MODES
+from wandb_modprof.sinks.spec import DATASET
+
+Data = dict[str, Any]
+PORT = "datum.node_kind === 'input' || datum.node_kind === 'output'"
+
+
+def _filter(expr: str) -> dict[str, str]:
+    return {"type": "filter", "expr": expr}
+
+
+def _formula(as_: str, expr: str) -> dict[str, str]:
+    return {"type": "formula", "as": as_, "expr": expr}
+
+
+def _min_max(field: str, lo: str, hi: str) -> dict[str, Any]:
+    # min / max by aggregate, not `extent`: extent warns on every empty view
+    return {"type": "aggregate", "fields": [field, field], "ops": ["min", "max"], "as": [lo, hi]}
+
+
+def data() -> list[Data]:
+    return [*_runs(), *_meta(), *_nodes(), *_extents(), *_drawn()]
+
+
+def _runs() -> list[Data]:
+    run_label = (
+        "isValid(datum.name) ? datum.name + '' : (isValid(datum.id) ? datum.id + '' : 'this run')"
+    )
+    return [
+        {"name": DATASET},
+        {
+            "name": "rows",
+            "source": DATASET,
+            "transform": [
+                _formula("run", "isValid(datum.id) ? datum.id + '' : ''"),
+                _formula("run_label", run_label),
+                _formula("run_color", "isValid(datum.color) ? datum.color + '' : '#888'"),
+            ],
+        },
+        {
+            "name": "runs",
+            "source": "rows",
+            "transform": [
+                {"type": "aggregate", "groupby": ["run", "run_label", "run_color"]},
+                {"type": "window", "sort": {"field": "run"}, "ops": ["row_number"], "as": ["i"]},
+            ],
+        },
+        {"name": "cur", "source": "rows", "transform": [_filter("datum.run === run_now")]},
+    ]
+
+
+def _meta() -> list[Data]:
+    number = _formula("n", f"{missing('meta_number')} ? NaN : datum.meta_number")
+    return [
+        {"name": "meta", "source": "cur", "transform": [_filter("datum.row_kind === 'meta'")]},
+        {
+            "name": "meta_n",
+            "source": "meta",
+            "transform": [
+                number,
+                {"type": "pivot", "field": "meta_key", "value": "n", "op": "max"},
+            ],
+        },
+        *[
+            {
+                "name": f"m_{key}",
+                "source": "meta",
+                "transform": [_filter(f"datum.meta_key === '{meta_key}'")],
+            }
+            for key, meta_key in (
+                ("root", "root_view"),
+                ("model", "model_name"),
+                ("reduced", "reduced"),
+                ("format", "table_format"),
+            )
+        ],
+    ]
+
+
+def _nodes() -> list[Data]:
+    values = [f"v_{m.key}" for m in MODES]
+    ratio = (
+        "isValid(datum.bv) && datum.bv > 0 && datum.v > 0 ? log(datum.v / datum.bv) / log(2) : NaN"
+    )
+    lookup = {
+        "type": "lookup",
+        "from": "base_nodes",
+        "key": "node_key",
+        "fields": ["node_key"],
+        "values": ["bv"],
+        "as": ["bv"],
+        "default": 0,
+    }
+    return [
+        {
+            "name": "nodes_every",
+            "source": "rows",
+            "transform": [
+                _filter("datum.row_kind === 'node'"),
+                *(_formula(f"v_{m.key}", value_expr(m)) for m in MODES),
+            ],
+        },
+        {
+            "name": "nodes_all",
+            "source": "nodes_every",
+            "transform": [_filter("datum.run === run_now")],
+        },
+        {
+            "name": "avail",
+            "source": "nodes_all",
+            "transform": [
+                {"type": "aggregate", "fields": values, "ops": ["valid"] * len(MODES), "as": values}
+            ],
+        },
+        {
+            "name": "views",
+            "source": "nodes_all",
+            "transform": [{"type": "aggregate", "groupby": ["view_key"]}],
+        },
+        {
+            "name": "base_nodes",
+            "source": "nodes_every",
+            "transform": [
+                _filter("cmp && datum.run === baseline && datum.view_key === view_now"),
+                _formula("bv", "datum['v_' + mode]"),
+            ],
+        },
+        {
+            "name": "vnodes",
+            "source": "nodes_all",
+            "transform": [
+                _filter("datum.view_key === view_now"),
+                _formula("v", "datum['v_' + mode]"),
+                lookup,
+                _formula("lr", ratio),
+            ],
+        },
+    ]
+
+
+def _extents() -> list[Data]:
+    return [
+        {
+            "name": "valued",
+            "source": "vnodes",
+            "transform": [_filter(f"isValid(datum.v) && !({PORT})")],
+        },
+        {"name": "vstat", "source": "valued", "transform": [_min_max("v", "lo", "hi")]},
+        {
+            "name": "positive",
+            "source": "valued",
+            "transform": [_filter("datum.v > 0"), _min_max("v", "plo", "phi")],
+        },
+        {
+            "name": "ratios",
+            "source": "vnodes",
+            "transform": [
+                _filter("isValid(datum.lr)"),
+                _formula("alr", "abs(datum.lr)"),
+                _min_max("alr", "rlo", "rhi"),
+            ],
+        },
+    ]
+
+
+def _drawn() -> list[Data]:
+    lin_t = "hi > lo ? (datum.v - lo) / (hi - lo) : 1"
+    log_t = (
+        "datum.v <= 0 ? 0 : (lhi > llo ? "
+        "(log(max(datum.v, plo)) - log(plo)) / (log(phi) - log(plo)) "
+        ": 1)"
+    )
+    fill = (
+        f"{PORT} ? '{PORT_FILL}' : "
+        f"cmp ? (isValid(datum.lr) ? scale('diverge', clamp(datum.lr / rspan, -1, 1)) : "
+        f"'{NO_VALUE_FILL}') : (isValid(datum.v) ? scale('turbo', clamp(datum.t, 0, 1)) : "
+        f"'{NO_VALUE_FILL}')"
+    )
+    ink = (
+        "contrast(datum.fill, '#111111') >= contrast(datum.fill, '#ffffff') ? '#111111' : '#ffffff'"
+    )
+    return [
+        {
+            # Colours need the extents of `valued` / `ratios`, which read `vnodes`: computing them
+            # in `vnodes` itself would be a cycle in the dataflow.
+            "name": "vdraw",
+            "source": "vnodes",
+            "transform": [
+                _formula("t", f"scale_type === 'log' ? ({log_t}) : ({lin_t})"),
+                _formula("fill", fill),
+                _formula("ink", ink),
+                _formula("sx", "ox + px_eff + k * datum.x_px"),
+                _formula("sy", "oy + py_eff + k * datum.y_px"),
+            ],
+        },
+        {
+            "name": "vedges",
+            "source": "cur",
+            "transform": [_filter("datum.row_kind === 'edge' && datum.view_key === view_now")],
+        },
+        {
+            "name": "focus",
+            "source": "vnodes",
+            "transform": [_filter("focus_key !== '' && datum.node_key === focus_key")],
+        },
+    ]

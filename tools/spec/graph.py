@@ -1,0 +1,176 @@
+"""The graph area's marks: background (drag to pan, wheel to zoom), edges, node boxes with
+their labels, the hover card and the messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tools.spec.marks import encode, text, text_mark
+from tools.spec.theme import (
+    CARD_LINE_PX,
+    CARD_W,
+    GX0,
+    GY0,
+    MIN_READABLE_PX,
+    NODE_FONT_PX,
+    NODE_SUBLABEL_FONT_PX,
+    TEXT_FONT_PX,
+    TITLE_FONT_PX,
+)
+
+Mark = dict[str, Any]
+PORT = "datum.node_kind === 'input' || datum.node_kind === 'output'"
+
+
+def graph() -> Mark:
+    area = {
+        "x": {"value": GX0},
+        "y": {"value": GY0},
+        "width": {"signal": "gw"},
+        "height": {"signal": "gh"},
+        "clip": {"value": True},
+        "stroke": {"value": "#e6e6e6"},
+    }
+    background = {
+        "x": {"value": 0},
+        "y": {"value": 0},
+        "width": {"signal": "gw"},
+        "height": {"signal": "gh"},
+        "fill": {"value": "#fbfbfb"},
+        "cursor": {"value": "move"},
+    }
+    edges = {
+        "x": {"signal": "ox + px_eff"},
+        "y": {"signal": "oy + py_eff"},
+        "scaleX": {"signal": "k"},
+        "scaleY": {"signal": "k"},
+        "path": {"field": "edge_path"},
+        "stroke": {"value": "#8c8c8c"},
+        "strokeWidth": {"value": 1.3},
+    }
+    return {
+        "type": "group",
+        "name": "graph",
+        "encode": encode(area),
+        "marks": [
+            {"type": "rect", "name": "graph_bg", "encode": encode(background)},
+            {
+                "type": "path",
+                "name": "edge_path",
+                "from": {"data": "vedges"},
+                "interactive": False,
+                "encode": encode(edges),
+            },
+            *_nodes(),
+            *_card(),
+        ],
+    }
+
+
+def _node_box() -> dict[str, Any]:
+    return {
+        "x": {"field": "sx"},
+        "y": {"field": "sy"},
+        "width": {"signal": "k * datum.w_px"},
+        "height": {"signal": "k * datum.h_px"},
+        "cornerRadius": {"signal": f"{PORT} ? k * 18 : k * 4"},
+        "fill": {"field": "fill"},
+        "stroke": {
+            "signal": "datum.node_key === card_key ? '#000000' : "
+            "(datum.has_view ? '#333333' : '#999999')"
+        },
+        "strokeWidth": {"signal": "datum.node_key === card_key ? 2.5 : (datum.has_view ? 1.6 : 1)"},
+        "strokeDash": {
+            "signal": "datum.node_kind === 'self' || datum.node_kind === 'group' ? [4, 3] : [1, 0]"
+        },
+        "cursor": {"signal": "datum.has_view ? 'pointer' : 'default'"},
+    }
+
+
+def _nodes() -> list[Mark]:
+    centre = {"x": {"signal": "datum.sx + k * datum.w_px / 2"}, "align": {"value": "center"}}
+    inside = {"baseline": {"value": "middle"}, "fill": {"field": "ink"}}
+    fit = {"limit": {"signal": "k * datum.w_px - 4"}}
+    label = text(
+        **centre,
+        y={"signal": "datum.sy + k * datum.h_px * 0.42"},
+        text={"signal": "show_text ? datum.label : ''"},
+        fontSize={"signal": f"{NODE_FONT_PX} * k"},
+        **inside,
+        **fit,
+    )
+    sub = text(
+        **centre,
+        y={"signal": "datum.sy + k * datum.h_px * 0.76"},
+        text={
+            "signal": f"show_text && k * {NODE_SUBLABEL_FONT_PX} >= {MIN_READABLE_PX} "
+            "? datum.sublabel : ''"
+        },
+        fontSize={"signal": f"{NODE_SUBLABEL_FONT_PX} * k"},
+        **inside,
+        fillOpacity={"value": 0.85},
+        **fit,
+    )
+    plus = text(
+        x={"signal": "datum.sx + k * datum.w_px - 3 * k"},
+        y={"signal": "datum.sy + 9 * k"},
+        align={"value": "right"},
+        text={"signal": "datum.has_view && show_text ? '+' : ''"},
+        fontSize={"signal": f"{TEXT_FONT_PX} * k"},
+        **inside,
+    )
+    return [
+        {
+            "type": kind,
+            "name": name,
+            "from": {"data": "vdraw"},
+            "interactive": name == "node_rect",  # labels let events reach the box
+            "encode": encode(props),
+        }
+        for kind, name, props in (
+            ("rect", "node_rect", _node_box()),
+            ("text", "node_label", label),
+            ("text", "node_sublabel", sub),
+            ("text", "node_open", plus),
+        )
+    ]
+
+
+def _card() -> list[Mark]:
+    box = {
+        "x": {"signal": f"gw - {CARD_W + 8}"},
+        "y": {"value": 8},
+        "width": {"value": CARD_W},
+        "height": {"signal": f"datum.lines * {CARD_LINE_PX} + 10"},
+        "fill": {"value": "#ffffff"},
+        "fillOpacity": {"value": 0.95},
+        "stroke": {"value": "#999999"},
+        "cornerRadius": {"value": 4},
+    }
+    lines = {
+        "x": {"signal": f"gw - {CARD_W}"},
+        "y": {"signal": f"8 + datum.n * {CARD_LINE_PX}"},
+        "text": {"field": "line"},
+        "fontWeight": {"signal": "datum.n === 1 ? 'bold' : 'normal'"},
+        "limit": {"value": CARD_W - 12},
+    }
+    message = {
+        "x": {"signal": "gw / 2"},
+        "y": {"signal": "gh / 2"},
+        "align": {"value": "center"},
+        "text": {"field": "text"},
+        "fontSize": {"value": TITLE_FONT_PX},
+        "fill": {"value": "#555555"},
+        "limit": {"signal": "gw - 20"},
+    }
+    return [
+        {
+            "type": "rect",
+            "name": "card_bg",
+            "from": {"data": "card_box"},
+            "interactive": False,
+            "encode": encode(box),
+        },
+        text_mark("card_text", lines, "card"),
+        text_mark("message", message, "messages"),
+    ]

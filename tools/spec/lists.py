@@ -1,0 +1,285 @@
+"""The spec's data, second half: every text shown around the graph, computed once here (one
+formatter expression per use, dispatching on a unit) so the marks only place it: the hover
+card, breadcrumbs, ranked list, legends, totals, colour bar labels and messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tools.spec.data import _filter, _formula
+from tools.spec.expressions import fmt, fmt_ms, fmt_ratio, missing, mode_cell, share
+from tools.spec.theme import CRUMB_CHAR_W_PX, MAX_RUNS
+from wandb_modprof.records.modes import MODES, SCALES, Unit
+from wandb_modprof.sinks.spec import SPEC_VERSION
+
+Data = dict[str, Any]
+N = len(MODES)
+
+
+def _sequence(n: int) -> dict[str, Any]:
+    return {"type": "sequence", "start": 0, "stop": n, "as": "i"}
+
+
+def _numbered() -> dict[str, Any]:
+    return {"type": "window", "ops": ["row_number"], "as": ["n"]}
+
+
+def lists() -> list[Data]:
+    return [
+        _card(),
+        _crumbs(),
+        _top(),
+        *_legends(),
+        *_totals(),
+        _bar_ticks(),
+        *_messages(),
+        *_controls(),
+    ]
+
+
+def _card_line() -> str:
+    """Line `datum.line_i` of the hover card: the node, its value in every mode, then notes."""
+    v = "datum.mv"
+    value = (
+        f"isValid({v}) ? datum.ml + ': ' + ({fmt('datum.mu', v)}) + ({share('datum.mt', v)}) : ''"
+    )
+    notes = [
+        "cmp ? (isValid(datum.bv) && datum.bv > 0 && isValid(datum.v) ? 'vs baseline: ' + "
+        f"({fmt_ratio('datum.v / datum.bv')}) : 'not in the baseline run') : ''",
+        "datum.samples > 0 && isValid(datum.fwd_ms_std) && datum.node_kind === 'module' ? "
+        f"'Forward spread: ' + ({fmt_ms('datum.fwd_ms_min')}) + ' – ' + "
+        f"({fmt_ms('datum.fwd_ms_max')}) + ' over ' + datum.samples + ' samples' : ''",
+        f"!{missing('rank_slowest')} && datum.rank_count > 1 ? 'Slowest rank: ' + "
+        "datum.rank_slowest + ' of ' + datum.rank_count : ''",
+        "datum.has_view ? 'Click to open' : ''",
+        "datum.node_kind === 'group' ? datum.group_count + ' modules merged to fit the table' : ''",
+    ]
+    out = "''"
+    for i, note in reversed(list(enumerate(notes, start=N + 1))):
+        out = f"datum.line_i === {i} ? ({note}) : ({out})"
+    header = "datum.module_name ? datum.module_name + ' (' + datum.module_type + ')' : datum.label"
+    return f"datum.line_i === 0 ? ({header}) : datum.line_i <= {N} ? ({value}) : ({out})"
+
+
+def _card() -> Data:
+    lines = N + 6  # the header, one per mode, five notes
+    per_mode = [
+        _formula(
+            f"m{field}",
+            f"datum.line_i >= 1 && datum.line_i <= {N} ? {table}[datum.line_i - 1] : ''",
+        )
+        for field, table in (
+            ("k", "mode_keys"),
+            ("l", "mode_labels"),
+            ("u", "mode_units"),
+            ("t", "mode_totals"),
+        )
+    ]
+    return {
+        "name": "card",
+        "source": "vnodes",
+        "transform": [
+            _filter("card_key !== '' && datum.node_key === card_key"),
+            _formula("line_i", str(list(range(lines)))),
+            {"type": "flatten", "fields": ["line_i"], "as": ["line_i"]},
+            *per_mode,
+            _formula("mv", "datum['v_' + datum.mk]"),
+            _formula("line", _card_line()),
+            _filter("datum.line !== ''"),
+            _numbered(),
+        ],
+    }
+
+
+def _crumbs() -> Data:
+    return {
+        "name": "crumbs",
+        "source": "vnodes",
+        "transform": [
+            {"type": "window", "ops": ["row_number"], "as": ["first"]},
+            _filter("datum.first === 1"),
+            _formula("keys", "split(datum.view_path, ' / ')"),
+            _formula("labels", "split(datum.view_labels, ' / ')"),
+            {"type": "flatten", "fields": ["keys", "labels"], "as": ["key", "text"], "index": "i"},
+            _formula("w", f"length(datum.text) * {CRUMB_CHAR_W_PX} + 22"),
+            {
+                "type": "window",
+                "sort": {"field": "i"},
+                "ops": ["sum"],
+                "fields": ["w"],
+                "as": ["x_end"],
+            },
+            _formula("last", "datum.key === view_now"),
+            _formula("label", "(datum.i > 0 ? '› ' : '') + datum.text"),
+        ],
+    }
+
+
+def _top() -> Data:
+    return {
+        "name": "top",
+        "source": "nodes_all",
+        "transform": [
+            _filter("datum.node_kind === 'module' || datum.node_kind === 'group'"),
+            _formula("v", "datum['v_' + mode]"),
+            _filter("isValid(datum.v)"),
+            {
+                "type": "window",
+                "sort": {"field": ["v", "node_key"], "order": ["descending", "ascending"]},
+                "ops": ["row_number"],
+                "as": ["rank"],
+            },
+            _filter("datum.rank <= top_n"),
+            _formula("value_text", fmt("mode_unit", "datum.v")),
+            _formula("share_text", share("mode_total", "datum.v")),
+            _formula("who", "datum.module_name || datum.label"),
+            _formula("rank_text", "datum.rank + '. ' + datum.who"),
+            _formula("value_share", "datum.value_text + datum.share_text"),
+        ],
+    }
+
+
+def _legends() -> list[Data]:
+    cells = [mode_cell(m) for m in MODES]
+    return [
+        {
+            "name": "modes",
+            "transform": [
+                _sequence(N),
+                _formula("key", "mode_keys[datum.i]"),
+                _formula("label", "mode_labels[datum.i]"),
+                _formula("col", f"{[c for c, _ in cells]}[datum.i]"),
+                _formula("row", f"{[r for _, r in cells]}[datum.i]"),
+                _formula("avail", "avail['v_' + datum.key] > 0"),
+            ],
+        },
+        {
+            "name": "scales_list",
+            "transform": [
+                _sequence(len(SCALES)),
+                _formula("key", f"{list(SCALES)}[datum.i]"),
+                _formula("label", f"{[s.capitalize() for s in SCALES]}[datum.i]"),
+            ],
+        },
+    ]
+
+
+TOTALS: list[tuple[int, str, str, Unit]] = [  # (line, label, meta key, unit)
+    (0, "Forward", "total_fwd_ms", Unit.MS),
+    (0, "Backward", "total_bwd_ms", Unit.MS),
+    (1, "Activations", "total_act_bytes", Unit.BYTES),
+    (2, "Params", "total_param_bytes", Unit.BYTES),
+    (2, "Grads", "total_grad_bytes", Unit.BYTES),
+    (3, "Optimizer", "total_optim_bytes", Unit.BYTES),
+    (3, "FLOPs", "total_fwd_flops", Unit.FLOPS),
+]
+
+
+def _totals() -> list[Data]:
+    """`totals_items`: one formatted total each, in `TOTALS` order (read back by index in
+    the signal `total_parts`); `totals`: the lines, items of a line joined by ' · '."""
+    table = {
+        "label": [t[1] for t in TOTALS],
+        "key": [t[2] for t in TOTALS],
+        "unit": [t[3].value for t in TOTALS],
+    }
+    item = (
+        "isValid(tot[datum.key]) ? datum.label + ' ' + ("
+        + fmt("datum.unit", "tot[datum.key]")
+        + ") : ''"
+    )
+    by_line: dict[int, list[int]] = {}
+    for i, (line, *_) in enumerate(TOTALS):
+        by_line.setdefault(line, []).append(i)
+    joined = []
+    for items in by_line.values():
+        a, *rest = (f"total_parts[{i}]" for i in items)
+        for b in rest:
+            a = f"({a}) + (({a}) !== '' && {b} !== '' ? '  ·  ' : '') + {b}"
+        joined.append(a)
+    joined.append(
+        "isValid(tot.num_samples) ? format(tot.num_samples, 'd') + ' samples  ·  ' + "
+        "format(tot.invocations, 'd') + ' calls' : ''"
+    )
+    return [
+        {
+            "name": "totals_items",
+            "transform": [
+                _sequence(len(TOTALS)),
+                *(_formula(k, f"{v}[datum.i]".replace('"', "'")) for k, v in table.items()),
+                _formula("text", item),
+            ],
+        },
+        {
+            "name": "totals",
+            "transform": [
+                _sequence(len(joined)),
+                _formula("line", "[" + ", ".join(joined) + "][datum.i]"),
+                _filter("datum.line !== ''"),
+                _numbered(),
+            ],
+        },
+    ]
+
+
+def _bar_ticks() -> Data:
+    """The colour bar's three labels (read back by index in the signal `bar_text`)."""
+    ratios = f"[{fmt_ratio('pow(2, -rspan)')}, '1×', {fmt_ratio('pow(2, rspan)')}]"
+    return {
+        "name": "bar_ticks",
+        "transform": [
+            _sequence(3),
+            _formula("v", "[bar_lo, bar_mid, bar_hi][datum.i]"),
+            _formula("text", f"cmp ? ({ratios})[datum.i] : ({fmt('mode_unit', 'datum.v')})"),
+        ],
+    }
+
+
+def _message() -> str:
+    return (
+        "length(data('wandb')) === 0 ? 'Loading the profile… (if this stays, the table of this "
+        "chart holds no rows)' : "
+        "format_version === 0 ? 'These rows are not a wandb_modprof table (no table_format row)' : "
+        f"format_version > {SPEC_VERSION} ? 'This table was written by a newer wandb_modprof "
+        f"(table format v' + format_version + '); this panel reads v{SPEC_VERSION}' : "
+        "length(data('vnodes')) === 0 ? "
+        "'No module graph in this profile (no structure pass ran)' : "
+        "!(avail['v_' + mode] > 0) ? mode_label + ' was not measured in this run' : ''"
+    )
+
+
+def _messages() -> list[Data]:
+    return [
+        {
+            "name": "messages",
+            "transform": [_sequence(1), _formula("text", _message()), _filter("datum.text !== ''")],
+        },
+        {
+            "name": "banner",
+            "transform": [
+                _sequence(1),
+                _filter("reduced_text !== ''"),
+                _formula("text", "'Reduced to fit the table: ' + reduced_text"),
+            ],
+        },
+    ]
+
+
+def _controls() -> list[Data]:
+    return [
+        {
+            "name": "runs_shown",
+            "source": "runs",
+            "transform": [_filter(f"n_runs >= 2 && datum.i <= {MAX_RUNS}")],
+        },
+        {"name": "baselines_shown", "source": "runs_shown", "transform": [_filter("compare")]},
+        {"name": "compare_toggle", "transform": [_sequence(1), _filter("n_runs >= 2")]},
+        {
+            "name": "card_box",
+            "source": "card",
+            "transform": [
+                {"type": "aggregate", "ops": ["count"], "as": ["lines"]},
+                _filter("datum.lines > 0"),
+            ],
+        },
+    ]
