@@ -11,7 +11,8 @@ from typing import Any, TextIO
 import torch
 
 from wandb_modprof._errors import ModProfError
-from wandb_modprof.api.watch import watch
+from wandb_modprof.api.profile import Profile
+from wandb_modprof.api.watch import WatchHandle, watch
 
 
 def _gpt2(layers: int, dim: int) -> tuple[torch.nn.Module, int]:
@@ -128,6 +129,14 @@ def _train(
     elapsed = time.perf_counter() - progress.start
     profile = handle.unwatch()
     print(f"Done in {elapsed:.1f} s.\n", file=out)
+    _write_outputs(handle, profile, run, top, save, out)
+    return 0
+
+
+def _write_outputs(
+    handle: WatchHandle, profile: Profile, run: Any, top: int, save: str, out: TextIO
+) -> None:
+    """The summary, the profile file, the report, the trace, and where the W&B run went."""
     print(profile.summary(n=top), file=out)
     target = Path(save)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -161,4 +170,3 @@ def _train(
         )
     elif not run.disabled:
         print(f"W&B run: {run.url}", file=out)
-    return 0

@@ -73,7 +73,7 @@ class Profile:
         return [] if sample is None else list(sample.invocations)
 
     def stats(self) -> dict[str, ModuleStats]:
-        """Running statistics per invocation key, in forward order of their last sample."""
+        """Running statistics per call key, in forward order of their last sample."""
         self._acc.resolve_pending(force=True)
         return self._acc.stats()
 
@@ -85,7 +85,7 @@ class Profile:
     def top(
         self, metric: str = "bwd_self_ms", n: int = 10, include_root: bool = False
     ) -> list[ModuleStats]:
-        """The `n` invocation keys with the largest mean `metric`."""
+        """The `n` call keys with the largest mean `metric`."""
         if metric not in METRICS:
             raise ModProfError(f"metric must be one of {', '.join(METRICS)}; got {metric!r}")
         if not isinstance(n, int) or n < 1:

@@ -130,7 +130,7 @@ class Sample:
 
 @dataclass(frozen=True)
 class RunningStat:
-    """Running statistics of one metric of one module invocation key across samples."""
+    """Running statistics of one metric of one module call key across samples."""
 
     count: int
     mean: float
@@ -142,7 +142,7 @@ class RunningStat:
 
 @dataclass(frozen=True)
 class ModuleStats:
-    """Aggregated statistics of one invocation key (`metrics` maps metric name to stats)."""
+    """Aggregated statistics of one call key (`metrics` maps metric name to stats)."""
 
     key: str
     module_name: str

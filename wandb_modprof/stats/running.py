@@ -1,4 +1,4 @@
-"""Running statistics per invocation key across samples (Welford: stable, O(1) memory)."""
+"""Running statistics per call key across samples (Welford: stable, O(1) memory)."""
 
 from __future__ import annotations
 
