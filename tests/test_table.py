@@ -134,7 +134,7 @@ def test_real_model_table_invariants_and_self_node() -> None:
     # the self node carries the block's own work: its residual adds
     assert own["fwd_ms"] == stats["blocks.0#0"].metrics["fwd_self_ms"].mean
     assert own["bwd_ms"] == stats["blocks.0#0"].metrics["bwd_self_ms"].mean
-    # a level's module nodes plus its self node account for the whole view's forward time
+    # a view's module nodes plus its self node account for the whole view's forward time
     kids = sum(r["fwd_ms"] for r in block if r["node_kind"] == "module")
     assert kids + own["fwd_ms"] == pytest.approx(stats["blocks.0#0"].metrics["fwd_ms"].mean)
     up = next(r for r in records if r["node_key"] == "blocks.0.mlp.up#0")

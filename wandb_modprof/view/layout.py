@@ -1,5 +1,5 @@
-"""Layout stage: place the boxes and route the edges of one view (`LevelGraph`) in pixels,
-for the Vega spec to draw (`layout_level`, `box_size`, and the font and spacing constants).
+"""Layout stage: place the boxes and route the edges of one view (`ViewGraph`) in pixels,
+for the Vega spec to draw (`layout_view`, `box_size`, and the font and spacing constants).
 
 A layered (Sugiyama) layout, top to bottom:
 
@@ -16,7 +16,7 @@ A layered (Sugiyama) layout, top to bottom:
    vertex, box or dummy, a grid x.
 3. Pixels are ours: igraph's grid assumes equal-width vertices, our boxes fit their labels.
    Grid columns map to pixels by one increasing function, each column as narrow as the
-   widest thing in it allows, so one wide label widens one column, not the whole level, and
+   widest thing in it allows, so one wide label widens one column, not the whole view, and
    what igraph lined up stays lined up. Dummies are narrow slots: an edge crosses a layer
    band vertically through its slot, and runs diagonally only in the box-free gaps between
    bands, so no edge crosses a box.
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import igraph
 
-from wandb_modprof.records.graph import GraphNode, LevelGraph
+from wandb_modprof.records.graph import GraphNode, ViewGraph
 
 # Shared with the Vega spec, which draws the text: box sizes assume these fonts.
 FONT_PX = 12
@@ -80,7 +80,7 @@ class EdgePath:
 
 
 @dataclass(frozen=True)
-class LevelLayout:
+class ViewLayout:
     """Boxes in the graph's node order, edges in its edge order (self loops dropped, duplicate
     edges once, at their first position)."""
 
@@ -104,13 +104,13 @@ def box_size(node: GraphNode) -> tuple[float, float]:
     return float(w), float(h)
 
 
-def layout_level(graph: LevelGraph) -> LevelLayout:
+def layout_view(graph: ViewGraph) -> ViewLayout:
     """Lay out one view; deterministic (same graph, same layout). See the module docstring.
 
     >>> from wandb_modprof.records.graph import GraphEdge
     >>> x = GraphNode("v|in:x", "input", "x", "input")
     >>> fc = GraphNode("fc#0", "module", "fc", "Linear")
-    >>> lay = layout_level(LevelGraph("v", (x, fc), (GraphEdge("v|in:x", "fc#0"),)))
+    >>> lay = layout_view(ViewGraph("v", (x, fc), (GraphEdge("v|in:x", "fc#0"),)))
     >>> [(b.node_key, b.x_px, b.y_px, b.w_px, b.h_px) for b in lay.boxes]
     [('v|in:x', 19.5, 16.0, 47.0, 40.0), ('fc#0', 16.0, 96.0, 54.0, 40.0)]
     >>> lay.edges[0].points  # bottom-centre of x to top-centre of fc
@@ -124,7 +124,7 @@ def layout_level(graph: LevelGraph) -> LevelLayout:
         raise ValueError(f"view {graph.view_key!r}: node keys are not unique")
     edges = _unique_edges(graph, index)
     if not nodes:
-        return LevelLayout(graph.view_key, 2.0 * MARGIN_PX, 2.0 * MARGIN_PX, (), ())
+        return ViewLayout(graph.view_key, 2.0 * MARGIN_PX, 2.0 * MARGIN_PX, (), ())
     kinds = [node.kind for node in nodes]
     down, flipped = _orient(kinds, edges)
     layer = _layers(kinds, [e for e in down if e is not None])
@@ -193,7 +193,7 @@ def layout_level(graph: LevelGraph) -> LevelLayout:
             lane = band_top[k] - (LAYER_GAP_PX if k else MARGIN_PX) / 2
             (sx, sy), (dx, dy) = centre_top(s), centre_top(d)
             paths[i] = _simplify([(sx, sy), (sx, lane), (dx, lane), (dx, dy)])
-    return LevelLayout(
+    return ViewLayout(
         view_key=graph.view_key,
         width_px=round(width, 2),
         height_px=height,
@@ -205,7 +205,7 @@ def layout_level(graph: LevelGraph) -> LevelLayout:
     )
 
 
-def _unique_edges(graph: LevelGraph, index: dict[str, int]) -> list[tuple[int, int]]:
+def _unique_edges(graph: ViewGraph, index: dict[str, int]) -> list[tuple[int, int]]:
     """Edges as index pairs in first-occurrence order, without self loops and duplicates."""
     seen: set[tuple[int, int]] = set()
     out: list[tuple[int, int]] = []

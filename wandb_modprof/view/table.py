@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wandb_modprof.records.calls import CallInfo
-from wandb_modprof.records.graph import GraphEdge, GraphNode, LevelGraph
+from wandb_modprof.records.graph import GraphEdge, GraphNode, ViewGraph
 from wandb_modprof.records.sample import (
     MEMORY_METRICS,
     METRICS,
@@ -47,8 +47,8 @@ from wandb_modprof.records.sample import (
     ModuleStats,
     RunningStat,
 )
-from wandb_modprof.view.graphs import level_graphs, merge, short_name
-from wandb_modprof.view.layout import LevelLayout, layout_level
+from wandb_modprof.view.graphs import merge, short_name, view_graphs
+from wandb_modprof.view.layout import ViewLayout, layout_view
 
 if TYPE_CHECKING:
     from wandb_modprof.records.ranks import RankData
@@ -227,11 +227,11 @@ def _module_values(stats: ModuleStats | None, call: CallInfo | None) -> dict[str
 MIN_VIEW_ROWS = 4 + 4 * 3
 
 
-def _size(graph: LevelGraph) -> int:
+def _size(graph: ViewGraph) -> int:
     return len(graph.nodes) + len(graph.edges)
 
 
-def _merge_nodes(graph: LevelGraph, into: dict[str, GraphNode]) -> LevelGraph:
+def _merge_nodes(graph: ViewGraph, into: dict[str, GraphNode]) -> ViewGraph:
     """Replace every node named in `into` by the group node it maps to, placed where its first
     member was (so merged inputs stay first and merged outputs last); edges follow,
     deduplicated, and edges inside one group disappear."""
@@ -252,7 +252,7 @@ def _merge_nodes(graph: LevelGraph, into: dict[str, GraphNode]) -> LevelGraph:
         if src != dst and (src, dst) not in seen:
             seen.add((src, dst))
             edges.append(GraphEdge(src, dst))
-    return LevelGraph(graph.view_key, tuple(nodes), tuple(edges))
+    return ViewGraph(graph.view_key, tuple(nodes), tuple(edges))
 
 
 def _cost(stats: ModuleStats | None) -> float:
@@ -263,8 +263,8 @@ def _cost(stats: ModuleStats | None) -> float:
 
 
 def _shrink_view(
-    graph: LevelGraph, stats: Mapping[str, ModuleStats], budget: int
-) -> tuple[LevelGraph, dict[str, list[str]]]:
+    graph: ViewGraph, stats: Mapping[str, ModuleStats], budget: int
+) -> tuple[ViewGraph, dict[str, list[str]]]:
     """Keep the most expensive modules of an oversized view; merge the others into a group.
 
     When even one group for all modules leaves the view too big, its inputs (if more than one)
@@ -277,7 +277,7 @@ def _shrink_view(
     group_key = f"{graph.view_key}|group"
     ends: dict[str, GraphNode] = {}  # input / output node key -> the group it merges into
 
-    def attempt(kept: int) -> LevelGraph:
+    def attempt(kept: int) -> ViewGraph:
         label = f"{len(ranked)} modules" if kept == 0 else f"{len(ranked) - kept} more modules"
         group = GraphNode(group_key, "group", label, "grouped")
         return _merge_nodes(graph, ends | dict.fromkeys(ranked[kept:], group))
@@ -312,12 +312,12 @@ def _shrink_view(
 
 
 def reduce_graphs(
-    graphs: list[LevelGraph],
+    graphs: list[ViewGraph],
     depth_of: dict[str, int],
     stats: Mapping[str, ModuleStats],
     budget: int,
     max_rows: int = MAX_ROWS,
-) -> tuple[list[LevelGraph], str, dict[str, list[str]]]:
+) -> tuple[list[ViewGraph], str, dict[str, list[str]]]:
     """Fit the views into `budget` rows (of a table of at most `max_rows`, named in the note);
     returns the views kept, what was done (or ""), and the members of every group node."""
     if sum(_size(g) for g in graphs) <= budget:
@@ -347,7 +347,7 @@ def reduce_graphs(
     return [shrunk], note, groups
 
 
-def _shrink_note(view: LevelGraph, groups: dict[str, list[str]], max_rows: int) -> str:
+def _shrink_note(view: ViewGraph, groups: dict[str, list[str]], max_rows: int) -> str:
     """What `_shrink_view` merged, e.g. "...; 118 of its cheapest modules are merged into one
     group node and its 120 outputs into another, ..."."""
     parts = []
@@ -486,7 +486,7 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS) -> ProfileTable:
     structures = list(prof.structures)
     tree = merge(structures, stats.values())
     calls = {c.key: c for c in tree.calls}
-    graphs = level_graphs(tree)
+    graphs = view_graphs(tree)
     # (key, text, number); a number that is None or not a finite float is missing
     meta: list[tuple[str, str, float | None]] = []
     root = tree.calls[0] if tree.calls else None
@@ -533,7 +533,7 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS) -> ProfileTable:
         out.add(cells)
     views = {g.view_key for g in graphs}
     for graph in graphs:
-        layout: LevelLayout = layout_level(graph)
+        layout: ViewLayout = layout_view(graph)
         chain = _ancestors(graph.view_key, calls)
         view_cells: dict[str, Cell] = {
             "view_key": graph.view_key,
