@@ -5,6 +5,8 @@ deliberate reduction of large models."""
 from __future__ import annotations
 
 import dataclasses
+import doctest
+import importlib
 import itertools
 import json
 import math
@@ -471,6 +473,12 @@ def test_a_parent_cycle_does_not_hang_the_table(parents: dict[str, str]) -> None
     assert set(parents) <= set(views)
     for key in parents:
         assert views[key]["view_path"].endswith(key)
+
+
+@pytest.mark.parametrize("stage", ["columns", "meta", "ranks", "reduce", "rows", "values"])
+def test_docstring_examples(stage: str) -> None:
+    result = doctest.testmod(importlib.import_module(f"wandb_modprof.view.{stage}"))
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_table_rejects_a_bad_row_limit() -> None:
