@@ -4,6 +4,7 @@ bottom, deterministic, robust to cycles, loops, duplicates and nodes without edg
 from __future__ import annotations
 
 import doctest
+import importlib
 import math
 import os
 import subprocess
@@ -210,8 +211,9 @@ def check_layout(g: ViewGraph, lay: ViewLayout, *, dag: bool) -> None:
 
 
 # ---- examples -----------------------------------------------------------------------------
-def test_docstring_examples() -> None:
-    result = doctest.testmod(_layout)
+@pytest.mark.parametrize("stage", ["layout", "geometry", "layering", "placement", "routing"])
+def test_docstring_examples(stage: str) -> None:
+    result = doctest.testmod(importlib.import_module(f"wandb_modprof.view.{stage}"))
     assert result.attempted > 0 and result.failed == 0
 
 
