@@ -34,7 +34,7 @@ TEXT_COLUMNS = (
     "meta_value",
     "missing",
 )
-# Distributed runs (`_distributed`): across ranks, the mean and max of each rank's mean
+# Distributed runs (`api.distributed`): across ranks, the mean and max of each rank's mean
 # fwd_ms + bwd_ms, the rank with that max, and max / mean (1.0: balanced); 0 and `missing`
 # without per-rank data.
 RANK_INT_COLUMNS = ("rank_count", "rank_slowest")

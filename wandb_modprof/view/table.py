@@ -11,7 +11,7 @@ node is written as 0 and its column name is listed in that row's `missing` cell 
 of the metrics apply, e.g. input nodes). No `null` (W&B rewrites nulls in specs; browsers
 reject bare NaN), no NaN/inf, and no column named `id`, `name` or `color` (W&B adds those).
 
-Distributed runs (rank 0 of a `watch` under `torch.distributed`, see `_distributed`): module,
+Distributed runs (rank 0 of a `watch` under `torch.distributed`, see `api.distributed`): module,
 `self` and group nodes carry `rank_count` (ranks with data for the call), `rank_fwd_bwd_mean_ms`
 and `rank_fwd_bwd_max_ms` (mean and max over ranks of each rank's mean fwd_ms + bwd_ms; self
 nodes: self times; group nodes: each rank's sum over the merged calls), `rank_slowest` (the
@@ -134,6 +134,8 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS) -> ProfileTable:
     )
     rows = meta_rows(meta)
     for graph in reduction.graphs:
+        # `layout_view` looked up here, at call time: benchmarks/scale.py times the layout by
+        # replacing it in this module.
         rows += view_rows(graph, layout_view(graph), src)
     # Unreachable: any view reduces to MIN_VIEW_ROWS rows, and the budget holds at least that.
     assert len(rows) <= max_rows, (len(rows), max_rows)
