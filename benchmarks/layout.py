@@ -1,4 +1,4 @@
-"""Time of the layout stage (`wandb_modprof.view.layout.layout_level`) on large synthetic views.
+"""Time of the layout stage (`wandb_modprof.view.layout.layout_view`) on large synthetic views.
 
 Run (full run a few seconds; ``--quick`` is the CI smoke run, small graphs, one repeat):
 
@@ -43,8 +43,8 @@ from dataclasses import dataclass
 import igraph
 from _report import emit, revision
 
-from wandb_modprof.records.graph import GraphEdge, GraphNode, LevelGraph
-from wandb_modprof.view.layout import layout_level
+from wandb_modprof.records.graph import GraphEdge, GraphNode, ViewGraph
+from wandb_modprof.view.layout import layout_view
 
 TARGET_MS = 1000.0
 
@@ -52,7 +52,7 @@ TARGET_MS = 1000.0
 # ---- synthetic views -----------------------------------------------------------------------
 def _view(
     view: str, calls: list[tuple[str, str]], edges: list[tuple[str, str]], inputs: int = 1
-) -> LevelGraph:
+) -> ViewGraph:
     """A view with `inputs` inputs, the given (key, type) calls, one output and `self`.
 
     In `edges`, "in", "in1", ... name the inputs and "out" the output."""
@@ -71,14 +71,14 @@ def _view(
         return name
 
     graph_edges = tuple(sorted({GraphEdge(key(s), key(d)) for s, d in edges}, key=_edge_key))
-    return LevelGraph(view, tuple(nodes), graph_edges)
+    return ViewGraph(view, tuple(nodes), graph_edges)
 
 
 def _edge_key(edge: GraphEdge) -> tuple[str, str]:
     return edge.src_key, edge.dst_key
 
 
-def chain_with_skips(n: int) -> list[LevelGraph]:
+def chain_with_skips(n: int) -> list[ViewGraph]:
     calls = [(f"m{i}", "Linear") for i in range(n)]
     edges = [("in", "m0"), (f"m{n - 1}", "out")]
     edges += [(f"m{i}", f"m{i + 1}") for i in range(n - 1)]
@@ -87,7 +87,7 @@ def chain_with_skips(n: int) -> list[LevelGraph]:
     return [_view("chain", calls, edges)]
 
 
-def model_like(blocks: int, sublayers: int) -> list[LevelGraph]:
+def model_like(blocks: int, sublayers: int) -> list[ViewGraph]:
     """Root view plus one view per block; a block has 4 calls per sub-layer."""
     root_calls = [("wte", "Embedding"), ("wpe", "Embedding"), ("drop", "Dropout")]
     root_calls += [(f"h.{b}", "Block") for b in range(blocks)]
@@ -113,7 +113,7 @@ def model_like(blocks: int, sublayers: int) -> list[LevelGraph]:
     return views
 
 
-def residual_stream(n: int) -> list[LevelGraph]:
+def residual_stream(n: int) -> list[ViewGraph]:
     calls = [(f"m{i}", "Block") for i in range(n)]
     names = ["in", *(key for key, _ in calls)]
     edges = [(a, b) for j, b in enumerate(names) for a in names[:j]]
@@ -121,7 +121,7 @@ def residual_stream(n: int) -> list[LevelGraph]:
     return [_view("stream", calls, edges)]
 
 
-def fan(n: int) -> list[LevelGraph]:
+def fan(n: int) -> list[ViewGraph]:
     calls = [(f"m{i}{'_wide' * (i % 5)}", "Linear") for i in range(n)]
     edges = [("in", key) for key, _ in calls] + [(key, "out") for key, _ in calls]
     return [_view("fan", calls, edges)]
@@ -130,7 +130,7 @@ def fan(n: int) -> list[LevelGraph]:
 @dataclass(frozen=True)
 class Case:
     name: str
-    build: Callable[[], list[LevelGraph]]
+    build: Callable[[], list[ViewGraph]]
 
 
 def cases(quick: bool) -> list[Case]:
@@ -162,12 +162,12 @@ class Row:
 def measure(case: Case, repeats: int) -> Row:
     views = case.build()
     for view in views:  # warm-up: imports, igraph's first call
-        layout_level(view)
+        layout_view(view)
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
         for view in views:
-            layout_level(view)
+            layout_view(view)
         times.append((time.perf_counter() - started) * 1000)
     return Row(
         case=case.name,

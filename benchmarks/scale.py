@@ -20,8 +20,8 @@ Measured per model (one torch thread; plain and watched copies alternate step by
   wandb_modprof; it is paid once per model, so it is not part of the per-sample cost);
 * ``sampled +ms``: median sampled step (``watch(log_freq=1)``, W&B log off) minus median plain
   step: hooks, saved-tensor hooks, node hooks, norms, the sample folded into the statistics;
-* ``table ms`` (``layout ms`` of it): ``prof.table()``: merge, level graphs, layout of every
-  view (``_layout.layout_level``, timed by wrapping it), rows; median of ``--repeats``;
+* ``table ms`` (``layout ms`` of it): ``prof.table()``: merge, view graphs, layout of every
+  view (``_layout.layout_view``, timed by wrapping it), rows; median of ``--repeats``;
 * ``entry ms``: ``handle._wandb_log.entry(prof, table)`` for a disabled W&B run: the
   ``wandb.Table`` (per-cell type checks) and the chart object;
 * ``run.log ms``: an **offline** run's ``run.log(entry)`` of a fresh entry (serialises the table
@@ -38,7 +38,7 @@ Measured per model (one torch thread; plain and watched copies alternate step by
   from navigation start to the first view drawn (``window.__modprof_ready``, as
   benchmarks/report.py), then the **largest** view (most nodes) and the **deepest** view opened
   by setting the view signal, timed in the page until Vega has run and two frames were painted.
-  Target: every level renders in <= 2 s.
+  Target: every view renders in <= 2 s.
 """
 
 from __future__ import annotations
@@ -122,11 +122,11 @@ def cases(quick: bool, sizes: str, layers: str) -> list[Case]:
 
 # ---- capture ---------------------------------------------------------------------------------
 class LayoutTimer:
-    """Wraps `_table.layout_level` to add up the layout's share of `prof.table()`."""
+    """Wraps `_table.layout_view` to add up the layout's share of `prof.table()`."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
-        self._inner = table_module.layout_level
+        self._inner = table_module.layout_view
 
     def __call__(self, graph: Any) -> Any:
         start = time.perf_counter()
@@ -136,11 +136,11 @@ class LayoutTimer:
             self.seconds += time.perf_counter() - start
 
     def __enter__(self) -> LayoutTimer:
-        table_module.layout_level = self  # type: ignore[assignment]
+        table_module.layout_view = self  # type: ignore[assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        table_module.layout_level = self._inner
+        table_module.layout_view = self._inner
 
 
 def _step(model: nn.Module, case: Case) -> float:

@@ -11,7 +11,7 @@ What is measured, side by side in one run (ratios, not absolute seconds: the mac
   counting FLOPs, module hooks), over the same step without any hooks. This is the one-off
   cost `watch` pays on the first training step, and again after the call sequence changes.
   Steps alternate plain / structure so drift affects both alike; medians over the repeats.
-* ``table ms``: `prof.table()` for the same model: merge, level graphs, layout of every view,
+* ``table ms``: `prof.table()` for the same model: merge, view graphs, layout of every view,
   rows. Also for a 2,000-invocation transformer (TinyGPT with 200 blocks), the issue's layout
   target ("well under a second").
 

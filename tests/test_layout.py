@@ -4,6 +4,7 @@ bottom, deterministic, robust to cycles, loops, duplicates and nodes without edg
 from __future__ import annotations
 
 import doctest
+import importlib
 import math
 import os
 import subprocess
@@ -14,16 +15,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wandb_modprof.records.graph import GraphEdge, GraphNode, LevelGraph, NodeKind
+from wandb_modprof.records.graph import GraphEdge, GraphNode, NodeKind, ViewGraph
 from wandb_modprof.view import layout as _layout
 from wandb_modprof.view.layout import (
     EDGE_GAP_PX,
     LAYER_GAP_PX,
     NODE_GAP_PX,
-    LevelLayout,
     NodeBox,
+    ViewLayout,
     box_size,
-    layout_level,
+    layout_view,
 )
 
 TOL = 0.02  # coordinates are rounded to 0.01 px
@@ -35,11 +36,11 @@ def node(key: str, kind: NodeKind = "module", label: str | None = None) -> Graph
     return GraphNode(key, kind, key if label is None else label, kind)
 
 
-def graph(nodes: Sequence[GraphNode], edges: Sequence[tuple[str, str]]) -> LevelGraph:
-    return LevelGraph("view", tuple(nodes), tuple(GraphEdge(s, d) for s, d in edges))
+def graph(nodes: Sequence[GraphNode], edges: Sequence[tuple[str, str]]) -> ViewGraph:
+    return ViewGraph("view", tuple(nodes), tuple(GraphEdge(s, d) for s, d in edges))
 
 
-def chain_with_skips(n: int, skip: int, long_skip: int) -> LevelGraph:
+def chain_with_skips(n: int, skip: int, long_skip: int) -> ViewGraph:
     """in -> m0 -> ... -> m{n-1} -> out, plus mi -> m{i+skip} and a few long skips."""
     nodes = [node("in", "input")] + [node(f"m{i}") for i in range(n)] + [node("out", "output")]
     edges = [("in", "m0"), (f"m{n - 1}", "out")]
@@ -49,7 +50,7 @@ def chain_with_skips(n: int, skip: int, long_skip: int) -> LevelGraph:
     return graph(nodes, sorted(set(edges)))
 
 
-def residual_block() -> LevelGraph:
+def residual_block() -> ViewGraph:
     """A pre-norm transformer block seen from inside: two residual adds in the block's code."""
     nodes = [
         node("in:x", "input"),
@@ -73,12 +74,12 @@ def residual_block() -> LevelGraph:
     return graph(nodes, edges)
 
 
-def fan(n: int, width_of: int = 7) -> LevelGraph:
+def fan(n: int, width_of: int = 7) -> ViewGraph:
     """One input feeding n modules (label lengths vary) that all feed one output."""
     mods = [node(f"m{i}", label="x" * (1 + (i * width_of) % 23)) for i in range(n)]
     nodes = [node("in", "input"), *mods, node("out", "output")]
     edges = [("in", m.node_key) for m in mods] + [(m.node_key, "out") for m in mods]
-    return LevelGraph("fan", tuple(nodes), tuple(GraphEdge(s, d) for s, d in edges))
+    return ViewGraph("fan", tuple(nodes), tuple(GraphEdge(s, d) for s, d in edges))
 
 
 # ---- checking layouts ---------------------------------------------------------------------
@@ -124,7 +125,7 @@ def close(p: tuple[float, float], q: tuple[float, float]) -> bool:
     return math.isclose(p[0], q[0], abs_tol=TOL) and math.isclose(p[1], q[1], abs_tol=TOL)
 
 
-def unique_edges(g: LevelGraph) -> list[tuple[str, str]]:
+def unique_edges(g: ViewGraph) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for e in g.edges:
         pair = (e.src_key, e.dst_key)
@@ -133,7 +134,7 @@ def unique_edges(g: LevelGraph) -> list[tuple[str, str]]:
     return out
 
 
-def check_layout(g: LevelGraph, lay: LevelLayout, *, dag: bool) -> None:
+def check_layout(g: ViewGraph, lay: ViewLayout, *, dag: bool) -> None:
     """The invariants every layout keeps; `dag`: the graph is a DAG whose edges leave inputs
     and enter outputs only, so every edge must run from a bottom-centre to a top-centre."""
     assert lay.view_key == g.view_key
@@ -210,8 +211,9 @@ def check_layout(g: LevelGraph, lay: LevelLayout, *, dag: bool) -> None:
 
 
 # ---- examples -----------------------------------------------------------------------------
-def test_docstring_examples() -> None:
-    result = doctest.testmod(_layout)
+@pytest.mark.parametrize("stage", ["layout", "geometry", "layering", "placement", "routing"])
+def test_docstring_examples(stage: str) -> None:
+    result = doctest.testmod(importlib.import_module(f"wandb_modprof.view.{stage}"))
     assert result.attempted > 0 and result.failed == 0
 
 
@@ -235,14 +237,14 @@ def test_box_size_fits_both_lines() -> None:
     ],
     ids=["residual", "chain", "fan", "small-fan"],
 )
-def test_model_like_graphs(g: LevelGraph) -> None:
-    lay = layout_level(g)
+def test_model_like_graphs(g: ViewGraph) -> None:
+    lay = layout_view(g)
     check_layout(g, lay, dag=True)
 
 
 def test_skip_edges_bend_around_boxes() -> None:
     g = residual_block()
-    lay = layout_level(g)
+    lay = layout_view(g)
     paths = {(e.src_key, e.dst_key): e.points for e in lay.edges}
     # in:x -> out spans every layer: it needs bends to get past ln_1 ... mlp.
     assert len(paths["in:x", "out"]) > 2
@@ -254,7 +256,7 @@ def test_skip_edges_bend_around_boxes() -> None:
 def test_long_skip_lanes_stay_straight() -> None:
     # igraph lines a long edge's dummies up; pixels must keep them lined up, so a skip over
     # six calls is one bend out, one straight run and one bend in, not a zigzag.
-    lay = layout_level(chain_with_skips(40, skip=2, long_skip=7))
+    lay = layout_view(chain_with_skips(40, skip=2, long_skip=7))
     inner = [e for e in lay.edges if e.src_key != "in" and e.dst_key != "out"]
     long = [e for e in inner if int(e.dst_key[1:]) - int(e.src_key[1:]) == 7]
     assert len(long) == 5
@@ -265,7 +267,7 @@ def test_plain_chain_is_one_straight_column() -> None:
     nodes = [node("in", "input")] + [node(f"m{i}", label="m" * i) for i in range(8)]
     edges = [("in", "m0")] + [(f"m{i}", f"m{i + 1}") for i in range(7)]
     g = graph([*nodes, node("out", "output")], [*edges, ("m7", "out")])
-    lay = layout_level(g)
+    lay = layout_view(g)
     check_layout(g, lay, dag=True)
     assert len({b.x_px + b.w_px / 2 for b in lay.boxes}) == 1
     assert all(len(e.points) == 2 for e in lay.edges)
@@ -279,7 +281,7 @@ def test_wide_label_does_not_widen_every_slot() -> None:
         [node("in", "input"), *mods],
         [("in", m.node_key) for m in mods],
     )
-    lay = layout_level(g)
+    lay = layout_view(g)
     check_layout(g, lay, dag=True)
     widths = [box_size(m)[0] for m in mods]
     packed = sum(widths) + (n - 1) * NODE_GAP_PX + 2 * _layout.MARGIN_PX
@@ -295,7 +297,7 @@ def test_edges_from_one_node_share_a_lane() -> None:
     nodes = [node("in", "input"), *(node(k) for k in calls[1:]), node("out", "output")]
     edges = [(a, b) for j, b in enumerate(calls) for a in calls[:j]] + [(a, "out") for a in calls]
     g = graph(nodes, edges)
-    lay = layout_level(g)
+    lay = layout_view(g)
     check_layout(g, lay, dag=True)
     assert len(lay.edges) == n * (n + 1) // 2 + n + 1
     assert lay.width_px < 2 * n * EDGE_GAP_PX + max(box_size(x)[0] for x in nodes) + 100
@@ -303,7 +305,7 @@ def test_edges_from_one_node_share_a_lane() -> None:
 
 def test_nodes_without_edges_go_right_of_the_first_layer() -> None:
     g = residual_block()
-    lay = layout_level(g)
+    lay = layout_view(g)
     boxes = {b.node_key: b for b in lay.boxes}
     me, x = boxes["self"], boxes["in:x"]
     assert me.y_px == x.y_px
@@ -315,7 +317,7 @@ def test_source_sits_just_above_its_consumer() -> None:
     nodes = [node("in", "input"), *(node(f"m{i}") for i in range(6)), node("pos")]
     edges = [("in", "m0"), *((f"m{i}", f"m{i + 1}") for i in range(5)), ("pos", "m4")]
     g = graph(nodes, edges)
-    lay = layout_level(g)
+    lay = layout_view(g)
     check_layout(g, lay, dag=True)
     boxes = {b.node_key: b for b in lay.boxes}
     assert boxes["pos"].y_px == boxes["m3"].y_px
@@ -326,7 +328,7 @@ def test_vertical_runs_keep_clear_of_other_boxes() -> None:
     # Where an edge crosses a layer band it runs vertically through its own slot, at least
     # EDGE_GAP_PX from every box of that band except its own end boxes.
     for g in (chain_with_skips(40, skip=2, long_skip=7), residual_block(), fan(12)):
-        lay = layout_level(g)
+        lay = layout_view(g)
         beside = 0  # vertical runs that pass a box of their band
         for e in lay.edges:
             for p, q in zip(e.points, e.points[1:], strict=False):
@@ -346,13 +348,13 @@ def test_vertical_runs_keep_clear_of_other_boxes() -> None:
 
 # ---- robustness ---------------------------------------------------------------------------
 def test_empty_single_and_edgeless() -> None:
-    empty = layout_level(graph([], []))
+    empty = layout_view(graph([], []))
     assert (empty.boxes, empty.edges) == ((), ())
     assert empty.width_px > 0 and empty.height_px > 0
     one = graph([node("a")], [])
-    check_layout(one, layout_level(one), dag=True)
+    check_layout(one, layout_view(one), dag=True)
     loose = graph([node("o", "output"), node("a"), node("i", "input"), node("s", "self")], [])
-    lay = layout_level(loose)
+    lay = layout_view(loose)
     check_layout(loose, lay, dag=True)
     boxes = {b.node_key: b for b in lay.boxes}
     assert boxes["i"].x_px < boxes["a"].x_px < boxes["s"].x_px  # inputs first, then node order
@@ -363,7 +365,7 @@ def test_cycles_do_not_crash() -> None:
         [node("i", "input"), node("a"), node("b"), node("c"), node("o", "output")],
         [("i", "a"), ("a", "b"), ("b", "a"), ("b", "c"), ("c", "a"), ("c", "o")],
     )
-    lay = layout_level(g)
+    lay = layout_view(g)
     check_layout(g, lay, dag=False)
     boxes = {b.node_key: b for b in lay.boxes}
     up = [e for e in lay.edges if boxes[e.src_key].y_px > boxes[e.dst_key].y_px]
@@ -378,7 +380,7 @@ def test_self_loops_and_duplicates() -> None:
         [node("i", "input"), node("a"), node("b")],
         [("i", "a"), ("a", "a"), ("a", "b"), ("i", "a"), ("b", "b"), ("a", "b")],
     )
-    lay = layout_level(g)
+    lay = layout_view(g)
     assert [(e.src_key, e.dst_key) for e in lay.edges] == [("i", "a"), ("a", "b")]
     check_layout(g, lay, dag=True)
 
@@ -396,7 +398,7 @@ def test_edges_against_the_io_convention() -> None:
         ],
         [("a", "i"), ("o", "a"), ("i", "j"), ("o", "p"), ("p", "j")],
     )
-    lay = layout_level(g)
+    lay = layout_view(g)
     check_layout(g, lay, dag=False)
     boxes = {b.node_key: b for b in lay.boxes}
     same = {(e.src_key, e.dst_key): e.points for e in lay.edges}
@@ -408,37 +410,37 @@ def test_edges_against_the_io_convention() -> None:
 
 def test_unknown_node_and_duplicate_keys_raise() -> None:
     with pytest.raises(ValueError, match="'ghost'"):
-        layout_level(graph([node("a")], [("a", "ghost")]))
+        layout_view(graph([node("a")], [("a", "ghost")]))
     with pytest.raises(ValueError, match="not unique"):
-        layout_level(graph([node("a"), node("a")], []))
+        layout_view(graph([node("a"), node("a")], []))
 
 
 # ---- determinism --------------------------------------------------------------------------
 def test_deterministic_in_process() -> None:
     g = chain_with_skips(80, skip=3, long_skip=11)
-    first = layout_level(g)
-    assert layout_level(g) == first
+    first = layout_view(g)
+    assert layout_view(g) == first
     rebuilt = chain_with_skips(80, skip=3, long_skip=11)  # fresh objects, fresh igraph graph
-    assert rebuilt is not g and layout_level(rebuilt) == first
+    assert rebuilt is not g and layout_view(rebuilt) == first
 
 
 def test_deterministic_across_processes() -> None:
     code = (
         "import sys; sys.path.insert(0, 'tests'); import test_layout as t; "
-        "from wandb_modprof.view.layout import layout_level; "
-        "print(repr(layout_level(t.chain_with_skips(50, skip=2, long_skip=7))))"
+        "from wandb_modprof.view.layout import layout_view; "
+        "print(repr(layout_view(t.chain_with_skips(50, skip=2, long_skip=7))))"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True
     ).stdout
-    assert out.strip() == repr(layout_level(chain_with_skips(50, skip=2, long_skip=7)))
+    assert out.strip() == repr(layout_view(chain_with_skips(50, skip=2, long_skip=7)))
 
 
 # ---- properties ---------------------------------------------------------------------------
 @st.composite
-def random_dags(draw: st.DrawFn) -> LevelGraph:
+def random_dags(draw: st.DrawFn) -> ViewGraph:
     """DAGs whose edges leave inputs and enter outputs only; optional self node; random label
     lengths; nodes listed in any order (forward order is the usual case, not assumed)."""
     kinds: list[NodeKind] = []
@@ -468,7 +470,7 @@ def random_dags(draw: st.DrawFn) -> LevelGraph:
 
 
 @st.composite
-def random_digraphs(draw: st.DrawFn) -> LevelGraph:
+def random_digraphs(draw: st.DrawFn) -> ViewGraph:
     """Anything: cycles, self loops, duplicates, edges into inputs and out of outputs."""
     kinds = draw(st.lists(st.sampled_from(KINDS), max_size=14))
     nodes = [GraphNode(f"n{i}", k, "L" * draw(st.integers(0, 30)), k) for i, k in enumerate(kinds)]
@@ -481,13 +483,13 @@ def random_digraphs(draw: st.DrawFn) -> LevelGraph:
 
 @settings(max_examples=300, deadline=None)
 @given(random_dags())
-def test_property_random_dags(g: LevelGraph) -> None:
-    check_layout(g, layout_level(g), dag=True)
+def test_property_random_dags(g: ViewGraph) -> None:
+    check_layout(g, layout_view(g), dag=True)
 
 
 @settings(max_examples=300, deadline=None)
 @given(random_digraphs())
-def test_property_any_digraph(g: LevelGraph) -> None:
-    lay = layout_level(g)
+def test_property_any_digraph(g: ViewGraph) -> None:
+    lay = layout_view(g)
     check_layout(g, lay, dag=False)
-    assert layout_level(g) == lay
+    assert layout_view(g) == lay

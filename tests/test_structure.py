@@ -26,7 +26,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import wandb_modprof
 from wandb_modprof import Structure
 from wandb_modprof.capture.structure_pass import tensors_in
-from wandb_modprof.view.graphs import level_graphs, merge
+from wandb_modprof.view.graphs import merge, view_graphs
 
 ROOT = "<root>#0"
 
@@ -92,7 +92,7 @@ def test_module_reused_three_times_appears_once_per_call() -> None:
     s = structure_of(Reused(), torch.randn(4, 32))
     expected = chain("in:x", "inp#0", "shared#0", "act#0", "shared#1", "act#1", "shared#2", "act#2")
     assert edges(s) == expected | {("act#2", "out:output")}
-    graph = level_graphs(merge([s]))[0]
+    graph = view_graphs(merge([s]))[0]
     labels = [n.label for n in graph.nodes if n.kind == "module"]
     assert labels == ["inp", "shared #0", "act #0", "shared #1", "act #1", "shared #2", "act #2"]
 
@@ -174,7 +174,7 @@ def test_branch_change_between_steps_captures_a_second_structure() -> None:
     # Step 1 and step 4 (after step 3 called `b` for the first time) were structure passes.
     assert prof.num_samples == 3
     assert set(prof.stats()) == {ROOT, "a#0", "b#0"}
-    (graph,) = level_graphs(merge(prof.structures(), prof.stats().values()))
+    (graph,) = view_graphs(merge(prof.structures(), prof.stats().values()))
     assert {(e.src_key, e.dst_key) for e in graph.edges} == {
         (f"{ROOT}|in:x", "a#0"),
         (f"{ROOT}|in:x", "b#0"),
@@ -329,7 +329,7 @@ def test_dense_parent_residual_view_is_drawn_as_its_transitive_reduction() -> No
     s = structure_of(ParentResidualStream(), torch.randn(2, 8))
     n = 12
     assert len(edges(s)) == n * (n + 1) // 2 + n + 1  # captured: every earlier source, O(n^2)
-    (graph,) = level_graphs(merge([s]))
+    (graph,) = view_graphs(merge([s]))
     drawn = {(e.src_key.split("|")[-1], e.dst_key.split("|")[-1]) for e in graph.edges}
     layers = [f"layers.{i}#0" for i in range(n)]
     assert drawn == chain("in:x", *layers, "out:output")
@@ -337,7 +337,7 @@ def test_dense_parent_residual_view_is_drawn_as_its_transitive_reduction() -> No
 
 def test_sparse_views_keep_their_skip_edges() -> None:
     s = structure_of(BasicBlock(8, 8), torch.randn(2, 8, 6, 6))
-    (graph,) = level_graphs(merge([s]))
+    (graph,) = view_graphs(merge([s]))
     assert (f"{ROOT}|in:x", "relu#1") in {(e.src_key, e.dst_key) for e in graph.edges}
 
 

@@ -5,6 +5,8 @@ deliberate reduction of large models."""
 from __future__ import annotations
 
 import dataclasses
+import doctest
+import importlib
 import itertools
 import json
 import math
@@ -134,7 +136,7 @@ def test_real_model_table_invariants_and_self_node() -> None:
     # the self node carries the block's own work: its residual adds
     assert own["fwd_ms"] == stats["blocks.0#0"].metrics["fwd_self_ms"].mean
     assert own["bwd_ms"] == stats["blocks.0#0"].metrics["bwd_self_ms"].mean
-    # a level's module nodes plus its self node account for the whole view's forward time
+    # a view's module nodes plus its self node account for the whole view's forward time
     kids = sum(r["fwd_ms"] for r in block if r["node_kind"] == "module")
     assert kids + own["fwd_ms"] == pytest.approx(stats["blocks.0#0"].metrics["fwd_ms"].mean)
     up = next(r for r in records if r["node_key"] == "blocks.0.mlp.up#0")
@@ -471,6 +473,12 @@ def test_a_parent_cycle_does_not_hang_the_table(parents: dict[str, str]) -> None
     assert set(parents) <= set(views)
     for key in parents:
         assert views[key]["view_path"].endswith(key)
+
+
+@pytest.mark.parametrize("stage", ["columns", "meta", "ranks", "reduce", "rows", "values"])
+def test_docstring_examples(stage: str) -> None:
+    result = doctest.testmod(importlib.import_module(f"wandb_modprof.view.{stage}"))
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_table_rejects_a_bad_row_limit() -> None:

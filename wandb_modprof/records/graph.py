@@ -1,10 +1,10 @@
-"""The module graph of one nesting level ("view"): what structure capture produces and layout
-consumes. Plain frozen dataclasses; no torch, no layout, no measurements.
+"""The module graph of one view: what structure capture produces and layout consumes. Plain
+frozen dataclasses; no torch, no layout, no measurements.
 
 A view is one module invocation seen from inside: its child invocations (one node per call,
 so a module called three times is three nodes), one node per input argument and per output
 field, and a `self` node for the work the invocation does in its own code (its self time),
-so the colours of a level account for all of its time.
+so the colours of a view account for all of its time.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class GraphEdge:
 
 
 @dataclass(frozen=True)
-class LevelGraph:
+class ViewGraph:
     """Nodes in forward order (inputs first, outputs last) and edges sorted by (src, dst)."""
 
     view_key: str

@@ -1,8 +1,10 @@
 """Views: a profile's module graph per nesting view, laid out and flattened into one table.
 
-Takes a `records.ProfileData`; gives the graph of each view (a module's children, their
-dataflow edges and its input / output slots: `graphs`), node boxes and edge paths per view
-from a layered layout in python-igraph (`layout`), and `table.ProfileTable`, the one long
-table of node / edge / meta rows (reduced to a row budget, the `reduced` note saying what was
-dropped) that the W&B panel, the HTML report and the pictures all draw. Imports `records`.
+Takes a `records.ProfileData`; gives `table.ProfileTable`, the one long table of node / edge /
+meta rows that the W&B panel, the HTML report and the pictures all draw. In data-flow order:
+`graphs` (merge the structure passes; one `ViewGraph` per view), `reduce` (fit the views into
+the row budget; the `reduced` note says what was dropped), `layout` (boxes and edge paths in
+pixels, with `geometry`, `layering`, `placement` and `routing`, on python-igraph), then
+`meta`, `rows`, `values` and `ranks` (the table's rows and cells, in the schema of `columns`).
+`table.build_table` runs them all. Imports `records`.
 """

@@ -1,4 +1,4 @@
-"""From captured structures (and the statistics' call tree) to one `LevelGraph` per view.
+"""From captured structures (and the statistics' call tree) to one `ViewGraph` per view.
 
 A view is a module invocation that has child invocations; drilling into a node opens its
 view. Several structure passes (dynamic control flow) are merged: a view shows every call and
@@ -21,7 +21,7 @@ from wandb_modprof.records.calls import (
     output_key,
     self_key,
 )
-from wandb_modprof.records.graph import GraphEdge, GraphNode, LevelGraph
+from wandb_modprof.records.graph import GraphEdge, GraphNode, ViewGraph
 from wandb_modprof.records.sample import ModuleStats
 
 
@@ -88,7 +88,7 @@ def short_name(call: CallInfo, parent: CallInfo | None) -> str:
     return call.module_name
 
 
-def level_graphs(tree: CallTree) -> list[LevelGraph]:
+def view_graphs(tree: CallTree) -> list[ViewGraph]:
     """One graph per call that has children, parents before children (forward order)."""
     by_key = {c.key: c for c in tree.calls}
     children: dict[str, list[CallInfo]] = {}
@@ -102,7 +102,7 @@ def level_graphs(tree: CallTree) -> list[LevelGraph]:
     for e in tree.edges:
         edges_per_view.setdefault(e.view_key, []).append(GraphEdge(e.src_key, e.dst_key))
 
-    graphs: list[LevelGraph] = []
+    graphs: list[ViewGraph] = []
     for view in tree.calls:
         kids = children.get(view.key)
         if not kids:
@@ -125,7 +125,7 @@ def level_graphs(tree: CallTree) -> list[LevelGraph]:
         ]
         if len(edges) > DENSE_EDGES_PER_NODE * len(nodes):
             edges = thin(nodes, edges)
-        graphs.append(LevelGraph(view.key, tuple(nodes), tuple(edges)))
+        graphs.append(ViewGraph(view.key, tuple(nodes), tuple(edges)))
     return graphs
 
 

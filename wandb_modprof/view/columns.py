@@ -1,0 +1,61 @@
+"""The table's schema: its format name and version, and its column names grouped by the kind
+of cell they hold. Takes nothing; gives the constants that the row writer, the W&B sink (its
+`wandb.Table` column types) and the tests read. `wandb_modprof.view.table` re-exports them.
+
+>>> from wandb_modprof.view.columns import COLUMNS, TEXT_COLUMNS
+>>> COLUMNS[:3] == TEXT_COLUMNS[:3] == ("row_kind", "view_key", "view_path")
+True
+"""
+
+from __future__ import annotations
+
+from wandb_modprof.records.sample import METRICS
+
+TABLE_FORMAT = "wandb_modprof.table"
+TABLE_VERSION = 1
+SPREAD_METRICS = ("fwd_ms", "fwd_self_ms", "bwd_ms", "bwd_self_ms")  # with std/min/max/last
+FLOP_COLUMNS = ("fwd_flops", "fwd_self_flops", "fwd_flop_per_s")
+
+TEXT_COLUMNS = (
+    "row_kind",
+    "view_key",
+    "view_path",
+    "view_labels",
+    "node_key",
+    "node_kind",
+    "label",
+    "sublabel",
+    "module_name",
+    "module_type",
+    "src_key",
+    "dst_key",
+    "edge_path",
+    "meta_key",
+    "meta_value",
+    "missing",
+)
+# Distributed runs (`api.distributed`): across ranks, the mean and max of each rank's mean
+# fwd_ms + bwd_ms, the rank with that max, and max / mean (1.0: balanced); 0 and `missing`
+# without per-rank data.
+RANK_INT_COLUMNS = ("rank_count", "rank_slowest")
+RANK_NUMBER_COLUMNS = ("rank_fwd_bwd_mean_ms", "rank_fwd_bwd_max_ms", "rank_imbalance")
+RANK_COLUMNS = (
+    "rank_count",
+    "rank_fwd_bwd_mean_ms",
+    "rank_fwd_bwd_max_ms",
+    "rank_slowest",
+    "rank_imbalance",
+)
+INT_COLUMNS = ("view_depth", "call_index", "group_count", "samples", *RANK_INT_COLUMNS)
+BOOL_COLUMNS = ("has_view",)
+LAYOUT_COLUMNS = ("x_px", "y_px", "w_px", "h_px", "view_w_px", "view_h_px")
+METRIC_COLUMNS = (
+    METRICS
+    + tuple(f"{m}_{s}" for m in SPREAD_METRICS for s in ("std", "min", "max", "last"))
+    + FLOP_COLUMNS
+)
+NUMBER_COLUMNS = LAYOUT_COLUMNS + METRIC_COLUMNS + RANK_NUMBER_COLUMNS + ("meta_number",)
+# Columns named in `missing` when not measured for a row.
+MISSABLE_COLUMNS = METRIC_COLUMNS + RANK_COLUMNS
+COLUMNS = TEXT_COLUMNS + INT_COLUMNS + BOOL_COLUMNS + NUMBER_COLUMNS
+Cell = str | int | float | bool

@@ -1,0 +1,66 @@
+"""The table's meta rows, as `(key, text, number)` triples: what the table says about the
+profile as a whole (format, model, totals of the root call, rank summary) and about what it
+leaves out (`reduced`, `views`). Takes the `ProfileData` and its merged `CallTree`, then the
+`Reduction`; `rows.meta_rows` writes the triples.
+
+>>> [key for key, _, _ in reduction_meta(Reduction((), "", {}), CallTree((), ()))]
+['reduced', 'views']
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from wandb_modprof.view.columns import TABLE_FORMAT, TABLE_VERSION
+from wandb_modprof.view.graphs import CallTree
+from wandb_modprof.view.ranks import rank_meta
+from wandb_modprof.view.reduce import Reduction
+from wandb_modprof.view.rows import MetaRow
+
+if TYPE_CHECKING:
+    from wandb_modprof.records.snapshot import ProfileData
+
+_TOTALS = ("fwd_ms", "bwd_ms", "act_bytes", "param_bytes", "grad_bytes", "optim_bytes")
+
+
+def profile_meta(prof: ProfileData, tree: CallTree, has_views: bool) -> list[MetaRow]:
+    """Format and version, the model, the root view (if any view is drawn), sample and call
+    counts, the root call's totals (`total_<metric>`) and the rank rows."""
+    root = tree.calls[0] if tree.calls else None
+    root_stats = prof.stats.get(root.key) if root is not None else None
+
+    def total(metric: str) -> float | None:
+        stat = root_stats.metrics.get(metric) if root_stats is not None else None
+        return None if stat is None else stat.mean
+
+    meta: list[MetaRow] = [
+        ("table_format", TABLE_FORMAT, float(TABLE_VERSION)),
+        ("model_name", prof.model_name, 0.0),
+        ("root_view", root.key if root is not None and has_views else "", 0.0),
+        ("num_samples", "", prof.num_samples),
+        ("invocations", "", float(len(tree.calls))),
+        ("structure_passes", "", float(len(prof.structures))),
+    ]
+    meta.extend((f"total_{metric}", "", total(metric)) for metric in _TOTALS)
+    fwd, bwd = total("fwd_ms"), total("bwd_ms")
+    meta.append(("total_fwd_bwd_ms", "", None if fwd is None or bwd is None else fwd + bwd))
+    flops = root.fwd_flops if root is not None and root.flops_known else None
+    meta.append(("total_fwd_flops", "", flops))
+    meta.extend(rank_meta(prof.ranks))
+    return meta
+
+
+# The rows `reduction_meta` adds after the reduction: `reduced` and `views`.
+REDUCTION_META_ROWS = 2
+
+
+def reduction_meta(reduction: Reduction, tree: CallTree) -> list[MetaRow]:
+    """`reduced` (the note; number: how many calls, the root aside, have no node drawn, 0 when
+    nothing was reduced) and `views` (how many are drawn)."""
+    root_key = tree.calls[0].key if tree.calls else None
+    drawn = {n.node_key for g in reduction.graphs for n in g.nodes}
+    not_drawn = sum(1 for c in tree.calls if c.key not in drawn and c.key != root_key)
+    return [
+        ("reduced", reduction.note, float(not_drawn if reduction.note else 0)),
+        ("views", "", float(len(reduction.graphs))),
+    ]

@@ -1,0 +1,183 @@
+"""Fitting the views into the table's row budget. Takes every view's `ViewGraph` (parents
+first), the calls and statistics, and the number of rows left for node and edge rows; gives a
+`Reduction`: the views to draw (whole, or the top view shrunk), the `reduced` note saying what
+was left out ("" when nothing was), and the members of every group node drawn.
+
+First views below some depth are not drawn (their modules' cost stays in the ancestors
+shown); if the top view alone is too big, its cheapest modules merge into one `group` node,
+and if even that is too big, its inputs and its outputs merge too (see
+`wandb_modprof.view.table`).
+
+>>> from wandb_modprof.records.graph import GraphNode
+>>> top = ViewGraph("m#0", (GraphNode("m#0|self", "self", "self", "own ops"),), ())
+>>> reduce_views([top], {}, {}, budget=MIN_VIEW_ROWS, max_rows=100).note
+''
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from wandb_modprof.records.calls import CallInfo
+from wandb_modprof.records.graph import GraphEdge, GraphNode, ViewGraph
+from wandb_modprof.records.sample import ModuleStats
+from wandb_modprof.view.values import as_float
+
+# The most rows one view takes once its modules, its inputs and its outputs are each merged into
+# one group node: those 3 and the `self` node, and at most one edge per ordered pair of them.
+MIN_VIEW_ROWS = 4 + 4 * 3
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """The views to draw, what was reduced ("" when nothing was), and per group node drawn its
+    members (module keys for the modules' group, input or output node keys for the others)."""
+
+    graphs: tuple[ViewGraph, ...]
+    note: str
+    groups: Mapping[str, list[str]]
+
+
+def reduce_views(
+    graphs: Sequence[ViewGraph],
+    calls: Mapping[str, CallInfo],
+    stats: Mapping[str, ModuleStats],
+    budget: int,
+    max_rows: int,
+) -> Reduction:
+    """Fit the views into `budget` rows (of a table of at most `max_rows`, named in the note)."""
+    if sum(_size(g) for g in graphs) <= budget:
+        return Reduction(tuple(graphs), "", {})
+    depth_of = {g.view_key: calls[g.view_key].depth for g in graphs}
+    total_by_depth: dict[int, int] = {}
+    for g in graphs:
+        d = depth_of[g.view_key]
+        total_by_depth[d] = total_by_depth.get(d, 0) + _size(g)
+    used, max_depth = 0, -1
+    for d in sorted(total_by_depth):
+        if used + total_by_depth[d] > budget:
+            break
+        used += total_by_depth[d]
+        max_depth = d
+    if max_depth >= 0:
+        kept = [g for g in graphs if depth_of[g.view_key] <= max_depth]
+        hidden = len(graphs) - len(kept)
+        note = (
+            f"{hidden} views below depth {max_depth} are not drawn, to stay within "
+            f"{max_rows:,} rows; their modules' time and memory are included in the modules "
+            "shown, and every module's statistics are in the saved profile."
+        )
+        return Reduction(tuple(kept), note, {})
+    root = graphs[0]
+    shrunk, groups = _shrink_view(root, stats, budget)
+    return Reduction((shrunk,), _shrink_note(root, groups, max_rows), groups)
+
+
+def _size(graph: ViewGraph) -> int:
+    return len(graph.nodes) + len(graph.edges)
+
+
+def _merge_nodes(graph: ViewGraph, into: dict[str, GraphNode]) -> ViewGraph:
+    """Replace every node named in `into` by the group node it maps to, placed where its first
+    member was (so merged inputs stay first and merged outputs last); edges follow,
+    deduplicated, and edges inside one group disappear."""
+    nodes: list[GraphNode] = []
+    placed: set[str] = set()
+    for n in graph.nodes:
+        group = into.get(n.node_key)
+        if group is None:
+            nodes.append(n)
+        elif group.node_key not in placed:
+            placed.add(group.node_key)
+            nodes.append(group)
+    seen: set[tuple[str, str]] = set()
+    edges: list[GraphEdge] = []
+    for e in graph.edges:
+        src = into[e.src_key].node_key if e.src_key in into else e.src_key
+        dst = into[e.dst_key].node_key if e.dst_key in into else e.dst_key
+        if src != dst and (src, dst) not in seen:
+            seen.add((src, dst))
+            edges.append(GraphEdge(src, dst))
+    return ViewGraph(graph.view_key, tuple(nodes), tuple(edges))
+
+
+def _cost(stats: ModuleStats | None) -> float:
+    if stats is None:
+        return 0.0
+    cost = sum(as_float(stats.metrics[m].mean) for m in ("fwd_ms", "bwd_ms") if m in stats.metrics)
+    return cost if not math.isnan(cost) else 0.0  # NaN would make the ranking arbitrary
+
+
+def _shrink_view(
+    graph: ViewGraph, stats: Mapping[str, ModuleStats], budget: int
+) -> tuple[ViewGraph, dict[str, list[str]]]:
+    """Keep the most expensive modules of an oversized view; merge the others into a group.
+
+    When even one group for all modules leaves the view too big, its inputs (if more than one)
+    merge into one group and its outputs into another, and as many modules as then fit are
+    kept. Returns the view and the members of each group node drawn (module keys for the
+    modules' group, input or output node keys for the others)."""
+    position = {n.node_key: i for i, n in enumerate(graph.nodes)}
+    modules = [n.node_key for n in graph.nodes if n.kind == "module"]
+    ranked = sorted(modules, key=lambda k: (-_cost(stats.get(k)), position[k]))
+    group_key = f"{graph.view_key}|group"
+    ends: dict[str, GraphNode] = {}  # input / output node key -> the group it merges into
+
+    def attempt(kept: int) -> ViewGraph:
+        label = f"{len(ranked)} modules" if kept == 0 else f"{len(ranked) - kept} more modules"
+        group = GraphNode(group_key, "group", label, "grouped")
+        return _merge_nodes(graph, ends | dict.fromkeys(ranked[kept:], group))
+
+    best = attempt(0)
+    if _size(best) > budget:
+        for kind, noun in (("input", "inputs"), ("output", "outputs")):
+            members = [n.node_key for n in graph.nodes if n.kind == kind]
+            if len(members) > 1:
+                node = GraphNode(
+                    f"{graph.view_key}|{noun}", "group", f"{len(members)} {noun}", noun
+                )
+                ends.update(dict.fromkeys(members, node))
+        best = attempt(0)
+    # Keeping more modules never makes the view smaller (merging fewer nodes merges fewer
+    # edges), so the largest number kept that fits is found by bisection.
+    lo, hi = 1, len(ranked)  # `lo - 1` modules kept fit; more than `hi` do not
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        candidate = attempt(mid)
+        if _size(candidate) <= budget:
+            best, lo = candidate, mid + 1
+        else:
+            hi = mid - 1
+    drawn = {n.node_key for n in best.nodes}
+    groups: dict[str, list[str]] = {}
+    if group_key in drawn:
+        groups[group_key] = [k for k in modules if k not in drawn]
+    for member, node in ends.items():
+        groups.setdefault(node.node_key, []).append(member)
+    return best, groups
+
+
+def _shrink_note(view: ViewGraph, groups: dict[str, list[str]], max_rows: int) -> str:
+    """What `_shrink_view` merged, e.g. "...; 118 of its cheapest modules are merged into one
+    group node and its 120 outputs into another, ..."."""
+    parts = []
+    modules = groups.get(f"{view.view_key}|group")
+    if modules is not None:
+        parts.append(f"{len(modules)} of its cheapest modules")
+    for noun in ("inputs", "outputs"):
+        members = groups.get(f"{view.view_key}|{noun}")
+        if members is not None:
+            parts.append(f"its {len(members)} {noun}")
+    merged = ""
+    if parts:
+        first, *rest = parts
+        merged = f"; {first} are merged into one group node"
+        if rest:
+            *others, last = [f"{p} into another" for p in rest]
+            merged += "".join(f", {p}" for p in others) + f" and {last}"
+    return (
+        f"The top view has {len(view.nodes)} nodes{merged}, and no other views are drawn, to "
+        f"stay within {max_rows:,} rows. Every module's statistics are in the saved profile."
+    )

@@ -1,0 +1,198 @@
+"""Table rows from laid-out views: meta rows from `(key, text, number)` triples, and per view
+one node row per box and one edge row per path. Takes each drawn `ViewGraph` with its
+`ViewLayout`, and the calls, statistics, rank data and group members they are read from (a
+`RowSource`); gives rows as tuples of cells in `COLUMNS` order, every cell a string, a finite
+number or a bool (a value that is not finite is written as 0 and named in `missing`).
+
+>>> meta_rows([("views", "", 2.0)])[0][COLUMNS.index("meta_number")]
+2.0
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from wandb_modprof.records.calls import CallInfo
+from wandb_modprof.records.graph import GraphNode, ViewGraph
+from wandb_modprof.records.sample import ModuleStats
+from wandb_modprof.view.columns import (
+    BOOL_COLUMNS,
+    COLUMNS,
+    INT_COLUMNS,
+    MISSABLE_COLUMNS,
+    NUMBER_COLUMNS,
+    RANK_INT_COLUMNS,
+    TEXT_COLUMNS,
+    Cell,
+)
+from wandb_modprof.view.graphs import short_name
+from wandb_modprof.view.ranks import group_rank_values, rank_values
+from wandb_modprof.view.values import finite, group_values, module_values, self_values
+
+if TYPE_CHECKING:
+    from wandb_modprof.records.ranks import RankData
+    from wandb_modprof.view.layout import ViewLayout
+
+Row = tuple[Cell, ...]
+# (key, text, number); a number that is None or not a finite float is missing
+MetaRow = tuple[str, str, float | None]
+
+_DEFAULTS: dict[str, Cell] = {
+    **{c: "" for c in TEXT_COLUMNS},
+    **{c: 0 for c in INT_COLUMNS},
+    **{c: False for c in BOOL_COLUMNS},
+    **{c: 0.0 for c in NUMBER_COLUMNS},
+}
+
+
+@dataclass(frozen=True)
+class RowSource:
+    """What the node rows of the drawn views are read from: every call by key, the statistics,
+    the rank data (None outside distributed runs), the members of each group node, and the keys
+    of the views drawn (a module node whose view is drawn has `has_view`)."""
+
+    calls: Mapping[str, CallInfo]
+    stats: Mapping[str, ModuleStats]
+    ranks: RankData | None
+    groups: Mapping[str, list[str]]
+    views: frozenset[str]
+
+
+def meta_rows(meta: Sequence[MetaRow]) -> list[Row]:
+    """One `meta` row per triple; a number that is not finite is written as 0, `missing`."""
+    rows = []
+    for key, text, number in meta:
+        cells: dict[str, Cell] = {"row_kind": "meta", "meta_key": key, "meta_value": text}
+        value = finite(number)
+        cells["meta_number"] = 0.0 if value is None else value
+        cells["missing"] = "meta_number" if value is None else ""
+        rows.append(_row(cells))
+    return rows
+
+
+def view_rows(graph: ViewGraph, layout: ViewLayout, src: RowSource) -> list[Row]:
+    """The node rows of `graph` (boxes from `layout`, in node order), then its edge rows."""
+    chain = _ancestors(graph.view_key, src.calls)
+    view_cells: dict[str, Cell] = {
+        "view_key": graph.view_key,
+        "view_path": " / ".join(c.key for c in chain),
+        "view_labels": _view_labels(chain),
+        "view_depth": len(chain) - 1,
+        "view_w_px": layout.width_px,
+        "view_h_px": layout.height_px,
+    }
+    kids = [
+        src.stats[n.node_key] for n in graph.nodes if n.kind == "module" and n.node_key in src.stats
+    ]
+    rows = []
+    for node, box in zip(graph.nodes, layout.boxes, strict=True):
+        cells = dict(view_cells)
+        cells.update(
+            row_kind="node",
+            node_key=node.node_key,
+            node_kind=node.kind,
+            label=node.label,
+            sublabel=node.sublabel,
+            x_px=box.x_px,
+            y_px=box.y_px,
+            w_px=box.w_px,
+            h_px=box.h_px,
+        )
+        node_cells, values, count_from = _node_values(node, graph.view_key, kids, src)
+        cells.update(node_cells)
+        if count_from is not None and "fwd_ms" in count_from.metrics:
+            cells["samples"] = count_from.metrics["fwd_ms"].count
+        rows.append(_row(cells, values))
+    for edge in layout.edges:
+        cells = dict(view_cells)
+        cells.update(
+            row_kind="edge",
+            src_key=edge.src_key,
+            dst_key=edge.dst_key,
+            edge_path=_edge_path(edge.points),
+            missing="*",
+        )
+        rows.append(_row(cells))
+    return rows
+
+
+def _node_values(
+    node: GraphNode, view_key: str, kids: Sequence[ModuleStats], src: RowSource
+) -> tuple[dict[str, Cell], dict[str, float], ModuleStats | None]:
+    """A node's cells beyond its box, its metric values, and the statistics its `samples`
+    count comes from (None: no count)."""
+    if node.kind == "module":
+        call = src.calls[node.node_key]
+        stats = src.stats.get(call.key)
+        cells: dict[str, Cell] = {
+            "module_name": call.module_name,
+            "module_type": call.module_type,
+            "call_index": call.call_index,
+            "has_view": call.key in src.views,
+            "group_count": 1,
+        }
+        values = module_values(stats, call if call.flops_known else None)
+        if src.ranks is not None:
+            values.update(rank_values(src.ranks.fwd_bwd.get(call.key)))
+        return cells, values, stats
+    if node.kind == "self":
+        view_call = src.calls[view_key]
+        stats = src.stats.get(view_key)
+        cells = {"module_name": view_call.module_name, "module_type": view_call.module_type}
+        values = self_values(stats, kids, view_call if view_call.flops_known else None)
+        if src.ranks is not None:
+            values.update(rank_values(src.ranks.self_ms.get(view_key)))
+        return cells, values, stats
+    if node.kind == "group":
+        # merged modules carry their sums; merged inputs or outputs only their count
+        members = src.groups.get(node.node_key, [])
+        values = group_values([k for k in members if k in src.calls], src.stats, src.calls)
+        values.update(group_rank_values(members, src.ranks))
+        return {"group_count": len(members)}, values, None
+    return {}, {}, None
+
+
+def _row(cells: dict[str, Cell], values: dict[str, float] | None = None) -> Row:
+    """One row; `values` are the metric columns measured for it, the others are missing.
+    A value that is not a finite float counts as missing too (see the module docstring)."""
+    row = dict(_DEFAULTS)
+    row.update(cells)
+    if values is not None:
+        measured: set[str] = set()
+        for column, value in values.items():
+            number = finite(value)
+            if number is not None:
+                row[column] = number
+                measured.add(column)
+        for column in RANK_INT_COLUMNS:
+            if column in measured:
+                row[column] = int(row[column])
+        missing = [c for c in MISSABLE_COLUMNS if c not in measured]
+        row["missing"] = "*" if len(missing) == len(MISSABLE_COLUMNS) else ",".join(missing)
+    return tuple(row[c] for c in COLUMNS)
+
+
+def _ancestors(key: str, calls: Mapping[str, CallInfo]) -> list[CallInfo]:
+    """The call of `key` and its ancestors, outermost first. A parent cycle (only a hand-made
+    profile has one: `load` rejects such files) ends the chain where it repeats."""
+    chain: list[CallInfo] = []
+    seen: set[str] = set()
+    call: CallInfo | None = calls.get(key)
+    while call is not None and call.key not in seen:
+        seen.add(call.key)
+        chain.append(call)
+        call = calls.get(call.parent_key) if call.parent_key is not None else None
+    return chain[::-1]
+
+
+def _view_labels(chain: list[CallInfo]) -> str:
+    labels = [chain[0].module_type] + [short_name(c, p) for p, c in itertools.pairwise(chain)]
+    return " / ".join(labels)
+
+
+def _edge_path(points: Sequence[tuple[float, float]]) -> str:
+    head, *rest = points
+    return f"M{head[0]:.1f},{head[1]:.1f}" + "".join(f"L{x:.1f},{y:.1f}" for x, y in rest)

@@ -1,0 +1,135 @@
+"""The metric values of one node row: from a call's statistics and FLOPs (module nodes), from
+the view's own work (`self` nodes) or summed over merged modules (group nodes). Takes
+`ModuleStats` and `CallInfo`; gives `{column: float}` for the row writer, which drops values
+that are not finite (see `wandb_modprof.view.table`).
+
+>>> from wandb_modprof.records.sample import RunningStat
+>>> stat = RunningStat(count=1, mean=2.0, std=0.0, min=2.0, max=2.0, last=2.0)
+>>> stats = ModuleStats("fc#0", "fc", "Linear", 0, None, 1, 0, {"fwd_ms": stat})
+>>> module_values(stats, None)["fwd_ms_max"]
+2.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from wandb_modprof.records.calls import CallInfo
+from wandb_modprof.records.sample import MEMORY_METRICS, TIME_METRICS, ModuleStats, RunningStat
+from wandb_modprof.view.columns import FLOP_COLUMNS, SPREAD_METRICS
+
+# Summed when cheap modules merge into a group node; spans, peaks and norms are not additive.
+ADDITIVE = (
+    frozenset(TIME_METRICS) - {"bwd_span_ms"} | frozenset(MEMORY_METRICS) | frozenset(FLOP_COLUMNS)
+) - {"fwd_flop_per_s"}
+# A `self` node shows the view's own work: these metrics of the view, under these columns.
+_SELF_FROM = {
+    "fwd_ms": "fwd_self_ms",
+    "fwd_self_ms": "fwd_self_ms",
+    "bwd_ms": "bwd_self_ms",
+    "bwd_self_ms": "bwd_self_ms",
+    "act_bytes": "act_self_bytes",
+    "act_self_bytes": "act_self_bytes",
+}
+_OWN_STATIC = ("param_bytes", "param_count", "buffer_bytes", "grad_bytes", "optim_bytes")
+
+
+def as_float(value: float) -> float:
+    """`value` as a float; an int beyond a float's range becomes +-inf instead of raising.
+
+    Every number taken from the profile goes through here, so the arithmetic below sees only
+    floats: NaN and inf propagate through sums and differences and are dropped (as missing)
+    when the row is written, never an `OverflowError` in the middle of `table()`."""
+    try:
+        return float(value)
+    except OverflowError:  # only ints overflow: a loaded file or `_restore` can hold 10**400
+        return math.inf if value > 0 else -math.inf
+
+
+def finite(value: float | None) -> float | None:
+    """`value` as a finite float, or None where it is missing, NaN, infinite or too large."""
+    if value is None:
+        return None
+    number = as_float(value)
+    return number if math.isfinite(number) else None
+
+
+def _metric_values(stats: ModuleStats | None) -> dict[str, float]:
+    if stats is None:
+        return {}
+    out: dict[str, float] = {}
+    for metric, stat in stats.metrics.items():
+        out[metric] = as_float(stat.mean)
+        if metric in SPREAD_METRICS:
+            _spread(out, metric, stat)
+    return out
+
+
+def _spread(out: dict[str, float], column: str, stat: RunningStat) -> None:
+    out[f"{column}_std"] = as_float(stat.std)
+    out[f"{column}_min"] = as_float(stat.min)
+    out[f"{column}_max"] = as_float(stat.max)
+    out[f"{column}_last"] = as_float(stat.last)
+
+
+def self_values(
+    view: ModuleStats | None, kids: Sequence[ModuleStats], call: CallInfo | None
+) -> dict[str, float]:
+    """The view's own work: its self time and self activations, the parameters it holds
+    itself (not through a child), and the FLOPs of its own ops."""
+    out: dict[str, float] = {}
+    if view is not None:
+        for column, metric in _SELF_FROM.items():
+            stat = view.metrics.get(metric)
+            if stat is not None:
+                out[column] = as_float(stat.mean)
+                if column in SPREAD_METRICS:
+                    _spread(out, column, stat)
+        # Once per child module: a module called three times holds its parameters once.
+        distinct = {k.module_name: k for k in kids}.values()
+        for metric in _OWN_STATIC:
+            total = view.metrics.get(metric)
+            if total is not None:
+                inner = sum(
+                    as_float(k.metrics[metric].mean) for k in distinct if metric in k.metrics
+                )
+                own = as_float(total.mean) - inner
+                # tied weights can overcount; max() would also turn a NaN into 0, so not then
+                out[metric] = max(0.0, own) if math.isfinite(own) else own
+    if call is not None:
+        out["fwd_flops"] = as_float(call.fwd_self_flops)
+        out["fwd_self_flops"] = as_float(call.fwd_self_flops)
+        _flop_rate(out)
+    return out
+
+
+def _flop_rate(out: dict[str, float]) -> None:
+    fwd_ms = out.get("fwd_ms")
+    if fwd_ms is not None and math.isfinite(fwd_ms) and fwd_ms > 0 and "fwd_flops" in out:
+        out["fwd_flop_per_s"] = out["fwd_flops"] / (fwd_ms / 1000.0)
+
+
+def module_values(stats: ModuleStats | None, call: CallInfo | None) -> dict[str, float]:
+    """A module node's metrics; `call` (its FLOPs) only when the structure pass counted them."""
+    out = _metric_values(stats)
+    if call is not None:
+        out["fwd_flops"] = as_float(call.fwd_flops)
+        out["fwd_self_flops"] = as_float(call.fwd_self_flops)
+        _flop_rate(out)
+    return out
+
+
+def group_values(
+    members: list[str], stats: Mapping[str, ModuleStats], calls: Mapping[str, CallInfo]
+) -> dict[str, float]:
+    """A group node's metrics: the sums over its merged modules of the `ADDITIVE` ones."""
+    out: dict[str, float] = {}
+    for key in members:
+        call = calls[key]
+        values = module_values(stats.get(key), call if call.flops_known else None)
+        for column, value in values.items():
+            if column in ADDITIVE:
+                out[column] = out.get(column, 0.0) + value
+    _flop_rate(out)
+    return out
