@@ -342,3 +342,14 @@ def test_a_failing_report_warns_once_and_the_sample_is_still_logged(
     messages = [str(w.message) for w in caught if "wandb_modprof" in str(w.message)]
     assert len(messages) == 1 and "RuntimeError: no bundle" in messages[0]
     assert "modprof/TinyGPT" in run.logged[-1] and "modprof/TinyGPT/report" not in run.logged[-1]
+
+
+def test_the_page_is_rendered_from_the_package_templates(gpt: wandb_modprof.Profile) -> None:
+    from importlib import resources
+
+    folder = resources.files("wandb_modprof.sinks") / "templates"
+    boot = (folder / "report.js").read_text("utf-8")
+    assert f"read('{SPEC_ID}')" in boot and f"read('{ROWS_ID}')" in boot
+    text = report_html([("gpt", gpt)])
+    assert f"<style>\n{(folder / 'report.css').read_text('utf-8')}</style>" in text
+    assert list(_Page(text).scripts.values())[-1] == "\n" + boot
