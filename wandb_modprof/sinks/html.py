@@ -55,6 +55,7 @@ from wandb_modprof._validate import check_choice
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODE_KEYS, SCALES
 from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_data
 from wandb_modprof.sinks import spec as _spec
+from wandb_modprof.sinks.units import format_value
 
 if TYPE_CHECKING:
     from wandb_modprof.view.table import ProfileTable
@@ -162,25 +163,6 @@ def _meta(table: ProfileTable) -> dict[str, float | None]:
     return out
 
 
-def format_ms(value: float | None) -> str:
-    if value is None:
-        return "–"  # noqa: RUF001  (an en dash: not measured)
-    if value >= 1000:
-        return f"{value / 1000:.3g} s"
-    if value >= 1:
-        return f"{value:.3g} ms"
-    return f"{value * 1000:.3g} µs"
-
-
-def format_bytes(value: float | None) -> str:
-    if value is None:
-        return "–"  # noqa: RUF001  (an en dash: not measured)
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= size:
-            return f"{value / size:.3g} {unit}"
-    return f"{value:.0f} B"
-
-
 _TOTALS_HEADS = ("model", "forward / step", "backward / step", "activations", "parameters")
 
 
@@ -194,10 +176,10 @@ def _totals(
         samples = meta.get("num_samples")
         cells = [
             model,
-            format_ms(meta.get("total_fwd_ms")),
-            format_ms(meta.get("total_bwd_ms")),
-            format_bytes(meta.get("total_act_bytes")),
-            format_bytes(meta.get("total_param_bytes")),
+            format_value("ms", meta.get("total_fwd_ms")),
+            format_value("ms", meta.get("total_bwd_ms")),
+            format_value("bytes", meta.get("total_act_bytes")),
+            format_value("bytes", meta.get("total_param_bytes")),
         ]
         cells = ([label] if several else []) + cells + ["0" if not samples else f"{samples:.0f}"]
         rows.append(cells)

@@ -17,33 +17,21 @@ from wandb_modprof.sinks.units import format_value
 if TYPE_CHECKING:
     from wandb_modprof.records.snapshot import SupportsSnapshot
 
-_MIB = 1024 * 1024
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:9.3f}"
-
-
-def _mib(value: float | None) -> str:
-    return "-" if value is None else f"{value / _MIB:9.2f}"
-
 
 def _section(
-    title: str, rows: list[ModuleStats], self_metric: str, incl_metric: str, fmt: str
+    title: str, rows: list[ModuleStats], self_metric: str, incl_metric: str, unit: str
 ) -> list[str]:
-    render = _ms if fmt == "ms" else _mib
-    unit = "ms" if fmt == "ms" else "MiB"
-    width = max([len(r.key) for r in rows] + [6])
-    lines = [
-        title,
-        f"  {'module':<{width}}  {'type':<18} {'self ' + unit:>10} {'incl ' + unit:>10}",
+    """One top list: module, type, self and incl values (right-aligned, written by units)."""
+    cells = [
+        [
+            r.key,
+            r.module_type[:18],
+            format_value(unit, r.mean(self_metric)),
+            format_value(unit, r.mean(incl_metric)),
+        ]
+        for r in rows
     ]
-    for r in rows:
-        lines.append(
-            f"  {r.key:<{width}}  {r.module_type[:18]:<18} "
-            f"{render(r.mean(self_metric)):>10} {render(r.mean(incl_metric)):>10}"
-        )
-    return lines
+    return [title, *render_columns(["module", "type", "self", "incl"], cells, {2, 3})]
 
 
 def format_summary(
@@ -61,8 +49,9 @@ def format_summary(
         f"{len(last.invocations)} module invocations in the last one"
     )
     totals_line = (
-        f"last step: forward {_ms(totals.fwd_ms).strip()} ms, backward "
-        f"{_ms(totals.bwd_ms).strip()} ms, activations {_mib(totals.act_bytes).strip()} MiB"
+        f"last step: forward {format_value('ms', totals.fwd_ms)}, backward "
+        f"{format_value('ms', totals.bwd_ms)}, "
+        f"activations {format_value('bytes', totals.act_bytes)}"
     )
     children = [s for s in stats.values() if s.parent_key is not None]
 
@@ -87,7 +76,7 @@ def format_summary(
             top("act_self_bytes"),
             "act_self_bytes",
             "act_bytes",
-            "MiB",
+            "bytes",
         )
     return "\n".join(lines).rstrip() + "\n"
 
