@@ -226,7 +226,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from wandb_modprof.sinks.summary import format_mode_summary, mode_values
+    from wandb_modprof.sinks.summary import format_mode_summary
+    from wandb_modprof.sinks.values import mode_values
 
     values = mode_values(_load(args.profile), args.mode)
     sys.stdout.write(format_mode_summary(values, args.top))
