@@ -23,6 +23,7 @@ from wandb_modprof.api import cli as _cli
 from wandb_modprof.records.modes import MODE_KEYS, mode
 from wandb_modprof.sinks import html as _html
 from wandb_modprof.sinks import summary as _summary
+from wandb_modprof.sinks import values as _values
 from wandb_modprof.sinks.compare import compare
 
 
@@ -318,7 +319,7 @@ def test_an_unknown_mode_lists_the_valid_ones(files, capsys):
         assert "argument --mode: invalid choice: 'speed'" in err
         assert all(repr(key) in err for key in MODE_KEYS)
     with pytest.raises(wandb_modprof.ModProfError, match=r"mode expected one of 'fwd', 'bwd'"):
-        _summary.mode_values(wandb_modprof.load(files["gpt2"]), "speed")
+        _values.mode_values(wandb_modprof.load(files["gpt2"]), "speed")
 
 
 @pytest.mark.parametrize(
@@ -394,7 +395,7 @@ def test_an_interrupt_exits_130(files, capsys, monkeypatch):
     def interrupted(*args: object) -> str:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_summary, "mode_values", interrupted)
+    monkeypatch.setattr(_values, "mode_values", interrupted)
     assert _fails(["summary", str(files["gpt2"])], capsys, status=130) == (
         "wandb-modprof: error: interrupted\n"
     )

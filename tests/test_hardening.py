@@ -16,7 +16,8 @@ from torch import nn
 
 import wandb_modprof
 from wandb_modprof._errors import ModProfError
-from wandb_modprof.sinks.summary import format_mode_summary, mode_values
+from wandb_modprof.sinks.summary import format_mode_summary
+from wandb_modprof.sinks.values import mode_values
 
 
 def test_warnings_as_errors_never_crash_training(caplog: pytest.LogCaptureFixture) -> None:

@@ -342,3 +342,23 @@ def test_a_failing_report_warns_once_and_the_sample_is_still_logged(
     messages = [str(w.message) for w in caught if "wandb_modprof" in str(w.message)]
     assert len(messages) == 1 and "RuntimeError: no bundle" in messages[0]
     assert "modprof/TinyGPT" in run.logged[-1] and "modprof/TinyGPT/report" not in run.logged[-1]
+
+
+def test_the_page_is_rendered_from_the_package_templates(gpt: wandb_modprof.Profile) -> None:
+    from importlib import resources
+
+    folder = resources.files("wandb_modprof.sinks") / "templates"
+    boot = (folder / "report.js").read_text("utf-8")
+    assert f"read('{SPEC_ID}')" in boot and f"read('{ROWS_ID}')" in boot
+    text = report_html([("gpt", gpt)])
+    assert f"<style>\n{(folder / 'report.css').read_text('utf-8')}</style>" in text
+    assert list(_Page(text).scripts.values())[-1] == "\n" + boot
+
+
+def test_the_header_writes_numbers_as_units_does(gpt: wandb_modprof.Profile) -> None:
+    from test_summary import with_big_values
+
+    text = report_html([("gpt", with_big_values(gpt.snapshot()))])
+    totals = text.split('<table class="totals">', 1)[1].split("</table>", 1)[0]
+    cells = re.findall(r"<td>(.*?)</td>", totals)
+    assert cells[1] == "1000 ms" and cells[3] == "2.5 TiB" and cells[4] == "2.5 TiB", cells

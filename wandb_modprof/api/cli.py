@@ -23,6 +23,9 @@ from wandb_modprof.sinks import spec as _spec
 if TYPE_CHECKING:
     from wandb_modprof.api.profile import Profile
 
+    # what `add_subparsers` returns (argparse names its class privately)
+    _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+
 EXIT_OK = 0
 EXIT_INTERNAL = 1  # a bug in wandb_modprof (the traceback is printed)
 EXIT_INPUT = 2  # usage, or bad input: unknown mode, missing / corrupt file, unwritable output
@@ -75,7 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="wandb-modprof", description=__doc__, epilog=EPILOG, formatter_class=formatter
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_demo_parser, _report_parser, _summary_parser, _compare_parser, _chart_parser):
+        add(sub)
+    return parser
 
+
+def _demo_parser(sub: _Commands) -> None:
+    """`demo`: train GPT-2 on CPU under watch()."""
+    formatter = argparse.RawDescriptionHelpFormatter
     demo = sub.add_parser(
         "demo",
         help="train a small GPT-2 on CPU under watch() and write its profile and report",
@@ -98,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(default out/demo.modprof.json)",
     )
 
+
+def _report_parser(sub: _Commands) -> None:
+    """`report PROFILE`: the HTML report."""
+    formatter = argparse.RawDescriptionHelpFormatter
     report = sub.add_parser(
         "report",
         help="profile file -> self-contained HTML report",
@@ -123,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--title", default=None, help="page title (default: the model's name)")
 
+
+def _summary_parser(sub: _Commands) -> None:
+    """`summary PROFILE`: the top module calls in one mode."""
+    formatter = argparse.RawDescriptionHelpFormatter
     summary = sub.add_parser(
         "summary",
         help="profile file -> the top modules in one analysis mode",
@@ -137,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_mode(summary)
     _add_top(summary, 15, "module calls shown")
 
+
+def _compare_parser(sub: _Commands) -> None:
+    """`compare A B`: ratios B / A."""
+    formatter = argparse.RawDescriptionHelpFormatter
     compare = sub.add_parser(
         "compare",
         help="two profile files -> per-module ratios B / A",
@@ -157,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write the HTML report of both profiles, opened in compare mode (A baseline)",
     )
 
+
+def _chart_parser(sub: _Commands) -> None:
+    """`register-chart`: the W&B chart preset."""
+    formatter = argparse.RawDescriptionHelpFormatter
     chart = sub.add_parser(
         "register-chart",
         help="register the panel's Vega spec as a W&B chart preset (once per entity)",
@@ -174,7 +200,6 @@ def build_parser() -> argparse.ArgumentParser:
     chart.add_argument(
         "--public", action="store_true", help="public access (default: private to the entity)"
     )
-    return parser
 
 
 # ---- commands ------------------------------------------------------------------------------
@@ -226,7 +251,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from wandb_modprof.sinks.summary import format_mode_summary, mode_values
+    from wandb_modprof.sinks.summary import format_mode_summary
+    from wandb_modprof.sinks.values import mode_values
 
     values = mode_values(_load(args.profile), args.mode)
     sys.stdout.write(format_mode_summary(values, args.top))

@@ -5,7 +5,7 @@
 >>> print(format_comparison(c, top=10))                                # doctest: +SKIP
 
 Calls are matched by call key (`layer1.0.conv1#0`), the values are the ones the panel colours
-nodes by (`_summary.mode_values`). As in the panel's compare mode, a ratio exists only where
+nodes by (`values.mode_values`). As in the panel's compare mode, a ratio exists only where
 both values are measured and > 0; the ranking is by |log ratio|, so 2x slower and 2x faster
 rank together. `wandb-modprof compare A B` prints it; `--html` writes the report in compare
 mode with A as the baseline.
@@ -17,13 +17,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from wandb_modprof.sinks.summary import (
-    ModeValues,
-    ModuleValue,
-    mode_values,
-    render_columns,
-)
+from wandb_modprof.sinks.summary import render_columns
 from wandb_modprof.sinks.units import format_value
+from wandb_modprof.sinks.values import ModeValues, ModuleValue, mode_values
 
 if TYPE_CHECKING:
     from wandb_modprof.records.modes import Mode

@@ -23,10 +23,13 @@ For tests and tools the page sets `window.__modprof_view` (the Vega `View`) and
 `window.__modprof_ready` (`performance.now()` after the first render); on failure
 `window.__modprof_error` holds the message, which the page also shows.
 
+The page is the jinja2 template `templates/report.html.j2` with its style sheet
+(`report.css`) and boot script (`report.js`), files of the package.
+
 Escaping: every string that comes from the model or the caller (module and class names,
-labels, the title) is page text through `html.escape`, or JSON inside `<script>` with `<`, `>`,
-`&`, U+2028 and U+2029 written as `\\u` escapes, so no name can close the script element or
-inject markup; Vega draws names as text.
+labels, the title) is page text (the templates' autoescape), or JSON inside `<script>`
+(`script_json`: `<`, `>`, `&`, U+2028 and U+2029 written as `\\u` escapes), so no name can close
+the script element or inject markup; Vega draws names as text.
 
 A profile without samples still gives a page: it says "no samples" at the top and the graph
 shows whatever structure was captured (nothing, for a profile that never ran).
@@ -36,19 +39,23 @@ from __future__ import annotations
 
 import datetime
 import functools
-import html
 import json
 import os
 import re
 from collections.abc import Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import jinja2
+import markupsafe
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._validate import check_choice
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODE_KEYS, SCALES
 from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_data
 from wandb_modprof.sinks import spec as _spec
+from wandb_modprof.sinks.units import format_value
 
 if TYPE_CHECKING:
     from wandb_modprof.view.table import ProfileTable
@@ -73,66 +80,33 @@ _HOW_TO_READ = (
     "a breadcrumb to go back, hover for every value; drag to pan, wheel to zoom, Fit to reset."
 )
 
-_STYLE = """
-  html, body { margin: 0; height: 100%; }
-  body { display: flex; flex-direction: column; font: 13px/1.4 system-ui, -apple-system,
-         "Segoe UI", Roboto, sans-serif; color: #222; background: #fff; }
-  header { padding: 8px 14px 6px; border-bottom: 1px solid #e3e3e3; }
-  h1 { font-size: 17px; margin: 0 0 2px; }
-  .meta, .how { color: #555; margin: 2px 0; }
-  .note { color: #8a5a00; background: #fff6d6; padding: 2px 6px; margin: 4px 0; }
-  table.totals { border-collapse: collapse; margin: 4px 0; }
-  table.totals th, table.totals td { padding: 1px 10px 1px 0; text-align: left;
-                                     font-variant-numeric: tabular-nums; }
-  table.totals th { font-weight: 600; color: #444; }
-  #panel { flex: 1 1 auto; min-height: 360px; overflow: hidden; position: relative; }
-  #panel .error { color: #b00020; padding: 12px; white-space: pre-wrap; }
-"""
+# The page's parts as files in the package (wandb_modprof/sinks/templates): the page itself, its
+# style sheet and its boot script, which runs after the bundle (module scripts run in document
+# order), builds records from the columnar JSON, puts them into the `wandb` dataset and sizes
+# the view to the chart element. report.js reads the two JSON elements by SPEC_ID and ROWS_ID.
+_TEMPLATES = "templates"
 
-# Runs after the bundle (module scripts run in document order). Builds records from the
-# columnar JSON, puts them into the `wandb` dataset and sizes the view to the chart element.
-_BOOT_JS = """
-const chart = document.getElementById('panel');
-const fail = (e) => {
-  const text = 'The report could not be drawn: ' + (e && e.message ? e.message : String(e));
-  window.__modprof_error = text;
-  console.error(text);
-  const box = document.createElement('div');
-  box.className = 'error';
-  box.textContent = text;
-  chart.replaceChildren(box);
-};
-try {
-  const read = (id) => JSON.parse(document.getElementById(id).textContent);
-  const spec = read('%(spec_id)s');
-  const table = read('%(rows_id)s');
-  const columns = table.columns;
-  const rows = table.data.map((r) => {
-    const o = {};
-    for (let i = 0; i < columns.length; ++i) o[columns[i]] = r[i];
-    return o;
-  });
-  spec.data.find((d) => d.name === 'wandb').values = rows;
-  const size = () => [Math.max(480, chart.clientWidth), Math.max(360, chart.clientHeight)];
-  [spec.width, spec.height] = size();
-  const result = await window.vegaEmbed(chart, spec, {
-    mode: 'vega', renderer: 'svg', actions: false, tooltip: false,
-  });
-  const view = result.view;
-  window.__modprof_view = view;
-  window.__modprof_ready = performance.now();
-  let pending = 0;
-  window.addEventListener('resize', () => {
-    cancelAnimationFrame(pending);
-    pending = requestAnimationFrame(() => {
-      const [w, h] = size();
-      if (w !== view.width() || h !== view.height()) view.width(w).height(h).runAsync();
-    });
-  });
-} catch (e) {
-  fail(e);
-}
-"""
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    """The report's templates; autoescape on, so every value is page text unless it is Markup
+    (the style sheet, the scripts and `script_json`'s output)."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("wandb_modprof.sinks", _TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    env.filters["script_json"] = lambda value: markupsafe.Markup(script_json(value))
+    return env
+
+
+@functools.lru_cache(maxsize=2)
+def _asset(name: str) -> markupsafe.Markup:
+    """A file of the package's templates folder, trusted as it is (the style sheet, the boot
+    script)."""
+    text = (resources.files("wandb_modprof.sinks") / _TEMPLATES / name).read_text("utf-8")
+    return markupsafe.Markup(text)
 
 
 @functools.lru_cache(maxsize=1)
@@ -189,44 +163,27 @@ def _meta(table: ProfileTable) -> dict[str, float | None]:
     return out
 
 
-def format_ms(value: float | None) -> str:
-    if value is None:
-        return "–"  # noqa: RUF001  (an en dash: not measured)
-    if value >= 1000:
-        return f"{value / 1000:.3g} s"
-    if value >= 1:
-        return f"{value:.3g} ms"
-    return f"{value * 1000:.3g} µs"
+_TOTALS_HEADS = ("model", "forward / step", "backward / step", "activations", "parameters")
 
 
-def format_bytes(value: float | None) -> str:
-    if value is None:
-        return "–"  # noqa: RUF001  (an en dash: not measured)
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= size:
-            return f"{value / size:.3g} {unit}"
-    return f"{value:.0f} B"
-
-
-def _totals_html(
+def _totals(
     summaries: Sequence[tuple[str, str, Mapping[str, float | None]]], several: bool
-) -> str:
-    heads = ["model", "forward / step", "backward / step", "activations", "parameters"]
-    heads = (["run"] if several else []) + heads + ["samples"]
-    body = []
+) -> tuple[list[str], list[list[str]]]:
+    """The header's totals table: its column heads and one row of text cells per profile."""
+    heads = (["run"] if several else []) + list(_TOTALS_HEADS) + ["samples"]
+    rows = []
     for label, model, meta in summaries:
         samples = meta.get("num_samples")
         cells = [
             model,
-            format_ms(meta.get("total_fwd_ms")),
-            format_ms(meta.get("total_bwd_ms")),
-            format_bytes(meta.get("total_act_bytes")),
-            format_bytes(meta.get("total_param_bytes")),
+            format_value("ms", meta.get("total_fwd_ms")),
+            format_value("ms", meta.get("total_bwd_ms")),
+            format_value("bytes", meta.get("total_act_bytes")),
+            format_value("bytes", meta.get("total_param_bytes")),
         ]
         cells = ([label] if several else []) + cells + ["0" if not samples else f"{samples:.0f}"]
-        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in heads)
-    return f'<table class="totals"><tr>{head}</tr>{"".join(body)}</table>'
+        rows.append(cells)
+    return heads, rows
 
 
 def run_id(index: int, runs: int) -> str:
@@ -312,19 +269,7 @@ def tables_html(
     caller; `WandbLog` reuses the table it logs)."""
     from wandb_modprof._version import __version__
 
-    several = len(tables) > 1
-    columns: list[str] = []
-    data: list[list[Any]] = []
-    summaries: list[tuple[str, str, dict[str, float | None]]] = []
-    for index, (label, model, table) in enumerate(tables):
-        if not columns:
-            columns = list(table.columns) + (["id", "name"] if several else [])
-        elif list(table.columns) != columns[: len(table.columns)]:
-            raise ModProfError("report_html() expected tables of one format; the columns differ")
-        extra = [run_id(index, len(tables)), label] if several else []
-        data.extend([*row, *extra] for row in table.rows)
-        summaries.append((label, model, _meta(table)))
-
+    columns, data, summaries = _joined(tables)
     models = list(dict.fromkeys(model for _, model, _ in summaries))
     page_title = title if title is not None else f"{models[0]} profile"
     spec = report_spec(mode, scale, compare=compare, runs=len(tables))
@@ -337,39 +282,46 @@ def tables_html(
         if not meta.get("num_samples")
     ]
     written = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z").strip()
-    header = [
-        f"<h1>{html.escape(page_title)}</h1>",
-        '<p class="meta">'
-        + html.escape(
-            f"model {', '.join(models)} · written {written} · wandb_modprof {__version__}"
+    heads, totals = _totals(summaries, len(tables) > 1)
+    return (
+        _environment()
+        .get_template("report.html.j2")
+        .render(
+            title=page_title,
+            meta=f"model {', '.join(models)} · written {written} · wandb_modprof {__version__}",
+            heads=heads,
+            totals=totals,
+            notes=notes,
+            how_to_read=_HOW_TO_READ,
+            css=_asset("report.css"),
+            boot=_asset("report.js"),
+            spec_id=SPEC_ID,
+            rows_id=ROWS_ID,
+            spec=spec,
+            rows_json={"columns": columns, "data": data},
+            vega=markupsafe.Markup(vega_bundle()),
         )
-        + "</p>",
-        _totals_html(summaries, several),
-        *(f'<p class="note">{html.escape(n)}</p>' for n in notes),
-        f'<p class="how">{html.escape(_HOW_TO_READ)}</p>',
-    ]
-    boot = _BOOT_JS % {"spec_id": SPEC_ID, "rows_id": ROWS_ID}
-    return "\n".join(
-        [
-            "<!doctype html>",
-            '<html lang="en"><head><meta charset="utf-8">',
-            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-            f"<title>{html.escape(page_title)}</title>",
-            f"<style>{_STYLE}</style>",
-            "</head><body>",
-            "<header>",
-            *header,
-            "</header>",
-            '<main id="panel" aria-label="module graph"></main>',
-            f'<script type="application/json" id="{SPEC_ID}">{script_json(spec)}</script>',
-            f'<script type="application/json" id="{ROWS_ID}">'
-            f"{script_json({'columns': columns, 'data': data})}</script>",
-            f'<script type="module">{vega_bundle()}</script>',
-            f'<script type="module">{boot}</script>',
-            "</body></html>",
-            "",
-        ]
     )
+
+
+def _joined(
+    tables: Sequence[tuple[str, str, ProfileTable]],
+) -> tuple[list[str], list[list[Any]], list[tuple[str, str, dict[str, float | None]]]]:
+    """The tables' rows as one table (several: with the run's `id` and `name` appended), and
+    the (label, model, meta numbers) of each."""
+    several = len(tables) > 1
+    columns: list[str] = []
+    data: list[list[Any]] = []
+    summaries: list[tuple[str, str, dict[str, float | None]]] = []
+    for index, (label, model, table) in enumerate(tables):
+        if not columns:
+            columns = list(table.columns) + (["id", "name"] if several else [])
+        elif list(table.columns) != columns[: len(table.columns)]:
+            raise ModProfError("report_html() expected tables of one format; the columns differ")
+        extra = [run_id(index, len(tables)), label] if several else []
+        data.extend([*row, *extra] for row in table.rows)
+        summaries.append((label, model, _meta(table)))
+    return columns, data, summaries
 
 
 def _utf8(text: str) -> bytes:
@@ -418,8 +370,5 @@ def write_report(
 def iframe_html(page: str, height_px: int = 650) -> str:
     """`page` inside a sandboxed `<iframe srcdoc>`: its scripts run in a notebook output
     without trusting the notebook, isolated from it (no same-origin access)."""
-    return (
-        f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
-        f'style="width: 100%; height: {height_px}px; border: 1px solid #e3e3e3" '
-        'title="wandb_modprof report"></iframe>'
-    )
+    frame = _environment().get_template("iframe.html.j2").render(page=page, height_px=height_px)
+    return frame.removesuffix("\n")  # the template file's last newline

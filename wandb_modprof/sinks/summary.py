@@ -1,49 +1,34 @@
 """Terminal rendering of a profile: `Profile.summary()` (totals, then the top modules by forward,
-backward and memory), and the top module calls of one analysis mode (`wandb-modprof summary`)."""
+backward and memory, from the statistics), and the top module calls of one analysis mode
+(`wandb-modprof summary`, from `values.ModeValues`). Text only; every number is written by
+`units.format_value`."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from wandb_modprof._validate import check_choice
-from wandb_modprof.records.modes import MODE_KEYS, Mode, mode
-from wandb_modprof.records.sample import ModuleStats, Sample
-from wandb_modprof.records.snapshot import ProfileData, as_data
 from wandb_modprof.sinks.units import format_value
 
 if TYPE_CHECKING:
-    from wandb_modprof.records.snapshot import SupportsSnapshot
-
-_MIB = 1024 * 1024
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:9.3f}"
-
-
-def _mib(value: float | None) -> str:
-    return "-" if value is None else f"{value / _MIB:9.2f}"
+    from wandb_modprof.records.sample import ModuleStats, Sample
+    from wandb_modprof.sinks.values import ModeValues
 
 
 def _section(
-    title: str, rows: list[ModuleStats], self_metric: str, incl_metric: str, fmt: str
+    title: str, rows: list[ModuleStats], self_metric: str, incl_metric: str, unit: str
 ) -> list[str]:
-    render = _ms if fmt == "ms" else _mib
-    unit = "ms" if fmt == "ms" else "MiB"
-    width = max([len(r.key) for r in rows] + [6])
-    lines = [
-        title,
-        f"  {'module':<{width}}  {'type':<18} {'self ' + unit:>10} {'incl ' + unit:>10}",
+    """One top list: module, type, self and incl values (right-aligned, written by units)."""
+    cells = [
+        [
+            r.key,
+            r.module_type[:18],
+            format_value(unit, r.mean(self_metric)),
+            format_value(unit, r.mean(incl_metric)),
+        ]
+        for r in rows
     ]
-    for r in rows:
-        lines.append(
-            f"  {r.key:<{width}}  {r.module_type[:18]:<18} "
-            f"{render(r.mean(self_metric)):>10} {render(r.mean(incl_metric)):>10}"
-        )
-    return lines
+    return [title, *render_columns(["module", "type", "self", "incl"], cells, {2, 3})]
 
 
 def format_summary(
@@ -61,8 +46,9 @@ def format_summary(
         f"{len(last.invocations)} module invocations in the last one"
     )
     totals_line = (
-        f"last step: forward {_ms(totals.fwd_ms).strip()} ms, backward "
-        f"{_ms(totals.bwd_ms).strip()} ms, activations {_mib(totals.act_bytes).strip()} MiB"
+        f"last step: forward {format_value('ms', totals.fwd_ms)}, backward "
+        f"{format_value('ms', totals.bwd_ms)}, "
+        f"activations {format_value('bytes', totals.act_bytes)}"
     )
     children = [s for s in stats.values() if s.parent_key is not None]
 
@@ -87,89 +73,12 @@ def format_summary(
             top("act_self_bytes"),
             "act_self_bytes",
             "act_bytes",
-            "MiB",
+            "bytes",
         )
     return "\n".join(lines).rstrip() + "\n"
 
 
-# ---- one analysis mode: `wandb-modprof summary` and `compare` ------------------------------
-# `Profile.table` reduces a large profile (deep views not drawn) to fit W&B; a terminal table
-# wants every call, so it asks for a table with room for all of them.
-_ALL_ROWS = 1 << 40
-
-
-@dataclass(frozen=True)
-class ModuleValue:
-    """One module call's value in one analysis mode (None: not measured)."""
-
-    key: str  # call key, "<qualified name>#<call index>"
-    module_name: str
-    module_type: str
-    calls: int  # calls of this module in a step (a module called 3 times has 3 keys)
-    value: float | None
-
-
-@dataclass(frozen=True)
-class ModeValues:
-    """Every module call of a profile in one analysis mode (root excluded; in the table's
-    order: view by view, parents' views first), and the model total of that mode (None where
-    the mode has none or it was not measured)."""
-
-    model_name: str
-    num_samples: int
-    mode: Mode
-    modules: tuple[ModuleValue, ...]
-    total: float | None
-
-    def share(self, value: float | None) -> float | None:
-        """`value` as a fraction of the model total, where the mode has one."""
-        if value is None or self.total is None or self.total <= 0:
-            return None
-        return value / self.total
-
-
-def check_mode(key: str) -> Mode:
-    """The analysis mode named `key`; ModProfError listing the valid ones otherwise."""
-    check_choice("mode", key, MODE_KEYS)
-    return mode(key)
-
-
-def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValues:
-    """The values the panel colours nodes by, read from the profile's flat table.
-
-    >>> vals = mode_values(prof, "bwd")                          # doctest: +SKIP
-    >>> max(vals.modules, key=lambda m: m.value or 0).key       # doctest: +SKIP
-    'layer3.0.conv1#0'
-
-    Every module call is one `node` row of kind `module` in its parent's view (the root is
-    the view of the top level and has no node row: its value is the model `total`), so the
-    rows hold each call exactly once. Values are means over the sampled steps, as drawn.
-    """
-    m = check_mode(mode_key)
-    from wandb_modprof.view.table import build_table  # with the layout (igraph): lazily
-
-    prof = as_data(prof, "mode_values()")
-    records = build_table(prof, _ALL_ROWS).records()
-    meta = {str(r["meta_key"]): r for r in records if r["row_kind"] == "meta"}
-    nodes = [r for r in records if r["row_kind"] == "node" and r["node_kind"] == "module"]
-    calls = Counter(str(r["module_name"]) for r in nodes)
-    modules = tuple(
-        ModuleValue(
-            key=str(r["node_key"]),
-            module_name=str(r["module_name"]),
-            module_type=str(r["module_type"]),
-            calls=calls[str(r["module_name"])],
-            value=m.value(r),
-        )
-        for r in nodes
-    )
-    total: float | None = None
-    row = meta.get(m.total) if m.total else None
-    if row is not None and row["missing"] != "meta_number":
-        total = float(row["meta_number"])
-    return ModeValues(prof.model_name, prof.num_samples, m, modules, total)
-
-
+# ---- one analysis mode: `wandb-modprof summary` ------------------------------------------
 def format_percent(share: float | None) -> str:
     return "-" if share is None else f"{share:.1%}"
 
@@ -193,7 +102,7 @@ def render_columns(
 def format_mode_summary(values: ModeValues, n: int) -> str:
     """The top `n` module calls of one analysis mode as a terminal table.
 
-    >>> print(format_mode_summary(mode_values(prof, "act"), 5))  # doctest: +SKIP
+    >>> print(format_mode_summary(values.mode_values(prof, "act"), 5))  # doctest: +SKIP
     """
     m = values.mode
     head = (

@@ -1,0 +1,213 @@
+"""The terminal summaries (`Profile.summary()`, `wandb-modprof summary --mode`): their numbers
+are written by `sinks/units.py` only, and `mode_values` reads the statistics directly, giving
+exactly the values the full table (with the layout) gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+
+import pytest
+import torch
+from helpers import profiled
+from models import (
+    Branchy,
+    CustomFunctionModel,
+    FrozenStem,
+    ResNet,
+    Reused,
+    TinyGPT,
+    TwoBranchCat,
+    gpt2_from_config,
+    gpt_input,
+    resnet_input,
+)
+from torch import nn
+
+import wandb_modprof
+import wandb_modprof.view.layout
+import wandb_modprof.view.table
+from wandb_modprof.records.modes import MODE_KEYS, mode
+from wandb_modprof.records.ranks import RankData
+from wandb_modprof.records.sample import ModuleStats, RunningStat
+from wandb_modprof.records.snapshot import ProfileData
+from wandb_modprof.sinks.summary import format_mode_summary, format_summary
+from wandb_modprof.sinks.values import ModeValues, ModuleValue, mode_values
+from wandb_modprof.view.table import build_table
+
+TIB = 1024**4
+BIG = {"fwd_ms": 999.96, "fwd_self_ms": 999.96, "act_bytes": 2.5 * TIB, "act_self_bytes": 2.5 * TIB}
+
+
+def _stat(mean: float) -> RunningStat:
+    return RunningStat(count=1, mean=mean, std=0.0, min=mean, max=mean, last=mean)
+
+
+def with_big_values(data: ProfileData) -> ProfileData:
+    """`data` with every call's forward at 999.96 ms and activations at 2.5 TiB, and the
+    parameters of every call at 2.5 TiB (numbers whose prefix changes when rounded)."""
+    assert data.last is not None
+    stats: dict[str, ModuleStats] = {}
+    for key, s in data.stats.items():
+        metrics = dict(s.metrics)
+        metrics.update({m: _stat(v) for m, v in BIG.items()})
+        metrics["param_bytes"] = _stat(2.5 * TIB)
+        stats[key] = dataclasses.replace(s, metrics=metrics)
+    totals = dataclasses.replace(data.last.totals, fwd_ms=999.96, act_bytes=int(2.5 * TIB))
+    last = dataclasses.replace(data.last, totals=totals)
+    return dataclasses.replace(data, stats=stats, last=last)
+
+
+@pytest.fixture(scope="module")
+def big() -> ProfileData:
+    torch.manual_seed(0)
+    return with_big_values(profiled(TinyGPT(), gpt_input()).snapshot())
+
+
+def test_the_summary_writes_numbers_as_units_does(big: ProfileData) -> None:
+    text = format_summary(big.model_name, big.num_samples, big.stats, big.last, 3)
+    assert "last step: forward 1000 ms, backward " in text
+    assert text.splitlines()[1].endswith(", activations 2.5 TiB")
+    forward = text.split("Top modules by forward time")[1].split("\n\n")[0].splitlines()
+    assert forward[1].split() == ["module", "type", "self", "incl"]
+    for line in forward[2:]:
+        assert line.endswith("1000 ms  1000 ms"), line
+    memory = text.split("Top modules by activation memory")[1].splitlines()
+    assert all(line.endswith("2.5 TiB  2.5 TiB") for line in memory[2:]), memory
+    # aligned: every row of a section as wide as its header
+    assert len({len(line) for line in forward[1:]}) == 1
+    assert "e+" not in text and "2.56" not in text
+
+
+# ---- mode_values: the statistics read directly equal the table's module rows ---------------
+def _table_values(data: ProfileData, key: str) -> ModeValues:
+    """`mode_values` as it was computed before: from the full table (with every view laid
+    out), reading the module node rows with `Mode.value` and the mode's meta row."""
+    m = mode(key)
+    records = build_table(data, 1 << 40).records()
+    meta = {str(r["meta_key"]): r for r in records if r["row_kind"] == "meta"}
+    nodes = [r for r in records if r["row_kind"] == "node" and r["node_kind"] == "module"]
+    calls = Counter(str(r["module_name"]) for r in nodes)
+    modules = tuple(
+        ModuleValue(
+            str(r["node_key"]),
+            str(r["module_name"]),
+            str(r["module_type"]),
+            calls[str(r["module_name"])],
+            m.value(r),
+        )
+        for r in nodes
+    )
+    row = meta.get(m.total) if m.total else None
+    total = None
+    if row is not None and row["missing"] != "meta_number":
+        total = float(row["meta_number"])
+    return ModeValues(data.model_name, data.num_samples, m, modules, total)
+
+
+def _gpt2() -> ProfileData:
+    model = gpt2_from_config()
+    x = torch.randint(0, 512, (2, 16))
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(3):
+            model(x).logits.float().pow(2).mean().backward()
+    return prof.snapshot()
+
+
+def _with_ranks(data: ProfileData) -> ProfileData:
+    """`data` as rank 0 of 3 ranks would hold it: per-rank fwd + bwd of every call (one rank
+    slower, one call without ranks, one with a NaN, one at 0 on every rank, one under 1 ms)."""
+    keys = list(data.stats)
+    fwd_bwd: dict[str, dict[int, float]] = {}
+    for i, key in enumerate(keys[:-1]):
+        fwd_bwd[key] = {0: 1.0 + i, 1: 2.0 + i, 2: 1.5}
+    fwd_bwd[keys[1]] = {0: math.nan, 1: 3.0}
+    fwd_bwd[keys[2]] = {0: 0.0, 1: 0.0, 2: 0.0}
+    fwd_bwd[keys[3]] = {0: 0.2, 2: 0.6}  # under 1 ms
+    ranks = RankData(3, {0: 5, 1: 5, 2: 4}, fwd_bwd, fwd_bwd)
+    return dataclasses.replace(data, ranks=ranks)
+
+
+def _with_odd_numbers(data: ProfileData) -> ProfileData:
+    """`data` with the numbers a loaded file can hold: NaN, inf, an int beyond a float."""
+    odd = [math.nan, math.inf, 10**400, -math.inf, 0.0]
+    stats = {}
+    for i, (key, s) in enumerate(data.stats.items()):
+        metrics = dict(s.metrics)
+        for j, metric in enumerate(sorted(metrics)):
+            if (i + j) % 3 == 0:
+                value = odd[(i + j) % len(odd)]
+                metrics[metric] = dataclasses.replace(metrics[metric], mean=value)
+        stats[key] = dataclasses.replace(s, metrics=metrics)
+    return dataclasses.replace(data, stats=stats)
+
+
+@pytest.fixture(scope="module")
+def profiles() -> dict[str, ProfileData]:
+    torch.manual_seed(0)
+    zoo: dict[str, tuple[nn.Module, torch.Tensor]] = {
+        "resnet": (ResNet(), resnet_input(batch=2)),
+        "tiny_gpt": (TinyGPT(), gpt_input()),
+        "reused": (Reused(), torch.randn(4, 32)),
+        "frozen": (FrozenStem(), torch.randn(4, 32)),
+        "custom_function": (CustomFunctionModel(), torch.randn(4, 32)),
+        "branchy": (Branchy(), torch.randn(4, 16)),
+        "two_branch_cat": (TwoBranchCat(), torch.randn(4, 16)),
+    }
+    out = {name: profiled(model, x).snapshot() for name, (model, x) in zoo.items()}
+    out["gpt2"] = _gpt2()
+    gpt = TinyGPT()
+    with wandb_modprof.profile(gpt, structure=False) as prof:
+        for _ in range(3):
+            gpt(gpt_input()).sum().backward()
+    out["no_structure"] = prof.snapshot()
+    with pytest.warns(RuntimeWarning, match="the block ran one forward"):
+        out["no_samples"] = profiled(TinyGPT(), gpt_input(), steps=1).snapshot()
+    out["ranks"] = _with_ranks(out["tiny_gpt"])
+    out["odd_numbers"] = _with_odd_numbers(out["resnet"])
+    return out
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    return a == b or (a is not None and b is not None and math.isnan(a) and math.isnan(b))
+
+
+@pytest.mark.parametrize("key", MODE_KEYS)
+def test_mode_values_equal_the_tables_in_every_mode(
+    profiles: dict[str, ProfileData], key: str
+) -> None:
+    for name, data in profiles.items():
+        fast, slow = mode_values(data, key), _table_values(data, key)
+        assert [dataclasses.replace(v, value=None) for v in fast.modules] == [
+            dataclasses.replace(v, value=None) for v in slow.modules
+        ], name
+        for f, s in zip(fast.modules, slow.modules, strict=True):
+            assert _same(f.value, s.value), (name, f, s)
+        assert _same(fast.total, slow.total), (name, fast.total, slow.total)
+        assert (fast.model_name, fast.num_samples, fast.mode) == (
+            slow.model_name,
+            slow.num_samples,
+            slow.mode,
+        )
+        measured = [v for v in fast.modules if v.value is not None]
+        if name in ("resnet", "gpt2") and key in ("fwd", "bwd", "act", "param", "flops"):
+            assert measured, (name, key)  # the comparison is not vacuous
+        if name == "ranks" and key == "imbalance":
+            assert len(measured) >= 3, measured
+
+
+def test_mode_values_and_summary_do_not_lay_out(
+    profiles: dict[str, ProfileData], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_layout(*args: object, **kw: object) -> None:
+        raise AssertionError("the layout ran")
+
+    monkeypatch.setattr(wandb_modprof.view.layout, "layout_level", no_layout)
+    monkeypatch.setattr(wandb_modprof.view.table, "layout_level", no_layout)
+    data = profiles["gpt2"]
+    for key in MODE_KEYS:
+        assert format_mode_summary(mode_values(data, key), 5)
+    assert format_summary(data.model_name, data.num_samples, data.stats, data.last, 5)
+    with pytest.raises(AssertionError, match="the layout ran"):  # the patch is in effect
+        build_table(data)

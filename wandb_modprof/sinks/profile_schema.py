@@ -1,0 +1,249 @@
+"""The schema of a profile file: records (frozen dataclasses) to JSON builtins and back,
+strictly checked. Takes a `FileData` (or parsed JSON); gives JSON builtins (or a `FileData`,
+or a `FileError` saying where the file is wrong). `profile_file.py` describes the format and
+does the file I/O.
+
+The schema is read from the dataclasses' type hints, so it follows them; see
+`profile_file.py` for the rules (non-finite floats as strings, exact fields, 64-bit integers,
+call trees that hold together).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any, Protocol, TypeGuard, Union, get_args, get_origin, get_type_hints
+
+from wandb_modprof.records.calls import Structure
+from wandb_modprof.records.sample import METRICS, ModuleStats, Sample
+
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+# Every integer the profiler records (bytes, FLOPs, counts, indices) fits a signed 64-bit int;
+# a larger one can only be corrupt, and would overflow a float (or a W&B cell) downstream.
+_INT_LIMIT = 2**63
+
+
+@dataclass(frozen=True)
+class FileData:
+    """What a file holds besides its header (its field names are the file's keys; per-rank
+    data is not saved)."""
+
+    model_name: str
+    num_samples: int
+    stats: dict[str, ModuleStats]
+    last_sample: Sample | None
+    structures: tuple[Structure, ...]
+
+
+class FileError(Exception):
+    """A problem at a JSON path inside the file; `load` turns it into a `ModProfError`."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"{where}: {problem}" if where else problem)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def encode(value: Any, tp: Any) -> Any:
+    """`value` (of type `tp`) as JSON builtins."""
+    tp, nullable = _optional(tp)
+    if value is None:
+        assert nullable, f"None in a field of type {tp}"
+        return None
+    if _is_record(tp):
+        hints = _hints(tp)
+        return {f.name: encode(getattr(value, f.name), hints[f.name]) for f in fields(tp)}
+    if get_origin(tp) is tuple:
+        return [encode(item, get_args(tp)[0]) for item in value]
+    if get_origin(tp) is dict:
+        return {key: encode(item, get_args(tp)[1]) for key, item in value.items()}
+    if tp is float:
+        value = float(value)  # an int in a float field is still written as a float
+        return value if math.isfinite(value) else repr(value)  # repr: "nan", "inf", "-inf"
+    return value
+
+
+def _optional(tp: Any) -> tuple[Any, bool]:
+    """`X | None` -> (X, True); any other type -> (it, False)."""
+    if get_origin(tp) in (Union, types.UnionType) and type(None) in get_args(tp):
+        (inner,) = (a for a in get_args(tp) if a is not type(None))
+        return inner, True
+    return tp, False
+
+
+def _is_record(tp: Any) -> TypeGuard[type]:
+    return isinstance(tp, type) and is_dataclass(tp)
+
+
+def decode(value: Any, tp: Any, where: str) -> Any:
+    """`value` (parsed JSON) checked against type `tp` and built into it; `where` is its path."""
+    tp, nullable = _optional(tp)
+    if value is None and nullable:
+        return None
+    if _is_record(tp):
+        return _record(value, tp, where)
+    if get_origin(tp) is tuple:
+        if not isinstance(value, list):
+            raise FileError(where, f"expected an array, got {describe(value)}")
+        item = get_args(tp)[0]
+        return tuple(decode(v, item, f"{where}[{i}]") for i, v in enumerate(value))
+    if get_origin(tp) is dict:
+        if not isinstance(value, dict):
+            raise FileError(where, f"expected an object, got {describe(value)}")
+        item = get_args(tp)[1]
+        return {k: decode(v, item, f"{where}[{json.dumps(k)}]") for k, v in value.items()}
+    return _scalar(value, tp, where, " or null" if nullable else "")
+
+
+def _record(value: Any, cls: type, where: str) -> Any:
+    """A dataclass from a JSON object with exactly its fields."""
+    if not isinstance(value, dict):
+        raise FileError(where, f"expected an object ({cls.__name__}), got {describe(value)}")
+    names = [f.name for f in fields(cls)]
+    for name in names:
+        if name not in value:
+            raise FileError(where, f"missing field {json.dumps(name)}")
+    for name in value:
+        if name not in names:
+            raise FileError(where, f"unknown field {json.dumps(name)}")
+    hints = _hints(cls)
+    prefix = f"{where}." if where else ""
+    obj = cls(**{n: decode(value[n], hints[n], prefix + n) for n in names})
+    _check(obj, where)
+    return obj
+
+
+def _scalar(value: Any, tp: type, where: str, or_null: str) -> Any:
+    if tp is float:
+        if isinstance(value, float) and math.isfinite(value):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            try:
+                return float(value)
+            except OverflowError:
+                raise FileError(where, "integer too large for a float") from None
+        if isinstance(value, str) and value in _NON_FINITE:
+            return _NON_FINITE[value]
+        if isinstance(value, float):  # a bare NaN / Infinity literal, or 1e999
+            problem = "a non-finite number literal, which is not JSON"
+            raise FileError(where, f'{problem}; write "nan", "inf" or "-inf"')
+        expected = 'a number or "nan", "inf", "-inf"'
+    else:
+        assert tp in (int, str, bool), f"no JSON decoding for {tp}"
+        # type() not isinstance(): JSON true/false must not pass for an integer
+        if type(value) is tp:
+            if isinstance(value, int) and abs(value) >= _INT_LIMIT:
+                raise FileError(
+                    where, f"integer out of range: expected |x| < 2**63, got {describe(value)}"
+                )
+            return value
+        expected = {int: "an integer", str: "a string", bool: "true or false"}[tp]
+    raise FileError(where, f"expected {expected}{or_null}, got {describe(value)}")
+
+
+def describe(value: Any) -> str:
+    """A parsed JSON value described for an error message, kept short."""
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "an array"
+    text = json.dumps(value)  # a bare NaN literal shows as NaN
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check(obj: object, where: str) -> None:
+    """Cross-field checks the type hints cannot express."""
+    if isinstance(obj, ModuleStats):
+        for metric in obj.metrics:
+            if metric not in METRICS:
+                at = f"{where}.metrics[{json.dumps(metric)}]"
+                raise FileError(at, f"unknown metric (known: {', '.join(METRICS)})")
+    elif isinstance(obj, FileData):
+        for key, stat in obj.stats.items():
+            if stat.key != key:
+                at = f"stats[{json.dumps(key)}].key"
+                raise FileError(at, f"{json.dumps(stat.key)} does not match its key in stats")
+        stats = list(obj.stats.values())
+        _check_tree(stats, lambda i: f"stats[{json.dumps(stats[i].key)}]", "a key of stats")
+        signatures = [s.signature for s in obj.structures]
+        for i, signature in enumerate(signatures):
+            if signature in signatures[:i]:
+                raise FileError(f"structures[{i}].signature", "repeats an earlier structure's")
+    elif isinstance(obj, Structure):
+        calls = {c.key for c in obj.calls}
+        earlier: set[str] = set()
+        for i, call in enumerate(obj.calls):
+            if call.key in earlier:
+                at = f"{where}.calls[{i}].key"
+                raise FileError(at, f"{json.dumps(call.key)} repeats an earlier call's key")
+            earlier.add(call.key)
+        _check_tree(
+            obj.calls, lambda i: f"{where}.calls[{i}]", "a call of this structure", exact=True
+        )
+        for i, edge in enumerate(obj.edges):
+            for name in ("view_key", "src_key", "dst_key"):
+                node = getattr(edge, name)
+                # a view is a call; the other nodes a call or "<call key>|in:<slot>" (|out:, |self)
+                ok = node in calls or (
+                    name != "view_key"
+                    and any(node[:j] in calls for j, ch in enumerate(node) if ch == "|")
+                )
+                if not ok:
+                    at = f"{where}.edges[{i}].{name}"
+                    raise FileError(at, f"{json.dumps(node)} is not a call of this structure")
+
+
+class _Call(Protocol):
+    """What `ModuleStats` and `CallInfo` share: a place in the call tree."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def parent_key(self) -> str | None: ...
+    @property
+    def depth(self) -> int: ...
+
+
+def _check_tree(
+    calls: Sequence[_Call], at: Callable[[int], str], within: str, exact: bool = False
+) -> None:
+    """Parents within `calls` (unique keys), no cycle, depth 0 at a root; below a parent depth
+    is the parent's + 1 where `exact` (one forward pass), else at least 1 (see the module
+    docstring). `at(i)` is the JSON path of `calls[i]`, `within` what a parent must be."""
+    index = {c.key: i for i, c in enumerate(calls)}
+    for i, call in enumerate(calls):
+        if call.parent_key is not None and call.parent_key not in index:
+            raise FileError(f"{at(i)}.parent_key", f"{json.dumps(call.parent_key)} is not {within}")
+    rooted: set[str] = set()  # keys whose chain of parents is known to end at a root
+    for call in calls:
+        chain: dict[str, None] = {}  # the keys walked so far, in order
+        key: str | None = call.key
+        while key is not None and key not in rooted:
+            if key in chain:
+                loop = [*list(chain)[list(chain).index(key) :], key]
+                shown = " -> ".join(json.dumps(k) for k in loop[:6])
+                more = " -> ..." if len(loop) > 6 else ""
+                raise FileError(
+                    f"{at(index[key])}.parent_key", f"a cycle of parents: {shown}{more}"
+                )
+            chain[key] = None
+            key = calls[index[key]].parent_key
+        rooted.update(chain)
+    for i, call in enumerate(calls):
+        if call.parent_key is None:
+            expected = "0 (a call without a parent)"
+            ok = call.depth == 0
+        elif exact:
+            parent = calls[index[call.parent_key]].depth
+            expected = f"{parent + 1} (its parent {json.dumps(call.parent_key)}'s depth + 1)"
+            ok = call.depth == parent + 1
+        else:
+            expected = "at least 1 (a call below a parent)"
+            ok = call.depth >= 1
+        if not ok:
+            raise FileError(f"{at(i)}.depth", f"expected {expected}, got {call.depth}")

@@ -1,0 +1,163 @@
+"""One analysis mode's value per module call, read from the statistics: what `wandb-modprof
+summary --mode` and `compare` print. Takes a `ProfileData`, gives `ModeValues` (builtins).
+
+>>> vals = mode_values(prof, "bwd")                          # doctest: +SKIP
+>>> max(vals.modules, key=lambda m: m.value or 0).key       # doctest: +SKIP
+'layer3.0.conv1#0'
+
+The values are exactly those of the module rows of the flat table (`view/table.py`, which the
+panel colours nodes by), computed without building it: the table also lays out every view
+(igraph), which a terminal table does not need. The rules below mirror `build_table` and
+`Mode.value`; `tests/test_summary.py` checks on real profiles that both give the same values
+in every mode. (The table's own helpers live beside its layout code, so they are re-derived
+here rather than imported.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from wandb_modprof._validate import check_choice
+from wandb_modprof.records.calls import CallInfo
+from wandb_modprof.records.modes import MODE_KEYS, Mode, mode
+from wandb_modprof.records.ranks import RankData
+from wandb_modprof.records.sample import ModuleStats
+from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_data
+from wandb_modprof.view.graphs import level_graphs, merge
+
+
+@dataclass(frozen=True)
+class ModuleValue:
+    """One module call's value in one analysis mode (None: not measured)."""
+
+    key: str  # call key, "<qualified name>#<call index>"
+    module_name: str
+    module_type: str
+    calls: int  # calls of this module in a step (a module called 3 times has 3 keys)
+    value: float | None
+
+
+@dataclass(frozen=True)
+class ModeValues:
+    """Every module call of a profile in one analysis mode (root excluded; in the table's
+    order: view by view, parents' views first), and the model total of that mode (None where
+    the mode has none or it was not measured)."""
+
+    model_name: str
+    num_samples: int
+    mode: Mode
+    modules: tuple[ModuleValue, ...]
+    total: float | None
+
+    def share(self, value: float | None) -> float | None:
+        """`value` as a fraction of the model total, where the mode has one."""
+        if value is None or self.total is None or self.total <= 0:
+            return None
+        return value / self.total
+
+
+def check_mode(key: str) -> Mode:
+    """The analysis mode named `key`; ModProfError listing the valid ones otherwise."""
+    check_choice("mode", key, MODE_KEYS)
+    return mode(key)
+
+
+def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValues:
+    """The values the panel colours module nodes by (means over the sampled steps).
+
+    Every module call is one node of kind `module` in its parent's view (the root is the view
+    of the top level and has no node: its value is the model `total`), so each call appears
+    exactly once, in the order of the table's rows.
+    """
+    m = check_mode(mode_key)
+    data = as_data(prof, "mode_values()")
+    tree = merge(list(data.structures), data.stats.values())
+    calls = {c.key: c for c in tree.calls}
+    order = [calls[n.node_key] for g in level_graphs(tree) for n in g.nodes if n.kind == "module"]
+    per_module = Counter(c.module_name for c in order)
+    modules = tuple(
+        ModuleValue(
+            key=c.key,
+            module_name=c.module_name,
+            module_type=c.module_type,
+            calls=per_module[c.module_name],
+            value=_combine(m, _columns(data.stats.get(c.key), c, data.ranks)),
+        )
+        for c in order
+    )
+    root = tree.calls[0] if tree.calls else None
+    return ModeValues(data.model_name, data.num_samples, m, modules, _total(m, data, root))
+
+
+# ---- the table's rules (view/table.py), for the columns the modes read ----------------------
+def _as_float(value: float) -> float:
+    """As the table: an int beyond a float's range is +-inf (then not measured), not an error."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _finite(value: float | None) -> float | None:
+    if value is None:
+        return None
+    number = _as_float(value)
+    return number if math.isfinite(number) else None
+
+
+def _columns(stats: ModuleStats | None, call: CallInfo, ranks: RankData | None) -> dict[str, float]:
+    """A module row's measured columns (finite values only; the others are `missing`): the
+    means of its metrics, its FLOPs where the structure pass counted them, FLOP/s, and its
+    rank imbalance in a distributed run."""
+    raw: dict[str, float] = {}
+    if stats is not None:
+        raw.update({metric: _as_float(stat.mean) for metric, stat in stats.metrics.items()})
+    if call.flops_known:
+        raw["fwd_flops"] = _as_float(call.fwd_flops)
+        raw["fwd_self_flops"] = _as_float(call.fwd_self_flops)
+        fwd_ms = raw.get("fwd_ms")
+        if fwd_ms is not None and math.isfinite(fwd_ms) and fwd_ms > 0:
+            raw["fwd_flop_per_s"] = raw["fwd_flops"] / (fwd_ms / 1000.0)
+    imbalance = _imbalance(ranks.fwd_bwd.get(call.key) if ranks is not None else None)
+    if imbalance is not None:
+        raw["rank_imbalance"] = imbalance
+    return {column: v for column, value in raw.items() if (v := _finite(value)) is not None}
+
+
+def _imbalance(per_rank: Mapping[int, float] | None) -> float | None:
+    """max / mean over the ranks of each rank's mean fwd + bwd time (finite values only)."""
+    finite = [v for v in (per_rank or {}).values() if math.isfinite(_as_float(v))]
+    if not finite:
+        return None
+    mean = sum(finite) / len(finite)
+    return max(finite) / mean if mean > 0 else None
+
+
+def _combine(m: Mode, measured: Mapping[str, float]) -> float | None:
+    """`Mode.value` on a row: None if any column the mode reads is missing."""
+    if any(c not in measured for c in m.columns):
+        return None
+    values = [measured[c] for c in m.columns]
+    return sum(values) if m.combine == "sum" else max(values)
+
+
+def _total(m: Mode, data: ProfileData, root: CallInfo | None) -> float | None:
+    """The meta number `m.total` of the table: a mean of the root call, fwd + bwd, or the
+    root's FLOPs where counted."""
+    if not m.total:
+        return None
+    if m.total == "total_fwd_flops":
+        return _finite(root.fwd_flops) if root is not None and root.flops_known else None
+    root_stats = data.stats.get(root.key) if root is not None else None
+
+    def mean(metric: str) -> float | None:
+        stat = root_stats.metrics.get(metric) if root_stats is not None else None
+        return None if stat is None else stat.mean
+
+    if m.total == "total_fwd_bwd_ms":
+        fwd, bwd = mean("fwd_ms"), mean("bwd_ms")
+        return None if fwd is None or bwd is None else _finite(fwd + bwd)
+    return _finite(mean(m.total.removeprefix("total_")))
