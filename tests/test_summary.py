@@ -203,8 +203,8 @@ def test_mode_values_and_summary_do_not_lay_out(
     def no_layout(*args: object, **kw: object) -> None:
         raise AssertionError("the layout ran")
 
-    monkeypatch.setattr(wandb_modprof.view.layout, "layout_level", no_layout)
-    monkeypatch.setattr(wandb_modprof.view.table, "layout_level", no_layout)
+    monkeypatch.setattr(wandb_modprof.view.layout, "layout_view", no_layout)
+    monkeypatch.setattr(wandb_modprof.view.table, "layout_view", no_layout)
     data = profiles["gpt2"]
     for key in MODE_KEYS:
         assert format_mode_summary(mode_values(data, key), 5)
