@@ -12,6 +12,17 @@ import torch
 from torch import nn
 
 from wandb_modprof import InvocationRecord
+from wandb_modprof.capture import autograd_private as ap
+from wandb_modprof.view.table import (
+    BOOL_COLUMNS,
+    COLUMNS,
+    INT_COLUMNS,
+    MAX_ROWS,
+    MISSABLE_COLUMNS,
+    NUMBER_COLUMNS,
+    TEXT_COLUMNS,
+    ProfileTable,
+)
 
 
 def hook_counts(model: nn.Module) -> dict[str, int]:
@@ -84,3 +95,62 @@ def profiled(model: nn.Module, x: torch.Tensor, steps: int = 3) -> Any:
         for _ in range(steps):
             model(x).sum().backward()
     return prof
+
+
+class RecordingRun:
+    """A W&B run stand-in that records what `watch` logs (and where), then passes it on."""
+
+    def __init__(self, inner: Any = None, fail: bool = False) -> None:
+        self.inner = inner
+        self.fail = fail
+        self.calls: list[tuple[dict[str, Any], Any, bool]] = []
+        self.entity = "me"
+        self.offline = False
+        self.disabled = False
+
+    def log(self, data: dict[str, Any], commit: Any = None) -> None:
+        self.calls.append((data, commit, ap.in_backward()))
+        if self.fail:
+            raise OSError("disk full")
+        if self.inner is not None:
+            self.inner.log(data, commit=commit)
+
+
+def check_table(table: ProfileTable, max_rows: int = MAX_ROWS) -> None:
+    """Every invariant a sink relies on."""
+    assert table.columns == COLUMNS
+    assert not {"id", "name", "color"} & set(table.columns)  # W&B adds these
+    assert len(table.rows) <= max_rows
+    kinds = dict.fromkeys(TEXT_COLUMNS, str) | dict.fromkeys(INT_COLUMNS, int)
+    kinds |= dict.fromkeys(BOOL_COLUMNS, bool) | dict.fromkeys(NUMBER_COLUMNS, float)
+    records = table.records()
+    for row in records:
+        for column, value in row.items():
+            assert type(value) is kinds[column], (column, value)  # no None, no int/float mix
+            if isinstance(value, float):
+                assert math.isfinite(value), (column, row)
+    meta = {r["meta_key"]: r for r in records if r["row_kind"] == "meta"}
+    assert meta["table_format"]["meta_value"] == "wandb_modprof.table"
+    assert meta["reduced"]["meta_value"] == table.reduced
+    views = {r["view_key"] for r in records if r["row_kind"] != "meta"}
+    nodes = {(r["view_key"], r["node_key"]): r for r in records if r["row_kind"] == "node"}
+    assert len(nodes) == sum(1 for r in records if r["row_kind"] == "node")  # keys unique
+    for r in nodes.values():
+        assert r["x_px"] >= 0 and r["x_px"] + r["w_px"] <= r["view_w_px"] + 1e-6
+        assert r["y_px"] >= 0 and r["y_px"] + r["h_px"] <= r["view_h_px"] + 1e-6
+        if r["has_view"]:
+            assert r["node_key"] in views  # drill-down always lands on a drawn view
+        if r["node_kind"] in ("input", "output") or r["node_key"].endswith(("|inputs", "|outputs")):
+            assert r["missing"] == "*"  # no metric applies to inputs and outputs, merged or not
+        missing = set(r["missing"].split(",")) if r["missing"] not in ("", "*") else set()
+        assert missing <= set(MISSABLE_COLUMNS)
+        for column in missing:
+            assert r[column] == 0.0
+    for r in records:
+        if r["row_kind"] == "edge":
+            assert (r["view_key"], r["src_key"]) in nodes
+            assert (r["view_key"], r["dst_key"]) in nodes
+            assert r["edge_path"].startswith("M")
+    # every drawn view but the top one is reachable from a node of its parent view
+    for view in views - {meta["root_view"]["meta_value"]}:
+        assert any(key == view for (_, key) in nodes), view

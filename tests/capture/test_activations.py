@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from models import ResNet, gpt2_from_config, resnet_input
+from torch import nn
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _ModState
 
 import wandb_modprof
@@ -87,3 +88,35 @@ def test_gpt2_blocks_and_model_match_memtracker():
     root = recs["<root>#0"].act_bytes
     assert _close(root, _act_delta(tracker, model) - returned), (root, _act_delta(tracker, model))
     assert root > 1_000_000
+
+
+class Probe(nn.Module):
+    def forward(self, x):
+        return torch.sigmoid(x * 2).mean(0).detach()  # its graph is freed at once
+
+
+class Keep(nn.Module):
+    def forward(self, x):
+        return torch.sigmoid(x * 3)  # sigmoid keeps its output for backward
+
+
+class ProbeKeep(nn.Module):
+    def __init__(self, n: int = 16) -> None:
+        super().__init__()
+        self.probes = nn.ModuleList(Probe() for _ in range(n))
+        self.keeps = nn.ModuleList(Keep() for _ in range(n))
+
+    def forward(self, x):
+        out = 0
+        for p, k in zip(self.probes, self.keeps, strict=True):
+            out = out + p(x) + k(x)
+        return out
+
+
+def test_activation_bytes_count_what_is_still_saved_when_addresses_are_reused():
+    model = ProbeKeep()
+    with wandb_modprof.profile(model, structure=False) as prof:
+        model(torch.randn(8, 256, requires_grad=True)).sum().backward()
+    recs = prof.invocations()
+    assert [r.act_self_bytes for r in recs if r.module_type == "Keep"] == [8 * 256 * 4] * 16
+    assert [r.act_self_bytes for r in recs if r.module_type == "Probe"] == [0] * 16

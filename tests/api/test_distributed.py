@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from test_table import check_table
+from helpers import check_table
 from torch import nn
 
 import wandb_modprof
@@ -30,7 +30,7 @@ from wandb_modprof.records import modes as _modes
 from wandb_modprof.records.ranks import decode, encode, fold
 from wandb_modprof.view.table import RANK_COLUMNS
 
-WORKER = Path(__file__).with_name("dist_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "dist_worker.py"
 HARD_TIMEOUT_S = 120
 
 

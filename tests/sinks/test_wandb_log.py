@@ -10,18 +10,16 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 import wandb
 from conftest import requires_cuda
-from helpers import check_logged_tables, disabled_run, strict_json, train_step
+from helpers import RecordingRun, check_logged_tables, disabled_run, strict_json, train_step
 from models import ResNet, TinyGPT, gpt_input, resnet_input
 
 import wandb_modprof
 from wandb_modprof import ModProfError
-from wandb_modprof.capture import autograd_private as _autograd_private
 from wandb_modprof.records.modes import MODE_KEYS
 from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.sinks import wandb_log as _wandb_log
@@ -32,25 +30,6 @@ CHART = f"me/{_spec.CHART_NAME}"
 @pytest.fixture(autouse=True)
 def _fresh_notices(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_wandb_log, "_NOTICES", set())  # the offline notice is once per process
-
-
-class RecordingRun:
-    """A W&B run stand-in that records what `watch` logs (and where), then passes it on."""
-
-    def __init__(self, inner: Any = None, fail: bool = False) -> None:
-        self.inner = inner
-        self.fail = fail
-        self.calls: list[tuple[dict[str, Any], Any, bool]] = []
-        self.entity = "me"
-        self.offline = False
-        self.disabled = False
-
-    def log(self, data: dict[str, Any], commit: Any = None) -> None:
-        self.calls.append((data, commit, _autograd_private.in_backward()))
-        if self.fail:
-            raise OSError("disk full")
-        if self.inner is not None:
-            self.inner.log(data, commit=commit)
 
 
 def _table_files(root: Path, model: str) -> list[Path]:

@@ -211,3 +211,25 @@ def test_mode_values_and_summary_do_not_lay_out(
     assert format_summary(data.model_name, data.num_samples, data.stats, data.last, 5)
     with pytest.raises(AssertionError, match="the layout ran"):  # the patch is in effect
         build_table(data)
+
+
+def _profile_of_a_reused_layer() -> wandb_modprof.Profile:
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.big = nn.Linear(64, 64)
+            self.head = nn.Linear(64, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.big(self.big(x)))
+
+    return profiled(Twice(), torch.randn(4, 64))
+
+
+def test_per_module_memory_is_shared_once_in_the_summary() -> None:
+    prof = _profile_of_a_reused_layer()
+    text = format_mode_summary(mode_values(prof, "param"), 10)
+    rows = [line for line in text.splitlines() if "big#" in line]
+    assert len(rows) == 2
+    assert sum("(same)" in row for row in rows) == 1
+    assert sum(row.rstrip().endswith("%") for row in rows) == 1

@@ -12,7 +12,7 @@ import gc
 import tracemalloc
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -232,3 +232,44 @@ def test_memory_flat_over_300_sampled_forwards_without_backward():
     assert prof.last_sample.step == 301
     assert prof.last_sample.totals.bwd_ms is not None
     assert prof.stats()["<root>#0"].metrics["bwd_ms"].count == 1
+
+
+class Track(torch.autograd.Function):
+    alive: ClassVar[weakref.WeakSet] = weakref.WeakSet()
+
+    @staticmethod
+    def forward(ctx, x):
+        token = type("Token", (), {})()
+        ctx.token = token
+        Track.alive.add(token)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class TruncatedRNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = nn.Linear(64, 64)
+        self.peak = 0
+
+    def forward(self, h):
+        for t in range(32):
+            if t % 4 == 0:
+                h = h.detach()  # older graphs become garbage
+            h = Track.apply(torch.tanh(self.cell(h)))
+            self.peak = max(self.peak, len(Track.alive))
+        return h
+
+
+def test_sampled_steps_do_not_keep_discarded_graphs_alive():
+    model, h0 = TruncatedRNN(), torch.randn(16, 64)
+    model(h0).sum().backward()
+    plain = model.peak
+    model.peak = 0
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
+    model(h0).sum().backward()
+    assert model.peak == plain == 4
+    assert handle.unwatch().num_samples == 1

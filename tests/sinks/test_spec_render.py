@@ -30,7 +30,7 @@ from wandb_modprof.records.modes import MODES, mode
 from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.view.table import COLUMNS, ProfileTable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = 12  # Vega samples Turbo into a palette; the polynomial differs by a few units
 
 

@@ -13,7 +13,7 @@ import pytest
 from wandb_modprof.records.modes import Unit
 from wandb_modprof.sinks.units import format_value
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TIB = 1024.0**4
 COMMON = [
     0.0,

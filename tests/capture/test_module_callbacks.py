@@ -28,7 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 import wandb_modprof
 from wandb_modprof import ModProfError, ModuleCallbacks, ModuleEvent, on_module
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PHASES = ("forward_start", "forward_end", "backward_start", "backward_end")
 EVALUATE = "autograd::engine::evaluate_function: "
 

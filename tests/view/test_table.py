@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import check_table
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from models import ResNet, TinyGPT, gpt_input, resnet_input
@@ -26,60 +27,14 @@ from wandb_modprof import ModuleStats, Profile, RunningStat, Structure
 from wandb_modprof.records.calls import CallInfo, DataEdge, input_key, output_key
 from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.view.table import (
-    BOOL_COLUMNS,
-    COLUMNS,
-    INT_COLUMNS,
-    MAX_ROWS,
-    MISSABLE_COLUMNS,
     NUMBER_COLUMNS,
-    TEXT_COLUMNS,
     ProfileTable,
 )
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 # Columns that hold measured times or values that depend on them: masked in goldens.
 MEASURED = {c for c in NUMBER_COLUMNS if "_ms" in c or "flop_per_s" in c or "norm" in c}
 MEASURED_META = {"total_fwd_ms", "total_bwd_ms", "total_fwd_bwd_ms"}
-
-
-def check_table(table: ProfileTable, max_rows: int = MAX_ROWS) -> None:
-    """Every invariant a sink relies on."""
-    assert table.columns == COLUMNS
-    assert not {"id", "name", "color"} & set(table.columns)  # W&B adds these
-    assert len(table.rows) <= max_rows
-    kinds = dict.fromkeys(TEXT_COLUMNS, str) | dict.fromkeys(INT_COLUMNS, int)
-    kinds |= dict.fromkeys(BOOL_COLUMNS, bool) | dict.fromkeys(NUMBER_COLUMNS, float)
-    records = table.records()
-    for row in records:
-        for column, value in row.items():
-            assert type(value) is kinds[column], (column, value)  # no None, no int/float mix
-            if isinstance(value, float):
-                assert math.isfinite(value), (column, row)
-    meta = {r["meta_key"]: r for r in records if r["row_kind"] == "meta"}
-    assert meta["table_format"]["meta_value"] == "wandb_modprof.table"
-    assert meta["reduced"]["meta_value"] == table.reduced
-    views = {r["view_key"] for r in records if r["row_kind"] != "meta"}
-    nodes = {(r["view_key"], r["node_key"]): r for r in records if r["row_kind"] == "node"}
-    assert len(nodes) == sum(1 for r in records if r["row_kind"] == "node")  # keys unique
-    for r in nodes.values():
-        assert r["x_px"] >= 0 and r["x_px"] + r["w_px"] <= r["view_w_px"] + 1e-6
-        assert r["y_px"] >= 0 and r["y_px"] + r["h_px"] <= r["view_h_px"] + 1e-6
-        if r["has_view"]:
-            assert r["node_key"] in views  # drill-down always lands on a drawn view
-        if r["node_kind"] in ("input", "output") or r["node_key"].endswith(("|inputs", "|outputs")):
-            assert r["missing"] == "*"  # no metric applies to inputs and outputs, merged or not
-        missing = set(r["missing"].split(",")) if r["missing"] not in ("", "*") else set()
-        assert missing <= set(MISSABLE_COLUMNS)
-        for column in missing:
-            assert r[column] == 0.0
-    for r in records:
-        if r["row_kind"] == "edge":
-            assert (r["view_key"], r["src_key"]) in nodes
-            assert (r["view_key"], r["dst_key"]) in nodes
-            assert r["edge_path"].startswith("M")
-    # every drawn view but the top one is reachable from a node of its parent view
-    for view in views - {meta["root_view"]["meta_value"]}:
-        assert any(key == view for (_, key) in nodes), view
 
 
 def _profile(model: torch.nn.Module, x: torch.Tensor, steps: int = 3) -> Profile:
