@@ -54,11 +54,11 @@ pictures: $(VENV)/.installed
 	$(PY) tools/render_panel.py --out docs/images
 
 # Regenerate the panel's Vega spec vega_specs/modprof.vg.json from tools/build_spec.py and its
-# parts in tools/spec/ (tests/test_panel_render.py checks the committed file is up to date).
+# parts in tools/spec/ (tests/sinks/test_spec_render.py checks the committed file is up to date).
 spec: $(VENV)/.installed
 	$(PY) tools/build_spec.py
 
-# Vega 5 for the panel's browser tests (tests/test_panel_browser.py): W&B's panel runs vega ^5.24.
+# Vega 5 for the panel's browser tests (tests/sinks/test_spec_browser.py): W&B's panel runs vega ^5.24.
 # npm checks the tarball against the registry's integrity hash; the sha256 pins the file itself.
 VEGA_VERSION := 5.33.0
 VEGA_SHA256 := a71f14828abacac82fbe8adb07ce65cbb82561d8eef188053c4a1c09e0164dcb

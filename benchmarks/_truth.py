@@ -1,7 +1,8 @@
 """Ground truth for per-module times and activation bytes, independent of wandb_modprof's hooks.
 
-The method of tests/test_ground_truth.py and tests/test_memtracker.py (MEASUREMENT.md), as
-functions that return every comparison instead of asserting:
+The method of tests/capture/test_timing_ground_truth.py and
+tests/capture/test_activations.py (MEASUREMENT.md), as functions that return every comparison
+instead of asserting:
 
 * forward (CPU): the profiler's Python tracer records every ``nn.Module`` call
   (``nn.Module: Conv2d_3``); in start order these are exactly our invocations. The event spans
@@ -17,7 +18,7 @@ functions that return every comparison instead of asserting:
   recorded in the hooks, which is the span when the GPU is the bottleneck;
 * activation bytes: PyTorch's ``MemTracker`` on the same step, ``ACT`` bytes after the forward
   of a module minus before it, for the blocks (where creator and saver coincide, see
-  tests/test_memtracker.py) and for the whole model minus what the forward returned.
+  tests/capture/test_activations.py) and for the whole model minus what the forward returned.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Run (full run about a minute; ``--quick`` is the CI smoke run, seconds):
     cd /work/main && .venv/bin/python benchmarks/accuracy.py [--quick] [--repeats N] [--out PATH]
 
 Times: every module call of one training step is measured by wandb_modprof and by
-``torch.profiler`` at once (benchmarks/_truth.py, the method of tests/test_ground_truth.py:
+``torch.profiler`` at once (benchmarks/_truth.py, the method of
+tests/capture/test_timing_ground_truth.py:
 forward = the profiler's ``nn.Module`` event minus our traced hook functions, backward = the
 profiler's autograd node events in the call's sequence-number range). Judged are the calls
 taking >= 1 % of the step (forward + backward, by our numbers), as in the test suite: relative
@@ -15,8 +16,8 @@ share within the suite's tolerance (15 % or 0.1 ms, whichever is larger). ``per-
 medians`` shows how much the median moves between repeats (the machine's noise).
 
 Activation bytes: PyTorch's ``MemTracker`` on the same step (benchmarks/_truth.py, the method
-of tests/test_memtracker.py): every block (ResNet BasicBlocks and stages, transformer layers)
-and the whole model minus the outputs it returns.
+of tests/capture/test_activations.py): every block (ResNet BasicBlocks and stages, transformer
+layers) and the whole model minus the outputs it returns.
 
 Models: benchmarks/_workloads.py (ResNet-style net, GPT-2 and BERT from transformers configs),
 one torch thread, garbage collector paused inside the profiled steps.

@@ -1,4 +1,4 @@
-"""One rank of a distributed test (`tests/test_distributed.py` starts one process per rank).
+"""One rank of a distributed test (`tests/api/test_distributed.py` starts one process per rank).
 
     python tests/dist_worker.py SCENARIO OUT_DIR     # RANK, WORLD_SIZE, MASTER_* in the env
 

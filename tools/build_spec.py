@@ -4,7 +4,7 @@ The spec is plain JSON (what W&B stores and what the HTML report embeds); it is 
 because every analysis mode needs the same handful of expressions (value, missing, format),
 which are written once from `wandb_modprof.records.modes.MODES`. The parts live in
 `tools/spec/`, one module per section of the spec (signals, data, scales, sidebar, graph, top
-bar); this file assembles them. `tests/test_panel_render.py` checks the committed file equals
+bar); this file assembles them. `tests/sinks/test_spec_render.py` checks the committed file equals
 this script's output.
 
 W&B's rules the spec obeys (see shared/design/WANDB.md): rows arrive as the dataset `wandb`

@@ -1,6 +1,6 @@
 """CUDA paths: device events, allocator peaks, and no device synchronisation in hooks.
 
-Skipped without a GPU; run on a lent GPU machine with `pytest tests/test_cuda.py`.
+Skipped without a GPU; run on a lent GPU machine with `pytest tests/capture/test_cuda.py`.
 """
 
 from __future__ import annotations

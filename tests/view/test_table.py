@@ -65,7 +65,7 @@ def _masked(table: ProfileTable) -> dict[str, object]:
 )
 def test_golden_table(name, make, update_goldens: bool) -> None:
     """Structure, layout, static memory, activations and FLOPs are deterministic; measured
-    times are masked. Regenerate with `pytest tests/test_table.py --update-goldens`."""
+    times are masked. Regenerate with `pytest tests/view/test_table.py --update-goldens`."""
     model, x = make()
     table = _profile(model, x).table()
     check_table(table)

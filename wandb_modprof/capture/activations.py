@@ -9,7 +9,7 @@ storage, not a duplicate. Liveness is tracked with weak references to the packed
 Two deliberate choices keep training unchanged:
 * `pack` stores `tensor.detach()`, not the tensor: packing the tensor itself makes
   output -> grad_fn -> saved output a reference cycle that Python cannot collect, so a forward
-  without backward would leak its whole graph (checked in tests/test_no_leaks.py).
+  without backward would leak its whole graph (checked in tests/end_to_end/test_no_leaks.py).
 * autograd skips its in-place modification check for tensors packed by hooks; `unpack`
   performs the same version-counter check, so `x.add_(1)` after `sigmoid(x)` still raises.
 """

@@ -2,7 +2,7 @@
 
 `torch._C` functions are not public API. Each one used by the package is looked up here, once,
 so that a torch upgrade that renames or removes one fails loudly in `check()` (called by
-`watch`/`profile`) and in `tests/test_autograd_private.py`, instead of deep inside a hook.
+`watch`/`profile`) and in `tests/capture/test_autograd_private.py`, instead of deep inside a hook.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ summary --mode` and `compare` print. Takes a `ProfileData`, gives `ModeValues` (
 The values are exactly those of the module rows of the flat table (`view/table.py`, which the
 panel colours nodes by), computed without building it: the table also lays out every view
 (igraph), which a terminal table does not need. The rules below mirror `build_table` and
-`Mode.value`; `tests/test_summary.py` checks on real profiles that both give the same values
+`Mode.value`; `tests/sinks/test_summary.py` checks on real profiles that both give the same values
 in every mode. (The table's own helpers live beside its layout code, so they are re-derived
 here rather than imported.)
 """
