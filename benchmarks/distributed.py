@@ -17,7 +17,7 @@ round with the same seed on every rank:
 * ``sampled``  -- the per-rank channel switched off: what a single process pays per sample;
 * ``gathered`` -- the same plus the gathering: every rank but 0 publishes its compact
   statistics to the store at its next forward, rank 0 reads every rank's before it builds the
-  table (waiting, if need be, for a rank's newest sample; `_distributed.GATHER_WAIT_S` at most).
+  table (waiting, if need be, for a rank's newest sample; `api.distributed.GATHER_WAIT_S` at most).
 
 A step is zero_grad, forward, loss, backward (DDP's allreduce) and SGD step, timed on every
 rank with ``time.perf_counter_ns``; the first step of a block is not timed. DDP keeps the

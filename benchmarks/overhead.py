@@ -352,7 +352,7 @@ def markdown_table(rows: list[Row]) -> str:
 
 # ---- hotspots ------------------------------------------------------------------------------
 def _where(filename: str, line: int, func: str) -> str:
-    """`wandb_modprof/_session.py:263 _hook_nodes`, `torch/nn/modules/module.py:...`."""
+    """`wandb_modprof/capture/session.py:263 _hook_nodes`, `torch/nn/modules/module.py:...`."""
     if filename == "~":  # a builtin
         return func
     path = filename.replace(os.sep, "/")

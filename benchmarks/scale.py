@@ -21,7 +21,7 @@ Measured per model (one torch thread; plain and watched copies alternate step by
 * ``sampled +ms``: median sampled step (``watch(log_freq=1)``, W&B log off) minus median plain
   step: hooks, saved-tensor hooks, node hooks, norms, the sample folded into the statistics;
 * ``table ms`` (``layout ms`` of it): ``prof.table()``: merge, view graphs, layout of every
-  view (``_layout.layout_view``, timed by wrapping it), rows; median of ``--repeats``;
+  view (``view.layout.layout_view``, timed by wrapping it), rows; median of ``--repeats``;
 * ``entry ms``: ``handle._wandb_log.entry(prof, table)`` for a disabled W&B run: the
   ``wandb.Table`` (per-cell type checks) and the chart object;
 * ``run.log ms``: an **offline** run's ``run.log(entry)`` of a fresh entry (serialises the table
@@ -122,7 +122,7 @@ def cases(quick: bool, sizes: str, layers: str) -> list[Case]:
 
 # ---- capture ---------------------------------------------------------------------------------
 class LayoutTimer:
-    """Wraps `_table.layout_view` to add up the layout's share of `prof.table()`."""
+    """Wraps `view.table.layout_view` to add up the layout's share of `prof.table()`."""
 
     def __init__(self) -> None:
         self.seconds = 0.0

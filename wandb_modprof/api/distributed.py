@@ -31,7 +31,7 @@ statistics (or none) and stops waiting for it until it catches up. So:
   is never delayed by ours.
 
 The table gains per call the ranks' mean and max of fwd_ms + bwd_ms, the slowest rank and the
-imbalance max / mean (`_table`); meta rows `ranks`, `ranks_reported`, `ranks_missing`.
+imbalance max / mean (`view.table`); meta rows `ranks`, `ranks_reported`, `ranks_missing`.
 """
 
 from __future__ import annotations

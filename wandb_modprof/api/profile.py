@@ -175,7 +175,7 @@ class Profile:
 
         return save_profile(self.snapshot(), path)
 
-    # ---- the HTML report and pictures (`_html`, `_images`) ---------------------------------
+    # ---- the HTML report and pictures (`sinks.html`, `sinks.images`) ----------------------------
     def to_html(
         self,
         path: str | os.PathLike[str],
@@ -190,7 +190,7 @@ class Profile:
         >>> prof.to_html("profile.html", mode="bwd")           # doctest: +SKIP
         PosixPath('profile.html')
 
-        `mode` / `scale` set how it opens (`_modes.MODE_KEYS`, "linear" / "log"); a profile
+        `mode` / `scale` set how it opens (`records.modes.MODE_KEYS`, "linear" / "log"); a profile
         without samples gives a page saying so. See `wandb_modprof.sinks.html.report_html` for
         several profiles and compare mode.
         """

@@ -208,12 +208,12 @@ def watch(
     Each sample is logged to the run with `commit=False` (it joins your next `run.log` row) at
     the model's next forward, under `modprof/<ModelClass>`: the module-graph panel over the
     aggregated profile table, and the step totals `modprof/<ModelClass>/fwd_ms`, `bwd_ms`,
-    `act_bytes`; `unwatch()` logs the last one (see `_wandb_log` for keys, timing, the chart
+    `act_bytes`; `unwatch()` logs the last one (see `sinks.wandb_log` for keys, timing, the chart
     preset and offline runs). Call `unwatch()` before `run.finish()`.
 
     Distributed training: `watch(ddp_model)` names modules as in the wrapped model (no
     `module.` prefix); FSDP2 (`fully_shard`) modules keep their class names. See
-    `_distributed` for how per-rank statistics reach rank 0 without any collective.
+    `api.distributed` for how per-rank statistics reach rank 0 without any collective.
 
     Args:
         model: the module to measure (the same object the training loop calls).
@@ -222,7 +222,7 @@ def watch(
             profiling without W&B use `wandb_modprof.profile(model)`). In a distributed
             run (`torch.distributed` initialised) only rank 0 needs and uses one: every other
             rank measures its own samples and publishes them to rank 0, whose table holds
-            every rank's (`_distributed`); a run given on another rank is not logged to.
+            every rank's (`api.distributed`); a run given on another rank is not logged to.
         optimizer: if given, steps are counted as optimizer steps (gradient accumulation) and
             optimizer-state bytes are measured per module.
         timing: "auto" (host clock on CPU, device events on accelerators), "cpu" or "device".
@@ -234,7 +234,7 @@ def watch(
         nvtx: on sampled steps, emit NVTX ranges `<module>.forward` / `<module>.backward` for
             Nsight Systems (needs a CUDA build of torch).
         default_mode: what the panel colours nodes by when opened: one of
-            `_modes.MODE_KEYS` ("fwd", "bwd", "fwd_bwd", "self", "act", "param", ...).
+            `records.modes.MODE_KEYS` ("fwd", "bwd", "fwd_bwd", "self", "act", "param", ...).
         default_scale: the panel's initial colour scale, "linear" or "log".
         chart: the W&B chart preset "entity/name" (from `register_chart`); default
             `<run entity>/wandb-modprof-v1` (`$WANDB_ENTITY` when the run has none). An

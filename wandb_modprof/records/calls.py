@@ -38,7 +38,7 @@ class CallInfo:
 @dataclass(frozen=True)
 class DataEdge:
     """Inside view `view_key`, a tensor from `src_key` reaches `dst_key` (node keys as in
-    `_graph.GraphNode`)."""
+    `records.graph.GraphNode`)."""
 
     view_key: str
     src_key: str

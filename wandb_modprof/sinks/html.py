@@ -7,7 +7,7 @@ PosixPath('gpt.html')
 The page works from `file://` with the network cut: Vega's JavaScript is inlined (bundled by
 vl-convert, Vega 6, once per process, about 0.9 MB: vl-convert's bundle always carries
 vega-embed and vega-lite too, and its bare `vega` binding is null, so the page builds its view
-with `vegaEmbed(..., {mode: "vega"})`). The spec is the panel's own (`_spec.filled`), changed
+with `vegaEmbed(..., {mode: "vega"})`). The spec is the panel's own (`sinks.spec.filled`), changed
 only where a page differs from a W&B panel: its size follows the window (`width`, `height`,
 `autosize`; a resize listener updates `view.width()/height()`), initial signal values
 (compare mode, the runs shown), and no `$schema` (vega-embed would warn that the spec says
@@ -234,7 +234,7 @@ def report_html(
             several are listed as runs (row `id` = index as a string, zero-padded from 11 on,
             `name` = label), one drawn at a time.
         title: the page title (default: the first model's name + " profile").
-        mode: the analysis mode the page opens with (`_modes.MODE_KEYS`).
+        mode: the analysis mode the page opens with (`records.modes.MODE_KEYS`).
         scale: "linear" or "log".
         compare: open in compare mode, coloured by the ratio of the second profile to the
             first (the baseline); needs at least two profiles.

@@ -18,7 +18,7 @@ order; re-watching the same model object in that run reuses its key):
   was not measured is left out), so W&B draws them over steps.
 
 At `unwatch()`: `<key>/report`, a `wandb.Html` of the final profile as the self-contained
-HTML report (`_html.report_html`, Vega inlined, about 1 MB plus the table), in the same
+HTML report (`sinks.html.report_html`, Vega inlined, about 1 MB plus the table), in the same
 `run.log` call as the last sample (alone if that was logged already; none if no sample was
 ever logged). Building it costs about 1 s once per process (vl-convert bundles Vega) and
 milliseconds after that (plus `table()`, up to ~1 s at 10,000 rows); a disabled run discards
@@ -47,7 +47,7 @@ A failure while building or logging (a finished run, a full disk) warns once per
 model and drops that log; training never sees it.
 
 Distributed runs: only rank 0 has a `WandbLog`; just before it builds the table it folds every
-rank's published statistics into the profile (`before_table`, `_distributed.RankChannel`).
+rank's published statistics into the profile (`before_table`, `api.distributed.RankChannel`).
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def chart_name(run: Any, chart: str | None, key: str) -> str | None:
 
 
 def column_types(columns: Sequence[str]) -> list[type] | None:
-    """The table's column types, as `_table` defines them (cells are never None). Given to
+    """The table's column types, as `view.table` defines them (cells are never None). Given to
     `wandb.Table` they make it 4x faster to build than inferring each cell's type (~80 vs
     ~320 us per row) and make W&B reject, rather than store, a cell of the wrong kind. None
     for a column not known here: then W&B infers."""
@@ -254,7 +254,7 @@ class WandbLog:
         self, profile: ProfileData | SupportsSnapshot, table: ProfileTable | None = None
     ) -> dict[str, Any]:
         """`{<key>/report: wandb.Html}`: the final profile as the self-contained HTML report
-        (`_html`), or {} if it could not be built (warned once, like a failed log)."""
+        (`sinks.html`), or {} if it could not be built (warned once, like a failed log)."""
         try:
             import wandb
 
