@@ -203,12 +203,12 @@ def test_compare_ratios_match_the_profiles(files, capsys):
         "B = resnet16 (ResNet); ratio = B / A\n"
     )
     assert f"model total: A {_summary.format_value('ms', ta)}, B " in out
-    assert f"ratio {tb / ta:.3g}x" in out
+    assert f"ratio {_summary.format_value('ratio', tb / ta)}" in out  # one unit formatter
     rows = _table_lines(out, "module")
     assert len(rows) == 56
     shown = {key: ratio for key, _type, _a, _b, ratio in rows}
     for key, value in ratios.items():
-        assert shown[key] == f"{value:.3g}x", key
+        assert shown[key] == _summary.format_value("ratio", value), key
     ranked = [key for key, *_ in rows if key in ratios]
     logs = [abs(math.log(ratios[k])) for k in ranked]
     assert logs == sorted(logs, reverse=True)

@@ -39,13 +39,27 @@ COMMON = [
     1.234e25,
     3.3e300,
 ]
+# A self time can come out a hair below zero: the minus sign must agree too.
+NEGATIVE = [-0.0005, -0.75, -1.5, -999.96, -1234.5, -2.5e6]
 VALUES: dict[Unit, list[float]] = {
-    Unit.MS: [*COMMON, 0.0009996, 59999.0, 86400000.0],
-    Unit.BYTES: [*COMMON, 512.0, 1023.0, 1023.6, 1024.0, 1536.0, 1048575.0, 2.5 * TIB, 1e6 * TIB],
-    Unit.FLOPS: [*COMMON, 999.4, 999999.0, 2.5e12, 7.77e17],
-    Unit.FLOP_S: [*COMMON, 3.2e13, 999.5e15],
-    Unit.RATIO: [*COMMON, 1.02, 1.8, 1.005],
-    Unit.NORM: [*COMMON, 1.23456789, 0.00001234, 1234567.0, 12345.0, 1e-7],
+    Unit.MS: [*COMMON, *NEGATIVE, 0.0009996, 59999.0, 86400000.0],
+    Unit.BYTES: [
+        *COMMON,
+        *NEGATIVE,
+        -2.5,
+        512.0,
+        1023.0,
+        1023.6,
+        1024.0,
+        1536.0,
+        1048575.0,
+        2.5 * TIB,
+        1e6 * TIB,
+    ],
+    Unit.FLOPS: [*COMMON, *NEGATIVE, 999.4, 999999.0, 2.5e12, 7.77e17],
+    Unit.FLOP_S: [*COMMON, *NEGATIVE, 3.2e13, 999.5e15],
+    Unit.RATIO: [*COMMON, *NEGATIVE, 1.02, 1.8, 1.005],
+    Unit.NORM: [*COMMON, *NEGATIVE, 1.23456789, 0.00001234, 1234567.0, 12345.0, 1e-7],
 }
 
 

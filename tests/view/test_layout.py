@@ -426,11 +426,11 @@ def test_deterministic_in_process() -> None:
 
 def test_deterministic_across_processes() -> None:
     code = (
-        "import sys; sys.path.insert(0, 'tests'); import test_layout as t; "
+        "import sys; sys.path[:0] = ['tests', 'tests/view']; import test_layout as t; "
         "from wandb_modprof.view.layout import layout_view; "
         "print(repr(layout_view(t.chain_with_skips(50, skip=2, long_skip=7))))"
     )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True

@@ -107,10 +107,6 @@ def compare_values(va: ModeValues, vb: ModeValues, label_a: str, label_b: str) -
     )
 
 
-def format_ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}x"
-
-
 def format_comparison(c: Comparison, top: int) -> str:
     """The comparison as a terminal table: totals, the `top` calls that changed most, then
     the calls found in one profile only (at most `top` each)."""
@@ -122,7 +118,7 @@ def format_comparison(c: Comparison, top: int) -> str:
     if c.mode.total:
         lines.append(
             f"model total: A {format_value(unit, c.total_a)}, B {format_value(unit, c.total_b)}, "
-            f"ratio {format_ratio(c.total_ratio)}"
+            f"ratio {format_value('ratio', c.total_ratio)}"
         )
     else:
         lines.append(f"model total: mode {c.mode.key} has none")
@@ -137,7 +133,7 @@ def format_comparison(c: Comparison, top: int) -> str:
             m.module_type,
             format_value(unit, m.a),
             format_value(unit, m.b),
-            format_ratio(m.ratio),
+            format_value("ratio", m.ratio),
         ]
         for m in shown
     ]

@@ -9,8 +9,8 @@ Rules: 3 significant digits without exponent or trailing zeros (d3-format's `.3~
 half up as JavaScript does: 1.125 -> 1.13, 123456 -> 123000); the prefix is chosen on the
 unrounded value (999.96 ms stays in ms); binary prefixes for bytes (whole bytes below 1 KiB),
 decimal for FLOPs; norms with 4 significant digits (d3-format's `.4~g`: 1.235e+6, 0.00001234);
-"-" where a value was not measured. Negative numbers are written with "-" (Vega's d3-format
-writes U+2212); no unit of the panel is negative.
+"-" where a value was not measured (None, or not finite: the table treats those as missing).
+Negative numbers (a self time a hair below zero) get U+2212, the minus sign d3-format writes.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ import math
 from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
 
 NOT_MEASURED = "-"
+MINUS = "\u2212"  # d3-format's minus sign: the panel writes negative numbers with it
 
 
 def format_value(unit: str, value: float | None) -> str:
     """`value` with its unit, as the panel writes it (3 significant digits, binary prefixes
     for bytes); "-" where not measured."""
-    if value is None:
+    if value is None or not math.isfinite(value):
         return NOT_MEASURED
     if unit == "ms":
         return _time(value)
@@ -47,9 +48,10 @@ def _bytes(value: float) -> str:
     for power, prefix in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
         if abs(value) >= 1024**power:
             return f"{_sig(value / 1024**power)} {prefix}"
-    # d3's `,d`: JavaScript's Math.round (halves up), thousands separated
-    whole = (Decimal(value) + Decimal("0.5")).to_integral_value(rounding=ROUND_FLOOR)
-    return f"{int(whole):,} B"
+    # d3's `,d`: Math.round of the absolute value (halves away from zero), sign put back,
+    # thousands separated
+    whole = int((Decimal(abs(value)) + Decimal("0.5")).to_integral_value(rounding=ROUND_FLOOR))
+    return f"{_sign(value) if whole else ''}{whole:,} B"
 
 
 def _decimal(value: float, unit: str) -> str:
@@ -103,4 +105,4 @@ def _fixed(digits: str, exp: int) -> str:
 
 
 def _sign(value: float) -> str:
-    return "-" if value < 0 else ""
+    return MINUS if value < 0 else ""
