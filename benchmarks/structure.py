@@ -96,7 +96,7 @@ def structure_step_ratio(
             _loss(forward(model)).backward()
         finally:
             capture.detach()
-        assert capture.profile._num_structures() == 1
+        assert sink.num_structures() == 1
         model.zero_grad(set_to_none=True)
 
     for _ in range(2):  # warm-up

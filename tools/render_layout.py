@@ -82,6 +82,7 @@ def _bwd_ms(node: Record) -> float | None:
 
 def render_view(rows: Sequence[Record], view_key: str, dx: float) -> tuple[str, float, float]:
     """One view as SVG elements shifted right by `dx`; returns (svg, width, height)."""
+    # One piece: the SVG is written in drawing order (frame, edges, boxes, labels) in one pass.
     nodes = [r for r in rows if r["row_kind"] == "node" and r["view_key"] == view_key]
     edges = [r for r in rows if r["row_kind"] == "edge" and r["view_key"] == view_key]
     if not nodes:

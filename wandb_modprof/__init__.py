@@ -8,6 +8,7 @@
 >>> prof.save("run.modprof.json"); wandb_modprof.load("run.modprof.json")
 """
 
+from wandb_modprof._errors import ModProfError
 from wandb_modprof._version import __version__
 from wandb_modprof.api.callbacks import ModuleCallbacks, ModuleEvent, on_module
 from wandb_modprof.api.profile import Profile, load
@@ -25,8 +26,6 @@ from wandb_modprof.records.sample import (
 )
 from wandb_modprof.sinks.chart import register_chart
 from wandb_modprof.sinks.html import write_report
-
-from ._errors import ModProfError
 
 __all__ = [
     "METRICS",

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._errors import ModProfError
+from wandb_modprof._errors import ModProfError
 
 
 def check_model(model: Any, where: str) -> nn.Module:

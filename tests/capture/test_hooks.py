@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import io
+import pickle
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from torch.optim.swa_utils import AveragedModel
 
 import wandb_modprof
 from wandb_modprof.capture import autograd_private as ap
+from wandb_modprof.capture.inert_hook import InertHook
 
 
 class Interruptible(nn.Module):
@@ -154,3 +156,12 @@ def test_modules_replaced_inside_a_profile_block_are_measured():
         model[2] = nn.Linear(8, 2)
         model(x).sum().backward()
     assert [r.key for r in prof.invocations()] == ["<root>#0", "0#0", "1#0", "2#0"]
+
+
+def test_models_saved_while_watched_before_the_stage_layout_still_load():
+    # What torch.save wrote for a watched model's hooks before the package was split into
+    # stages: a call of wandb_modprof._capture._inert_hook (pickle protocol 0).
+    old = b"cwandb_modprof._capture\n_inert_hook\n(tR."
+    hook = pickle.loads(old)
+    assert isinstance(hook, InertHook) and hook.fn is None
+    assert hook("anything") is None

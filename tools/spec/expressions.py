@@ -4,8 +4,7 @@ does (tests/sinks/test_spec_units.py evaluates them in Vega and compares)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from wandb_modprof.records.modes import MODES, Combine, Group, Mode, Unit
 
@@ -26,10 +25,6 @@ def value_expr(m: Mode, d: str = "datum") -> str:
     cols = [f"{d}.{c}" for c in m.columns]
     value = " + ".join(cols) if m.combine is Combine.SUM else f"max({', '.join(cols)})"
     return f"({gone}) ? NaN : ({value})"
-
-
-def js_list(items: Sequence[str]) -> str:
-    return "[" + ", ".join(json.dumps(i).replace('"', "'") for i in items) + "]"
 
 
 # ---- unit formatters (one per Unit; `fmt` dispatches on a unit expression) -------------------

@@ -12,7 +12,7 @@ from wandb_modprof._validate import check_model, check_optimizer
 from wandb_modprof.api.profile import Profile
 from wandb_modprof.capture import registry as _registry
 from wandb_modprof.capture.hooks import Capture
-from wandb_modprof.capture.options import Options, check_bool, parse_timing
+from wandb_modprof.capture.options import Options, parse_options
 from wandb_modprof.capture.wrappers import type_name
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 
@@ -90,11 +90,7 @@ def profile(
     and the graph has no dataflow edges.
     """
     check_model(model, "profile()")
-    options = Options(
-        timing=parse_timing(timing),
-        activations=check_bool("activations", activations),
-        norms=check_bool("norms", norms),
-        structure=check_bool("structure", structure),
-        nvtx=check_bool("nvtx", nvtx),
+    options = parse_options(
+        timing=timing, activations=activations, norms=norms, structure=structure, nvtx=nvtx
     )
     return ProfileBlock(model, check_optimizer(optimizer), options)

@@ -21,7 +21,7 @@ from wandb_modprof.api.distributed import RankChannel, open_channel, rank_info
 from wandb_modprof.api.profile import Profile
 from wandb_modprof.capture import registry as _registry
 from wandb_modprof.capture.hooks import Capture
-from wandb_modprof.capture.options import Options, check_bool, parse_timing
+from wandb_modprof.capture.options import Options, parse_options
 from wandb_modprof.capture.wrappers import check_supported, type_name
 from wandb_modprof.records import modes as _modes
 from wandb_modprof.sinks.wandb_log import WandbLog, chart_name, current_run, model_key
@@ -127,10 +127,15 @@ class WatchHandle:
         log = self._wandb_log
         if log is None:
             return True
+
+        def ready() -> int | None:
+            acc.resolve_pending(force=force)
+            return None if acc.pending_count else acc.num_samples
+
         before = None
         if ranks is not None:
-            before = functools.partial(ranks.collect, final=final)
-        return log.deliver(acc, force=force, final=final, before_table=before)
+            before = functools.partial(ranks.collect, acc, final=final)
+        return log.deliver(ready, acc.snapshot, final=final, before_table=before)
 
     @property
     def steps(self) -> int:
@@ -241,12 +246,8 @@ def watch(
             offline run with no entity at all logs the tables without the panel, and says so.
     """
     check_model(model, "watch()")
-    options = Options(
-        timing=parse_timing(timing),
-        activations=check_bool("activations", activations),
-        norms=check_bool("norms", norms),
-        structure=check_bool("structure", structure),
-        nvtx=check_bool("nvtx", nvtx),
+    options = parse_options(
+        timing=timing, activations=activations, norms=norms, structure=structure, nvtx=nvtx
     )
     log_freq = check_log_freq(log_freq)
     optimizer = check_optimizer(optimizer)

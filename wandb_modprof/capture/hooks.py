@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -39,9 +39,6 @@ from wandb_modprof.capture.step_queue import backward_running, prune_sessions
 from wandb_modprof.capture.structure_driver import StructureDriver
 from wandb_modprof.capture.structure_pass import structure_pass_active
 from wandb_modprof.capture.wrappers import type_name
-
-if TYPE_CHECKING:
-    pass
 
 _MAX_PENDING = 4
 
@@ -268,7 +265,9 @@ class Capture:
         """A forward ended without our root exit hook: `Module._call_impl` runs always-call
         hooks on `Exception` only, so a KeyboardInterrupt or SystemExit skips them."""
         self._root_depth = 0
-        self.structures.abort()
+        if self.structures.current is not None:  # (the driver's warning counts these frames)
+            self.structures.end()
+            self.structures.rearm()
         session, self._forward = self._forward, None
         if session is not None:
             self._end_failed_forward(session)

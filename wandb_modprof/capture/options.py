@@ -42,3 +42,16 @@ def check_bool(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ModProfError(f"{name} must be True or False; got {value!r} ({type(value).__name__})")
     return value
+
+
+def parse_options(
+    *, timing: object, activations: object, norms: object, structure: object, nvtx: object
+) -> Options:
+    """The `Options` of a `watch` / `profile` call, every argument checked."""
+    return Options(
+        timing=parse_timing(timing),
+        activations=check_bool("activations", activations),
+        norms=check_bool("norms", norms),
+        structure=check_bool("structure", structure),
+        nvtx=check_bool("nvtx", nvtx),
+    )

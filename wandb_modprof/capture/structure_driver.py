@@ -152,12 +152,6 @@ class StructureDriver:
             self.stale.append(structure)  # someone's mode is on top of ours
         self.owner.release_children()
 
-    def abort(self) -> None:
-        """A pass cut short (an interrupted forward): ended, and retried on a later step."""
-        if self.current is not None:
-            self.end()
-            self.rearm()
-
     def rearm(self) -> None:
         """After a failed pass: the next timed sample finds its call sequence unknown and asks
         for another pass (`check`), so failing passes alternate with samples and stop after

@@ -27,10 +27,9 @@ from typing import Any
 
 import torch
 
+from wandb_modprof._errors import ModProfError
+from wandb_modprof._validate import check_log_freq
 from wandb_modprof.api.watch import WatchHandle, count_from, forwards_counted, watch
-
-from .._errors import ModProfError
-from .._validate import check_log_freq
 
 
 class MissingFrameworkError(ModProfError, ImportError):

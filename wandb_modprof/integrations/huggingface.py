@@ -37,17 +37,16 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from wandb_modprof._errors import ModProfError
 from wandb_modprof.api.watch import WatchHandle, watch
-from wandb_modprof.sinks.wandb_log import current_run
-
-from .._errors import ModProfError
-from . import (
+from wandb_modprof.integrations import (
     check_watch_options,
     import_framework,
     other_rank_watches,
     start_at_step,
     unwrap_optimizer,
 )
+from wandb_modprof.sinks.wandb_log import current_run
 
 (_TRANSFORMERS,) = import_framework(("transformers",), "Hugging Face transformers", "huggingface")
 if TYPE_CHECKING:

@@ -40,12 +40,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from torch import nn
 
+from wandb_modprof._errors import ModProfError
+from wandb_modprof._warn import warn_safely
 from wandb_modprof.api.watch import WatchHandle, watch
-from wandb_modprof.sinks.wandb_log import current_run
-
-from .._errors import ModProfError
-from .._warn import warn_safely
-from . import (
+from wandb_modprof.integrations import (
     check_watch_options,
     import_framework,
     other_rank_watches,
@@ -53,6 +51,7 @@ from . import (
     training_forwards,
     unwrap_optimizer,
 )
+from wandb_modprof.sinks.wandb_log import current_run
 
 # Both distributions exist (`lightning` bundles `lightning.pytorch`; `pytorch_lightning` is the
 # standalone one) and their Callback classes are distinct. Subclass the one the user imported

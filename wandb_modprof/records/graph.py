@@ -19,7 +19,7 @@ NodeKind = Literal["module", "input", "output", "self", "group"]
 class GraphNode:
     """One box in a view.
 
-    `node_key` is the invocation key (`"layer1.0#0"`) for modules, and `"<view>|in:<arg>"`,
+    `node_key` is the call key (`"layer1.0#0"`) for modules, and `"<view>|in:<arg>"`,
     `"<view>|out:<field>"`, `"<view>|self"` for the others; unique across all views.
     `label` is the first text line (short name), `sublabel` the second (module type, "input").
     """

@@ -54,7 +54,7 @@ def decode(data: bytes) -> RankStats:
 
 @dataclass(frozen=True)
 class RankData:
-    """What rank 0's table shows about all ranks (`Profile._ranks`).
+    """What rank 0's table shows about all ranks (`ProfileData.ranks`).
 
     `fwd_bwd[key][rank]` is that rank's mean fwd_ms + bwd_ms of call `key`, `self_ms[key][rank]`
     its mean fwd_self_ms + bwd_self_ms; `steps[rank]` the step of the rank's newest sample

@@ -47,9 +47,6 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import jinja2
-import markupsafe
-
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._validate import check_choice
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODE_KEYS, SCALES
@@ -58,6 +55,9 @@ from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.sinks.units import format_value
 
 if TYPE_CHECKING:
+    import jinja2
+    import markupsafe
+
     from wandb_modprof.view.table import ProfileTable
 
 _PROFILE_TYPES = (ProfileData, SupportsSnapshot)
@@ -91,6 +91,9 @@ _TEMPLATES = "templates"
 def _environment() -> jinja2.Environment:
     """The report's templates; autoescape on, so every value is page text unless it is Markup
     (the style sheet, the scripts and `script_json`'s output)."""
+    import jinja2  # when a report is written: `import wandb_modprof` stays free of it
+    import markupsafe
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("wandb_modprof.sinks", _TEMPLATES),
         autoescape=True,
@@ -101,10 +104,18 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+def _trusted(text: str) -> markupsafe.Markup:
+    import markupsafe
+
+    return markupsafe.Markup(text)
+
+
 @functools.lru_cache(maxsize=2)
 def _asset(name: str) -> markupsafe.Markup:
     """A file of the package's templates folder, trusted as it is (the style sheet, the boot
     script)."""
+    import markupsafe
+
     text = (resources.files("wandb_modprof.sinks") / _TEMPLATES / name).read_text("utf-8")
     return markupsafe.Markup(text)
 
@@ -299,7 +310,7 @@ def tables_html(
             rows_id=ROWS_ID,
             spec=spec,
             rows_json={"columns": columns, "data": data},
-            vega=markupsafe.Markup(vega_bundle()),
+            vega=_trusted(vega_bundle()),
         )
     )
 

@@ -9,8 +9,8 @@ The values are exactly those of the module rows of the flat table (`view/table.p
 panel colours nodes by), computed without building it: the table also lays out every view
 (igraph), which a terminal table does not need. The rules below mirror `build_table` and
 `Mode.value`; `tests/sinks/test_summary.py` checks on real profiles that both give the same values
-in every mode. (The table's own helpers live beside its layout code, so they are re-derived
-here rather than imported.)
+in every mode. The number conversions are the table's own (`view.values`); the columns are
+re-derived for the few the modes read, without the spreads the table also writes.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from wandb_modprof.records.ranks import RankData
 from wandb_modprof.records.sample import ModuleStats
 from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_data
 from wandb_modprof.view.graphs import merge, view_graphs
+from wandb_modprof.view.values import as_float, finite
 
 
 @dataclass(frozen=True)
@@ -93,47 +94,32 @@ def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValu
 
 
 # ---- the table's rules (view/table.py), for the columns the modes read ----------------------
-def _as_float(value: float) -> float:
-    """As the table: an int beyond a float's range is +-inf (then not measured), not an error."""
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
-
-
-def _finite(value: float | None) -> float | None:
-    if value is None:
-        return None
-    number = _as_float(value)
-    return number if math.isfinite(number) else None
-
-
 def _columns(stats: ModuleStats | None, call: CallInfo, ranks: RankData | None) -> dict[str, float]:
     """A module row's measured columns (finite values only; the others are `missing`): the
     means of its metrics, its FLOPs where the structure pass counted them, FLOP/s, and its
     rank imbalance in a distributed run."""
     raw: dict[str, float] = {}
     if stats is not None:
-        raw.update({metric: _as_float(stat.mean) for metric, stat in stats.metrics.items()})
+        raw.update({metric: as_float(stat.mean) for metric, stat in stats.metrics.items()})
     if call.flops_known:
-        raw["fwd_flops"] = _as_float(call.fwd_flops)
-        raw["fwd_self_flops"] = _as_float(call.fwd_self_flops)
+        raw["fwd_flops"] = as_float(call.fwd_flops)
+        raw["fwd_self_flops"] = as_float(call.fwd_self_flops)
         fwd_ms = raw.get("fwd_ms")
         if fwd_ms is not None and math.isfinite(fwd_ms) and fwd_ms > 0:
             raw["fwd_flop_per_s"] = raw["fwd_flops"] / (fwd_ms / 1000.0)
     imbalance = _imbalance(ranks.fwd_bwd.get(call.key) if ranks is not None else None)
     if imbalance is not None:
         raw["rank_imbalance"] = imbalance
-    return {column: v for column, value in raw.items() if (v := _finite(value)) is not None}
+    return {column: v for column, value in raw.items() if (v := finite(value)) is not None}
 
 
 def _imbalance(per_rank: Mapping[int, float] | None) -> float | None:
     """max / mean over the ranks of each rank's mean fwd + bwd time (finite values only)."""
-    finite = [v for v in (per_rank or {}).values() if math.isfinite(_as_float(v))]
-    if not finite:
+    measured = [v for v in (per_rank or {}).values() if math.isfinite(as_float(v))]
+    if not measured:
         return None
-    mean = sum(finite) / len(finite)
-    return max(finite) / mean if mean > 0 else None
+    mean = sum(measured) / len(measured)
+    return max(measured) / mean if mean > 0 else None
 
 
 def _combine(m: Mode, measured: Mapping[str, float]) -> float | None:
@@ -150,7 +136,7 @@ def _total(m: Mode, data: ProfileData, root: CallInfo | None) -> float | None:
     if not m.total:
         return None
     if m.total == "total_fwd_flops":
-        return _finite(root.fwd_flops) if root is not None and root.flops_known else None
+        return finite(root.fwd_flops) if root is not None and root.flops_known else None
     root_stats = data.stats.get(root.key) if root is not None else None
 
     def mean(metric: str) -> float | None:
@@ -159,5 +145,5 @@ def _total(m: Mode, data: ProfileData, root: CallInfo | None) -> float | None:
 
     if m.total == "total_fwd_bwd_ms":
         fwd, bwd = mean("fwd_ms"), mean("bwd_ms")
-        return None if fwd is None or bwd is None else _finite(fwd + bwd)
-    return _finite(mean(m.total.removeprefix("total_")))
+        return None if fwd is None or bwd is None else finite(fwd + bwd)
+    return finite(mean(m.total.removeprefix("total_")))

@@ -69,7 +69,6 @@ from wandb_modprof.sinks import spec as _spec
 
 if TYPE_CHECKING:
     from wandb_modprof.records.snapshot import ProfileData
-    from wandb_modprof.stats.accumulator import ProfileAccumulator
     from wandb_modprof.view.table import ProfileTable
 
 KEY_PREFIX = "modprof"
@@ -211,35 +210,36 @@ class WandbLog:
 
     def deliver(
         self,
-        acc: ProfileAccumulator,
-        force: bool = False,
+        ready: Callable[[], int | None],
+        snapshot: Callable[[], ProfileData],
         final: bool = False,
-        before_table: Callable[[ProfileAccumulator], bool] | None = None,
+        before_table: Callable[[], bool] | None = None,
     ) -> bool:
-        """Log the samples resolved since the last log. False: some still await their device
-        events (only without `force`), ask again on a later step. `final` (at `unwatch`): the
-        HTML report joins that log (or is logged alone if every sample was logged already).
-        `before_table` runs just before the table is built: a distributed run's rank 0 folds
-        the other ranks' statistics into `acc` there, and at the final log, when they
-        are newer than in the last table logged (it said True), the table is logged again."""
+        """Log the samples resolved since the last log. `ready()` resolves what it can and
+        gives the number of samples, or None while some still await their device events: then
+        False, ask again on a later step. `snapshot()` reads the profile once, for the table.
+        `final` (at `unwatch`): the HTML report joins that log (or is logged alone if every
+        sample was logged already). `before_table` runs just before the table is built: a
+        distributed run's rank 0 folds the other ranks' statistics into the profile there, and
+        at the final log, when they are newer than in the last table logged (it said True), the
+        table is logged again. Nothing here raises: a failed log warns once and is dropped."""
         try:
-            acc.resolve_pending(force=force)
-            if acc.pending_count:
+            count = ready()
+            if count is None:
                 return False
-            count = acc.num_samples
             new = totals = count != self.logged_samples
             if final and not new and count > 0 and before_table is not None:
-                new = before_table(acc)  # other ranks' last samples arrived since
+                new = before_table()  # other ranks' last samples arrived since
                 before_table = None
             report = final and count > 0 and not _flag(self.run, "disabled")
             if not (new or report):
                 return True
             self.logged_samples = count  # set first: a failed log is dropped, not retried
             if before_table is not None:
-                before_table(acc)
+                before_table()
             from wandb_modprof.view.table import build_table  # with the layout: only when logging
 
-            data = acc.snapshot()
+            data = snapshot()
             table = build_table(data)  # once, for the panel and the report
             entry = self.entry(data, table, totals) if new else {}
             if report:

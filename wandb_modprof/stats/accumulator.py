@@ -2,7 +2,7 @@
 samples, which fold into running statistics; structure passes and per-rank data are kept
 beside them. `snapshot()` freezes all of it into one `ProfileData` for the readers.
 
-The capture pushes into it (it satisfies `capture.hooks.SampleSink` without importing it);
+The capture pushes into it (it satisfies `capture.sink.SampleSink` without importing it);
 `api.profile.Profile` reads it. Resolution is lazy (when results are read) to keep it off the
 sampled step; a long backlog is resolved at `add` so memory stays bounded in loops that never
 read results.

@@ -43,7 +43,7 @@ def as_float(value: float) -> float:
     when the row is written, never an `OverflowError` in the middle of `table()`."""
     try:
         return float(value)
-    except OverflowError:  # only ints overflow: a loaded file or `_restore` can hold 10**400
+    except OverflowError:  # only ints overflow: a loaded file can hold 10**400
         return math.inf if value > 0 else -math.inf
 
 
