@@ -233,3 +233,54 @@ def test_per_module_memory_is_shared_once_in_the_summary() -> None:
     assert len(rows) == 2
     assert sum("(same)" in row for row in rows) == 1
     assert sum(row.rstrip().endswith("%") for row in rows) == 1
+
+
+# ---- names from the model or a file: escaped, never terminal escape sequences ---------------
+TITLE_AND_RED = "\x1b]0;owned\x07\x1b[31mRED"  # retitles the terminal, then colours it red
+ODD = {"a\x1bb": "a\\x1bb", "注意力": "注意力", "a\ud800": "a\\ud800", "c\x9bd": "c\\x9bd"}
+
+
+def _profile_with_odd_names() -> wandb_modprof.Profile:
+    model = type(TITLE_AND_RED, (nn.Sequential,), {})(nn.Linear(4, 4))
+    for name in ODD:
+        model._modules[name] = nn.Linear(4, 4)
+    torch.manual_seed(0)
+    return profiled(model, torch.randn(3, 4))
+
+
+def _check_shown_escaped(text: str) -> None:
+    assert not any((c < " " and c != "\n") or "\x7f" <= c <= "\x9f" for c in text), repr(text)
+    text.encode("utf-8")  # no lone surrogate left
+    assert "\\x1b]0;owned\\x07\\x1b[31mRED" in text
+    for shown in ODD.values():
+        assert f"{shown}#0" in text, shown
+
+
+def _aligned(block: list[str]) -> None:
+    """Every line of a table (header and rows) as wide: the widths are the escaped text's."""
+    assert len({len(line) for line in block}) == 1, block
+
+
+def test_summary_shows_names_escaped_and_aligned() -> None:
+    prof = _profile_with_odd_names()
+    text = prof.summary()
+    assert str(prof) == text
+    _check_shown_escaped(text)
+    forward = text.split("Top modules by forward time\n")[1].split("\n\n")[0].splitlines()
+    assert forward[0].split() == ["module", "type", "self", "incl"]
+    _aligned(forward)
+    for key in ("fwd", "param"):
+        shown = format_mode_summary(mode_values(prof, key), 10)
+        _check_shown_escaped(shown)
+        rows = shown.splitlines()[2:]
+        _aligned([r for r in rows if not r.startswith("(")])
+
+
+def test_compare_shows_names_escaped_and_aligned() -> None:
+    from wandb_modprof.sinks.compare import compare, format_comparison
+
+    prof = _profile_with_odd_names()
+    text = format_comparison(compare(prof, prof, "param", "x\x1b[2J", "y"), 10)
+    _check_shown_escaped(text)
+    assert "A = x\\x1b[2J (" in text
+    _aligned([line for line in text.splitlines() if line.startswith("  ")])

@@ -10,6 +10,7 @@ register-chart  register the panel's Vega spec as a W&B chart preset (once per e
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODE_KEYS, SCALES
 from wandb_modprof.sinks import spec as _spec
+from wandb_modprof.sinks.escape import escape_text
 
 if TYPE_CHECKING:
     from wandb_modprof.api.profile import Profile
@@ -214,9 +216,26 @@ def _label(path: str) -> str:
     return name[: -len(PROFILE_SUFFIX)] if name.endswith(PROFILE_SUFFIX) else name
 
 
-def _check_output(path: str | Path, what: str) -> Path:
-    """Fail before any work (exit 2) where `path` cannot be an output file."""
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    """True where `a` and `b` are one file: the same path, a symlink to it, a hard link."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): not the same file
+        return False
+
+
+def _check_output(path: str | Path, what: str, inputs: tuple[str, ...] = ()) -> Path:
+    """Fail before any work (exit 2) where `path` cannot be an output file, or is one of the
+    `inputs` (writing it would destroy the profile it is made from)."""
     target = Path(path)
+    for source in inputs:
+        if _same_file(target, source):
+            raise ModProfError(
+                f"{what} {str(target)!r} is the input profile {source!r}; expected an output "
+                "path that is not an input"
+            )
     if target.is_dir():
         raise ModProfError(f"{what} {str(target)!r} is a directory; expected a file path")
     if not target.parent.is_dir():
@@ -242,11 +261,11 @@ def _report(args: argparse.Namespace) -> int:
     output = args.output
     if output is None:
         output = str(Path(args.profile).with_name(_label(args.profile) + ".html"))
-    target = _check_output(output, "report")
+    target = _check_output(output, "report", (args.profile,))
     path = write_report(
         target, [(_label(args.profile), prof)], title=args.title, mode=args.mode, scale=args.scale
     )
-    print(path)
+    _write(f"{path}\n")
     return EXIT_OK
 
 
@@ -255,31 +274,31 @@ def _summary(args: argparse.Namespace) -> int:
     from wandb_modprof.sinks.values import mode_values
 
     values = mode_values(_load(args.profile), args.mode)
-    sys.stdout.write(format_mode_summary(values, args.top))
+    _write(format_mode_summary(values, args.top))
     return EXIT_OK
 
 
 def _compare(args: argparse.Namespace) -> int:
     from wandb_modprof.sinks.compare import compare, format_comparison
 
-    target = None if args.html is None else _check_output(args.html, "report")
+    target = None if args.html is None else _check_output(args.html, "report", (args.a, args.b))
     label_a, label_b = _label(args.a), _label(args.b)
     if label_a == label_b:  # same file name in two folders: the paths tell them apart
         label_a, label_b = args.a, args.b
     a, b = _load(args.a), _load(args.b)
-    sys.stdout.write(format_comparison(compare(a, b, args.mode, label_a, label_b), args.top))
+    _write(format_comparison(compare(a, b, args.mode, label_a, label_b), args.top))
     if target is not None:
         from wandb_modprof.sinks.html import write_report
 
         path = write_report(target, [(label_a, a), (label_b, b)], compare=True, mode=args.mode)
-        print(f"HTML report (compare mode, baseline {label_a}) written to {path}")
+        _write(f"HTML report (compare mode, baseline {escape_text(label_a)}) written to {path}\n")
     return EXIT_OK
 
 
 def _register_chart(args: argparse.Namespace) -> int:
     from wandb_modprof.sinks.chart import register_chart
 
-    print(register_chart(args.entity, name=args.name, public=args.public))
+    _write(f"{register_chart(args.entity, name=args.name, public=args.public)}\n")
     return EXIT_OK
 
 
@@ -290,6 +309,14 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "compare": _compare,
     "register-chart": _register_chart,
 }
+
+
+def _write(text: str) -> None:
+    """`text` on stdout; a character its encoding cannot write (a lone surrogate, CJK on an
+    ASCII terminal) is written as a backslash escape instead of failing the command. Names in
+    `text` are already escaped (`escape_text`); this covers paths and what is left."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
 
 def _error(text: str) -> None:

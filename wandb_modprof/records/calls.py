@@ -69,8 +69,10 @@ def self_key(view_key: str) -> str:
 
 def call_signature(calls: Iterator[tuple[str, int]]) -> str:
     """A stable digest of a call sequence `(module name, call index)`, equal for two steps
-    that called the same modules in the same order."""
+    that called the same modules in the same order. Any `str` hashes: a module name with a lone
+    surrogate (`"a\\ud800"`, legal in Python) is encoded with `surrogatepass`, where a strict
+    encode would raise and fail every structure pass."""
     digest = hashlib.blake2b(digest_size=12)
     for name, call_index in calls:
-        digest.update(f"{name}#{call_index}\n".encode())
+        digest.update(f"{name}#{call_index}\n".encode("utf-8", "surrogatepass"))
     return digest.hexdigest()

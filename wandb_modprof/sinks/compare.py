@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from wandb_modprof.sinks.escape import escape_text
 from wandb_modprof.sinks.summary import render_columns
 from wandb_modprof.sinks.units import format_value
 from wandb_modprof.sinks.values import ModeValues, ModuleValue, mode_values
@@ -109,11 +110,15 @@ def compare_values(va: ModeValues, vb: ModeValues, label_a: str, label_b: str) -
 
 def format_comparison(c: Comparison, top: int) -> str:
     """The comparison as a terminal table: totals, the `top` calls that changed most, then
-    the calls found in one profile only (at most `top` each)."""
+    the calls found in one profile only (at most `top` each). Names and labels are escaped
+    (`escape.escape_text`), as in the summaries."""
     unit = c.mode.unit
+    label_a, label_b, model_a, model_b = map(
+        escape_text, (c.label_a, c.label_b, c.model_a, c.model_b)
+    )
     lines = [
         f"wandb_modprof compare, mode {c.mode.key} ({c.mode.label}): "
-        f"A = {c.label_a} ({c.model_a}), B = {c.label_b} ({c.model_b}); ratio = B / A"
+        f"A = {label_a} ({model_a}), B = {label_b} ({model_b}); ratio = B / A"
     ]
     if c.mode.total:
         lines.append(

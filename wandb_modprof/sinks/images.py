@@ -9,6 +9,11 @@ spec with the profile's rows inline, opened in the chosen mode, scale and view, 
 `width` x `height` CSS pixels (`scale_factor` more device pixels for PNG). No timestamps;
 SVG text stays text (its clip-path and gradient ids count up per process, so two SVGs of one
 profile differ in those ids only).
+
+Names are drawn escaped (`sinks/escape.py`): vl-convert parses the SVG it renders as XML and
+aborts the whole process (a non-unwinding Rust panic, exit 134, no exception) on a character
+XML 1.0 forbids (U+0000-U+001F but tab and newlines, lone surrogates, U+FFFE, U+FFFF), so no
+string cell reaches it raw: a module registered as `"a\x1bb"` is drawn as the text `a\x1bb`.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from wandb_modprof._validate import check_choice
 from wandb_modprof.records.modes import MODE_KEYS, SCALES
 from wandb_modprof.records.snapshot import SupportsSnapshot, as_data
 from wandb_modprof.sinks import spec as _spec
+from wandb_modprof.sinks.escape import escape_text
 from wandb_modprof.sinks.html import report_spec, write_file
 
 if TYPE_CHECKING:
@@ -60,7 +66,7 @@ def _resolve_view(prof: ProfileData, view: str | None, rows: Sequence[Mapping[st
             return candidate
     shown = ", ".join(repr(k) for k in keys[:8]) + (" ..." if len(keys) > 8 else "")
     raise ModProfError(
-        f"view expected one of the drawn views of {prof.model_name} ({len(keys)}: "
+        f"view expected one of the drawn views of {escape_text(prof.model_name)} ({len(keys)}: "
         f"{shown or 'none: the profile has no graph'}); got {view!r}"
     )
 
@@ -83,10 +89,12 @@ def picture_spec(
 
     prof = as_data(prof, "picture_spec()")
     table = build_table(prof)
-    rows = table.records()
-    spec = report_spec(mode, scale, view=_resolve_view(prof, view, rows))
+    view_key = escape_text(_resolve_view(prof, view, table.records()))
+    spec = report_spec(mode, scale, view=view_key)
     spec["width"], spec["height"] = width, height
-    return _spec.with_rows(spec, table.columns, table.rows)
+    # every string cell escaped the same way, so keys still join (node to parent, edge ends)
+    rows = [[escape_text(c) if isinstance(c, str) else c for c in row] for row in table.rows]
+    return _spec.with_rows(spec, table.columns, rows)
 
 
 def to_svg(

@@ -1,13 +1,16 @@
 """Terminal rendering of a profile: `Profile.summary()` (totals, then the top modules by forward,
 backward and memory, from the statistics), and the top module calls of one analysis mode
 (`wandb-modprof summary`, from `values.ModeValues`). Text only; every number is written by
-`units.format_value`."""
+`units.format_value`; every name (model, module, type, label) is escaped by `escape.escape_text`
+(a name from a file is never a terminal escape sequence), and columns are aligned on the
+escaped text."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from wandb_modprof.sinks.escape import escape_text
 from wandb_modprof.sinks.units import format_value
 
 if TYPE_CHECKING:
@@ -38,6 +41,7 @@ def format_summary(
     last: Sample | None,
     n: int,
 ) -> str:
+    model_name = escape_text(model_name)
     if last is None or not stats:
         return f"wandb_modprof profile of {model_name}: no sampled steps yet."
     totals = last.totals
@@ -86,7 +90,10 @@ def format_percent(share: float | None) -> str:
 def render_columns(
     header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]
 ) -> list[str]:
-    """Rows of text cells as aligned lines (columns in `right` right-aligned)."""
+    """Rows of text cells as aligned lines (columns in `right` right-aligned), every cell
+    escaped first (`escape_text`), so the widths are those of the text shown."""
+    header = [escape_text(h) for h in header]
+    rows = [[escape_text(c) for c in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
 
     def line(cells: Sequence[str]) -> str:
@@ -106,7 +113,8 @@ def format_mode_summary(values: ModeValues, n: int) -> str:
     """
     m = values.mode
     head = (
-        f"wandb_modprof profile of {values.model_name}: {values.num_samples} sampled step(s); "
+        f"wandb_modprof profile of {escape_text(values.model_name)}: {values.num_samples} "
+        f"sampled step(s); "
         f"mode {m.key} ({m.label})"
     )
     if values.total is not None:
