@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import gzip
 import io
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,15 +80,15 @@ def test_load_caps_the_size_read(
     prof: Profile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = prof.save(tmp_path / "p.modprof.json")
-    size_mb = path.stat().st_size / 10**6
-    monkeypatch.setenv(ENV, f"{size_mb / 2}")
+    size = path.stat().st_size
+    monkeypatch.setenv(ENV, f"{(size - 1) / 10**6}")
     with pytest.raises(ModProfError) as info:
         wandb_modprof.load(path)
     assert str(info.value) == (
-        f"cannot load {str(path)!r}: larger than the {size_mb / 2:g} MB limit on files read; "
-        f"set {ENV} to a larger number of megabytes to read it"
+        f"cannot load {str(path)!r}: larger than the {(size - 1) / 10**6:g} MB limit on files "
+        f"read; set {ENV} to a larger number of megabytes to read it"
     )
-    monkeypatch.setenv(ENV, f"{size_mb}")  # exactly the cap is still read
+    monkeypatch.setenv(ENV, f"{size / 10**6}")  # exactly the cap is still read
     assert wandb_modprof.load(path).num_samples == prof.num_samples
     for bad in ("ten", "0", "-1", "nan", "inf"):
         monkeypatch.setenv(ENV, bad)
@@ -161,7 +162,7 @@ def test_writes_go_through_links_and_never_replace_other_files(
     link.unlink()
     link.symlink_to(fifo)
     for path in (fifo, link):
-        error = _fails_fast(lambda p=path: _WRITERS[writer](prof, p), fifo)
+        error = _fails_fast(functools.partial(_WRITERS[writer], prof, path), fifo)
         assert isinstance(error, ModProfError), error
         assert str(error).endswith("it is a FIFO (named pipe); expected a regular file")
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and link.is_symlink()
@@ -171,9 +172,10 @@ def test_writes_go_through_links_and_never_replace_other_files(
 
 
 @pytest.fixture
-def disk_fills(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """Every file opened for writing takes half of what it is given, then fails with ENOSPC
-    (EFBIG every other time): a full disk or a size limit reached partway."""
+def fill_disk(monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[int]]:
+    """Once called, every file opened for writing takes half of what it is given, then fails
+    with ENOSPC (EFBIG every other time): a full disk or a size limit reached partway. Gives
+    the count of failed writes."""
     real_open = io.open
     calls = [0]
 
@@ -201,19 +203,23 @@ def disk_fills(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
         f = real_open(file, mode, *args, **kwargs)
         return Filling(f) if any(c in mode for c in "wax+") else f
 
-    monkeypatch.setattr(io, "open", filling_open)
-    yield calls
+    def start() -> list[int]:
+        monkeypatch.setattr(io, "open", filling_open)
+        return calls
+
+    return start
 
 
 @pytest.mark.parametrize("writer", list(_WRITERS))
 def test_a_failed_write_keeps_the_old_file(
-    prof: Profile, tmp_path: Path, writer: str, disk_fills: list[int]
+    prof: Profile, tmp_path: Path, writer: str, fill_disk: Callable[[], list[int]]
 ) -> None:
     target = tmp_path / "out"
     target.write_bytes(b"the old file")
+    failed = fill_disk()
     for _ in range(2):  # ENOSPC, then EFBIG
         with pytest.raises(ModProfError, match=r"(No space left on device|File too large)$"):
             _WRITERS[writer](prof, target)
-    assert disk_fills[0] == 2
+    assert failed[0] == 2
     assert target.read_bytes() == b"the old file"
     assert os.listdir(tmp_path) == ["out"]  # no temporary file left

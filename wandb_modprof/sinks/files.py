@@ -56,7 +56,7 @@ def max_file_bytes() -> int:
         raise ModProfError(
             f"{MAX_FILE_MB_ENV} expected a positive number of megabytes; got {text!r}"
         )
-    return int(mb * 10**6)
+    return round(mb * 10**6)
 
 
 def _kind(mode: int) -> str:

@@ -194,32 +194,8 @@ def describe(value: Any) -> str:
 
 def _check(obj: object, where: str) -> None:
     """Checks the type hints cannot express: ranges, then cross-field rules."""
-    prefix = f"{where}." if where else ""
-    for name, least in AT_LEAST.get(type(obj), {}).items():
-        value = getattr(obj, name)
-        if value is not None and value < least:
-            rule = "a count or size" if least == 0 else "-1 for none"
-            raise FileError(prefix + name, f"expected >= {least} ({rule}), got {value}")
-    if isinstance(obj, RunningStat):
-        _check_stat(obj, prefix)
-    elif isinstance(obj, ModuleStats):
-        for metric, stat in obj.metrics.items():
-            at = f"{where}.metrics[{json.dumps(metric)}]"
-            if metric not in METRICS:
-                raise FileError(at, f"unknown metric (known: {', '.join(METRICS)})")
-            if metric in NON_NEGATIVE_METRICS and stat.min < 0:
-                raise FileError(f"{at}.min", f"expected >= 0 ({metric} >= 0), got {stat.min!r}")
-    elif isinstance(obj, BackwardRun):
-        if obj.kind not in RUN_KINDS:
-            expected = " or ".join(json.dumps(k) for k in RUN_KINDS)
-            raise FileError(prefix + "kind", f"expected {expected}, got {describe(obj.kind)}")
-    elif isinstance(obj, Sample):
-        keys = {inv.key for inv in obj.invocations}
-        for i, run in enumerate(obj.runs):
-            if run.owner_key not in keys:
-                at = f"{prefix}runs[{i}].owner_key"
-                raise FileError(at, f"{json.dumps(run.owner_key)} is not a key of invocations")
-    elif isinstance(obj, FileData):
+    _check_values(obj, where)
+    if isinstance(obj, FileData):
         for key, stat in obj.stats.items():
             if stat.key != key:
                 at = f"stats[{json.dumps(key)}].key"
@@ -252,6 +228,37 @@ def _check(obj: object, where: str) -> None:
                 if not ok:
                     at = f"{where}.edges[{i}].{name}"
                     raise FileError(at, f"{json.dumps(node)} is not a call of this structure")
+
+
+def _check_values(obj: object, where: str) -> None:
+    """Value rules of one record: the least value of counts, statistics that make sense,
+    known metrics and run kinds, runs charged to a call of their sample."""
+    prefix = f"{where}." if where else ""
+    for name, least in AT_LEAST.get(type(obj), {}).items():
+        value = getattr(obj, name)
+        if value is not None and value < least:
+            rule = "a count or size" if least == 0 else "-1 for none"
+            raise FileError(prefix + name, f"expected >= {least} ({rule}), got {value}")
+    if isinstance(obj, RunningStat):
+        _check_stat(obj, prefix)
+    elif isinstance(obj, ModuleStats):
+        for metric, running in obj.metrics.items():
+            at = f"{where}.metrics[{json.dumps(metric)}]"
+            if metric not in METRICS:
+                raise FileError(at, f"unknown metric (known: {', '.join(METRICS)})")
+            if metric in NON_NEGATIVE_METRICS and running.min < 0:
+                got = f"got {running.min!r}"
+                raise FileError(f"{at}.min", f"expected >= 0 ({metric} >= 0), {got}")
+    elif isinstance(obj, BackwardRun):
+        if obj.kind not in RUN_KINDS:
+            expected = " or ".join(json.dumps(k) for k in RUN_KINDS)
+            raise FileError(prefix + "kind", f"expected {expected}, got {describe(obj.kind)}")
+    elif isinstance(obj, Sample):
+        keys = {inv.key for inv in obj.invocations}
+        for i, run in enumerate(obj.runs):
+            if run.owner_key not in keys:
+                at = f"{prefix}runs[{i}].owner_key"
+                raise FileError(at, f"{json.dumps(run.owner_key)} is not a key of invocations")
 
 
 def _check_stat(stat: RunningStat, prefix: str) -> None:
