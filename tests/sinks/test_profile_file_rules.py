@@ -112,11 +112,25 @@ def test_values_out_of_range_are_refused(
         _load(tmp_path, json.dumps(doc))
 
 
-def test_valid_edge_values_still_load(saved: str, tmp_path: Path) -> None:
+def test_values_at_the_edge_of_the_rules_load_and_one_step_beyond_fail(
+    saved: str, tmp_path: Path
+) -> None:
     doc = json.loads(saved)
+    inv = doc["last_sample"]["invocations"][0]
     doc["num_samples"] = 0
-    doc["last_sample"]["invocations"][0]["seq_start"] = -1  # "none", as the profiler writes it
-    doc["last_sample"]["invocations"][0]["fwd_mem_delta_bytes"] = -4096  # memory freed
+    inv["seq_start"] = -1  # "none", as the profiler writes it
+    inv["fwd_mem_delta_bytes"] = -4096  # memory freed: any sign
     _stat(doc, "fwd_ms").update(std="nan", min="nan", max=1.0)  # NaN passes every rule
     _stat(doc, "fwd_self_ms").update(min=-1.0, max=-1.0, mean=-1.0, last=-1.0)  # times may be < 0
+    _stat(doc, "act_bytes").update(min=0.0, max=0.0, std=0.0)
     _load(tmp_path, json.dumps(doc))
+    for node, name, beyond in [
+        (doc, "num_samples", -1),
+        (inv, "seq_start", -2),
+        (_stat(doc, "act_bytes"), "min", -1e-300),
+        (_stat(doc, "act_bytes"), "std", -1e-300),
+    ]:
+        edge, node[name] = node[name], beyond
+        with pytest.raises(ModProfError, match=rf"{name}: expected >= "):
+            _load(tmp_path, json.dumps(doc))
+        node[name] = edge
