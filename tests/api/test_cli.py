@@ -117,3 +117,39 @@ def test_demo_progress_is_one_line_per_step_otherwise():
         "  step   2/3  loss 2.0000 (sampled)",
         "  step   3/3  loss 2.0000 (sampled)",
     ]
+
+
+def test_an_interrupt_while_starting_is_one_line_and_130(monkeypatch, capsys):
+    """Ctrl-C before a command runs (building the parser, parsing, its imports): no traceback."""
+    from wandb_modprof.api import cli
+
+    def interrupted() -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    try:
+        status = cli.main(["summary", "p.modprof.json"])
+    except KeyboardInterrupt:  # would end the whole pytest session
+        pytest.fail("KeyboardInterrupt escaped main() (a traceback for the user)")
+    assert status == cli.EXIT_INTERRUPTED
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "wandb-modprof: error: interrupted\n")
+
+
+def test_a_fifo_given_as_the_profile_fails_at_once(tmp_path, capsys):
+    from wandb_modprof.api import cli
+
+    fifo = tmp_path / "p.modprof.json"
+    os.mkfifo(fifo)
+    proc = subprocess.run(
+        [sys.executable, "-m", "wandb_modprof", "summary", str(fifo)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == cli.EXIT_INPUT, proc.stderr
+    assert proc.stderr == (
+        f"wandb-modprof: error: cannot load {str(fifo)!r}: it is a FIFO (named pipe); "
+        "expected a regular file\n"
+    )

@@ -35,6 +35,7 @@ from wandb_modprof import (
     Structure,
 )
 from wandb_modprof.records.snapshot import ProfileData
+from wandb_modprof.sinks.profile_schema import AT_LEAST, NON_NEGATIVE_METRICS, RUN_KINDS
 
 ROOT = "<root>#0"
 
@@ -467,30 +468,51 @@ def test_loading_runs_no_code_from_the_file(
 _floats = st.floats() | st.sampled_from([0.0, -0.0, math.nan, math.inf, -math.inf, 1e308])
 _ints = st.integers(-(2**63) + 1, 2**63 - 1)  # what the file format holds
 _strs = st.text(max_size=8) | st.sampled_from(["nan", "-inf", "__class__", "a|in:x", "\ud800"])
-_stat = st.builds(RunningStat, _ints, _floats, _floats, _floats, _floats, _floats)
+
+
+@st.composite
+def _stat(draw: st.DrawFn, metric: str) -> RunningStat:
+    """Any statistic the schema's range rules allow (std >= 0, min <= max, min >= 0 for
+    a byte or count metric; NaN passes every rule)."""
+    low, high = draw(_floats), draw(_floats)
+    if metric in NON_NEGATIVE_METRICS:
+        low, high = abs(low), abs(high)
+    low, high = (high, low) if low > high else (low, high)
+    std = draw(_floats)
+    count = draw(st.integers(0, 2**63 - 1))
+    return RunningStat(count, draw(_floats), abs(std), low, high, draw(_floats))
 
 
 def _builds(cls: type, **given: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    """`st.builds` with `_ints` in every integer field not given (Hypothesis would draw any
-    size of integer, and the file holds 64-bit ones)."""
+    """`st.builds` with 64-bit integers in every integer field not given (Hypothesis would draw
+    any size of integer, and the file holds 64-bit ones), from the schema's least value."""
     hints = get_type_hints(cls)
     for f in fields(cls):
         if f.name not in given and hints[f.name] in (int, int | None):
-            given[f.name] = _ints if hints[f.name] is int else st.none() | _ints
+            ints = st.integers(AT_LEAST.get(cls, {}).get(f.name, -(2**63) + 1), 2**63 - 1)
+            given[f.name] = ints if hints[f.name] is int else st.none() | ints
     return st.builds(cls, **given)
 
 
 _record = _builds(InvocationRecord, key=_strs, fwd_ms=_floats, param_norm=_floats)
-_run = _builds(BackwardRun, kind=_strs, name=_strs, owner_key=_strs, start_ms=_floats)
-_sample = st.builds(
-    Sample,
-    _ints,
-    st.lists(_record, max_size=3).map(tuple),
-    _builds(StepTotals),
-    _ints,
-    st.lists(_run, max_size=3).map(tuple),
-    st.none() | _ints,
-)
+
+
+@st.composite
+def _sample(draw: st.DrawFn) -> Sample:
+    records = tuple(draw(st.lists(_record, max_size=3)))
+    owners = [r.key for r in records]
+    run = _builds(
+        BackwardRun,
+        kind=st.sampled_from(RUN_KINDS),
+        name=_strs,
+        owner_key=st.sampled_from(owners) if owners else st.nothing(),
+        start_ms=_floats,
+    )
+    runs = draw(st.lists(run, max_size=3 if owners else 0))
+    step = draw(st.integers(0, 2**63 - 1))
+    return Sample(
+        step, records, draw(_builds(StepTotals)), draw(_ints), tuple(runs), draw(st.none() | _ints)
+    )
 
 
 @st.composite
@@ -513,7 +535,8 @@ def _tree(draw: st.DrawFn, exact: bool, min_size: int = 0) -> list[tuple[str, st
 
 @st.composite
 def _stats(draw: st.DrawFn) -> dict[str, ModuleStats]:
-    metrics = st.dictionaries(st.sampled_from(METRICS), _stat, max_size=4)
+    names = st.lists(st.sampled_from(METRICS), max_size=4, unique=True)
+    metrics = names.flatmap(lambda ms: st.fixed_dictionaries({m: _stat(m) for m in ms}))
     out: dict[str, ModuleStats] = {}
     for key, parent, depth in draw(_tree(exact=False)):
         out[key] = draw(
@@ -544,9 +567,9 @@ def _structure(draw: st.DrawFn) -> Structure:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=_strs,
-    num_samples=_ints,
+    num_samples=st.integers(0, 2**63 - 1),
     stats=_stats(),
-    last=st.none() | _sample,
+    last=st.none() | _sample(),
     structures=st.lists(_structure(), max_size=2, unique_by=lambda s: s.signature),
 )
 def test_any_values_round_trip(

@@ -326,6 +326,14 @@ def _error(text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit status (see EPILOG) instead of exiting."""
     try:
+        return _run(argv)
+    except KeyboardInterrupt:  # from the first line on: building the parser, parsing, imports
+        _error("interrupted")
+        return EXIT_INTERRUPTED
+
+
+def _run(argv: list[str] | None) -> int:
+    try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:  # usage errors (2) and --help (0), already printed
         return exit_.code if isinstance(exit_.code, int) else EXIT_INPUT
@@ -338,9 +346,6 @@ def main(argv: list[str] | None = None) -> int:
         where = f" {str(error.filename)!r}" if error.filename is not None else ""
         _error(f"cannot use{where}: {error.strerror or error}")
         return EXIT_INPUT
-    except KeyboardInterrupt:
-        _error("interrupted")
-        return EXIT_INTERRUPTED
     except Exception as error:
         traceback.print_exc()
         _error(

@@ -171,9 +171,10 @@ class Profile:
         >>> prof.save("run.modprof.json")                     # doctest: +SKIP
         >>> wandb_modprof.load("run.modprof.json").summary()  # doctest: +SKIP
         """
+        from wandb_modprof.sinks.files import check_path
         from wandb_modprof.sinks.profile_file import save_profile
 
-        return save_profile(self.snapshot(), path)
+        return save_profile(self.snapshot(), check_path(path, "save()"))
 
     # ---- the HTML report and pictures (`sinks.html`, `sinks.images`) ----------------------------
     def to_html(
@@ -273,8 +274,10 @@ def load(path: str | os.PathLike[str]) -> Profile:
     The result is read-only (stats, last sample, structures, summary, `to_dict`). A file that
     is missing, not JSON, of another format or version, or does not match the schema raises
     `ModProfError` naming the file, the JSON path of the problem, what was expected and what
-    was found. Loading never runs code from the file.
+    was found. Loading never runs code from the file. `path` must be a regular file of at
+    most `WANDB_MODPROF_MAX_FILE_MB` megabytes (default 1024): a FIFO or device is refused.
     """
+    from wandb_modprof.sinks.files import check_path
     from wandb_modprof.sinks.profile_file import read_profile
 
-    return Profile.from_data(read_profile(path))
+    return Profile.from_data(read_profile(check_path(path, "load()")))

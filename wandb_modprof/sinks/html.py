@@ -52,6 +52,7 @@ from wandb_modprof._validate import check_choice
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODE_KEYS, SCALES
 from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_data
 from wandb_modprof.sinks import spec as _spec
+from wandb_modprof.sinks.files import check_path, missing_directory, write_atomic
 from wandb_modprof.sinks.units import format_value
 
 if TYPE_CHECKING:
@@ -343,23 +344,19 @@ def _utf8(text: str) -> bytes:
 
 
 def write_file(path: str | os.PathLike[str], data: str | bytes, what: str) -> Path:
-    """Write `data` to `path`; a ModProfError says what could not be written and why."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise ModProfError(f"{what} expected a path (str or os.PathLike); got {path!r:.80}")
-    target = Path(path)
+    """Write `data` to `path` atomically (`sinks/files.py`: a failed write leaves the old file,
+    a symlink is written through, a device, FIFO or directory refused); a ModProfError says
+    what could not be written and why."""
+    target = check_path(path, what)
     # Encoded before the file is opened: undecodable names (lone surrogates from a file name
     # or argument that is not UTF-8) become U+FFFD instead of failing half-way, leaving a
     # truncated file.
     payload = _utf8(data) if isinstance(data, str) else data
     try:
-        target.write_bytes(payload)
+        write_atomic(target, payload, f"{what} cannot write {str(target)!r}")
     except OSError as error:
-        why = error.strerror or str(error)
-        if isinstance(error, FileNotFoundError) and not target.parent.is_dir():
-            why = f"directory {str(target.parent)!r} does not exist"
-        elif isinstance(error, IsADirectoryError) or target.is_dir():
-            why = "it is a directory (expected a file name)"
-        elif isinstance(error, PermissionError):
+        why = missing_directory(error, target) or error.strerror or str(error)
+        if isinstance(error, PermissionError):
             why = "permission denied"
         raise ModProfError(f"{what} cannot write {str(target)!r}: {why}") from None
     return target

@@ -22,21 +22,24 @@ of another call of that structure (keys unique there), no chain of parents loops
 without a parent has depth 0. Within one structure (one forward pass) a call's depth is its
 parent's depth + 1. The statistics only promise depth >= 1 below a parent: each key keeps the
 parent and depth of its last sample, and with dynamic control flow a parent can be called at
-another depth in a later sample that does not call the child. Loading only parses JSON and
-builds the dataclasses: no code from the file ever runs.
+another depth in a later sample that does not call the child. Values must make sense: no
+key twice in one object, counts, sizes, FLOPs and indices >= 0 (sequence numbers >= -1, "none"),
+a statistic's std >= 0 and min <= max (min >= 0 for byte and count metrics), a backward run of
+kind "node" or "recompute" whose `owner_key` is an invocation of its sample. Loading only
+parses JSON and builds the dataclasses: no code from the file ever runs. The file read must be
+a regular file within the size cap of `sinks/files.py`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import secrets
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._version import __version__
+from wandb_modprof.sinks.files import check_path, missing_directory, read_capped, write_atomic
 from wandb_modprof.sinks.profile_schema import FileData, FileError, decode, describe, encode
 
 if TYPE_CHECKING:
@@ -57,34 +60,23 @@ def save_profile(prof: ProfileData, path: str | os.PathLike[str]) -> Path:
     Name files `*.modprof.json` by convention; another name is written as given, never
     renamed. The output is deterministic (no timestamps; records in field order, statistics in
     forward order), so saving a loaded profile gives the same bytes. The file is written to a
-    temporary file beside it and renamed over `path`, so a reader never sees half a file.
+    temporary file beside it and renamed over `path`, so a reader never sees half a file and a
+    failed write leaves the old file as it was; a symlink is written through, and a `path`
+    that is a device, FIFO or directory is refused (`sinks/files.py`).
     """
+    target = check_path(path, "save()")
     data = FileData(prof.model_name, prof.num_samples, dict(prof.stats), prof.last, prof.structures)
     doc = {"format": FORMAT, "version": VERSION, "wandb_modprof_version": __version__}
     doc.update(encode(data, FileData))
     # ensure_ascii: escapes keep every Python str (even a lone surrogate in an odd module name)
     # round-tripping exactly; allow_nan=False: non-finite floats are already strings.
     text = json.dumps(doc, indent=1, ensure_ascii=True, allow_nan=False) + "\n"
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    what = f"cannot save profile to {str(target)!r}"
     try:
-        # os.open with 0o666 (not mkstemp's 0o600) so the file gets the usual umask permissions.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(text.encode("ascii"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        write_atomic(target, text.encode("ascii"), what)
     except OSError as e:
-        why = e.strerror or str(e)
-        if isinstance(e, FileNotFoundError):
-            why = f"directory {str(target.parent)!r} does not exist"
-        raise ModProfError(f"cannot save profile to {str(target)!r}: {why}") from None
+        why = missing_directory(e, target) or e.strerror or str(e)
+        raise ModProfError(f"{what}: {why}") from None
     return target
 
 
@@ -93,11 +85,8 @@ def read_profile(path: str | os.PathLike[str]) -> ProfileData:
     """The data of a profile file written by `save_profile` (see `wandb_modprof.load`)."""
     from wandb_modprof.records.snapshot import ProfileData
 
-    where = str(Path(path))
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise ModProfError(f"cannot load {where!r}: {e.strerror or e}") from None
+    where = str(check_path(path, "load()"))
+    raw = read_capped(Path(where), f"cannot load {where!r}")
     try:
         data = _parse(raw)
     except FileError as e:
@@ -107,9 +96,22 @@ def read_profile(path: str | os.PathLike[str]) -> ProfileData:
     )
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a repeated key: JSON parsers disagree on which one wins, so a
+    file could read one way here and another elsewhere (a `"format"` before the real one)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise FileError("", f"duplicate key {json.dumps(key)} in a JSON object")
+            seen.add(key)
+    return obj
+
+
 def _parse(raw: bytes) -> FileData:
     try:
-        doc = json.loads(raw.decode("utf-8"))
+        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except UnicodeDecodeError as e:
         raise FileError("", f"not UTF-8 text (byte {e.start})") from None
     except json.JSONDecodeError as e:

@@ -18,13 +18,46 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Protocol, TypeGuard, Union, get_args, get_origin, get_type_hints
 
-from wandb_modprof.records.calls import Structure
-from wandb_modprof.records.sample import METRICS, ModuleStats, Sample
+from wandb_modprof.records.calls import CallInfo, Structure
+from wandb_modprof.records.sample import (
+    MEMORY_METRICS,
+    METRICS,
+    BackwardRun,
+    InvocationRecord,
+    ModuleStats,
+    RunningStat,
+    Sample,
+    StepTotals,
+)
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 # Every integer the profiler records (bytes, FLOPs, counts, indices) fits a signed 64-bit int;
 # a larger one can only be corrupt, and would overflow a float (or a W&B cell) downstream.
 _INT_LIMIT = 2**63
+
+
+# The least value of integer fields that count or measure something (a count, bytes, FLOPs, an
+# index); -1 where the profiler writes it for "none" (autograd sequence numbers). A field not
+# listed may hold any 64-bit integer (thread ids, clocks, the memory delta, which can be < 0).
+_COUNTS = dict.fromkeys(("call_index", "order", "depth"), 0)
+AT_LEAST: dict[type, dict[str, int]] = {
+    RunningStat: {"count": 0},
+    ModuleStats: _COUNTS,
+    InvocationRecord: {
+        **_COUNTS,
+        **dict.fromkeys(("backward_nodes", "param_bytes", "param_count", "buffer_bytes"), 0),
+        **dict.fromkeys(("act_bytes", "act_self_bytes", "grad_bytes", "optim_bytes"), 0),
+        **dict.fromkeys(("fwd_mem_peak_bytes", "bwd_mem_peak_bytes"), 0),
+        **dict.fromkeys(("seq_start", "seq_end"), -1),
+    },
+    StepTotals: {"act_bytes": 0},
+    Sample: {"step": 0},
+    BackwardRun: {"seq": -1},
+    CallInfo: {**_COUNTS, "fwd_flops": 0, "fwd_self_flops": 0},
+}
+# Metrics whose every value is >= 0, so their statistics' min is too.
+NON_NEGATIVE_METRICS = (*MEMORY_METRICS, "fwd_mem_peak_bytes", "bwd_mem_peak_bytes")
+RUN_KINDS = ("node", "recompute")
 
 
 @dataclass(frozen=True)
@@ -37,6 +70,9 @@ class FileData:
     stats: dict[str, ModuleStats]
     last_sample: Sample | None
     structures: tuple[Structure, ...]
+
+
+AT_LEAST[FileData] = {"num_samples": 0}
 
 
 class FileError(Exception):
@@ -157,13 +193,9 @@ def describe(value: Any) -> str:
 
 
 def _check(obj: object, where: str) -> None:
-    """Cross-field checks the type hints cannot express."""
-    if isinstance(obj, ModuleStats):
-        for metric in obj.metrics:
-            if metric not in METRICS:
-                at = f"{where}.metrics[{json.dumps(metric)}]"
-                raise FileError(at, f"unknown metric (known: {', '.join(METRICS)})")
-    elif isinstance(obj, FileData):
+    """Checks the type hints cannot express: ranges, then cross-field rules."""
+    _check_values(obj, where)
+    if isinstance(obj, FileData):
         for key, stat in obj.stats.items():
             if stat.key != key:
                 at = f"stats[{json.dumps(key)}].key"
@@ -196,6 +228,45 @@ def _check(obj: object, where: str) -> None:
                 if not ok:
                     at = f"{where}.edges[{i}].{name}"
                     raise FileError(at, f"{json.dumps(node)} is not a call of this structure")
+
+
+def _check_values(obj: object, where: str) -> None:
+    """Value rules of one record: the least value of counts, statistics that make sense,
+    known metrics and run kinds, runs charged to a call of their sample."""
+    prefix = f"{where}." if where else ""
+    for name, least in AT_LEAST.get(type(obj), {}).items():
+        value = getattr(obj, name)
+        if value is not None and value < least:
+            rule = "a count or size" if least == 0 else "-1 for none"
+            raise FileError(prefix + name, f"expected >= {least} ({rule}), got {value}")
+    if isinstance(obj, RunningStat):
+        _check_stat(obj, prefix)
+    elif isinstance(obj, ModuleStats):
+        for metric, running in obj.metrics.items():
+            at = f"{where}.metrics[{json.dumps(metric)}]"
+            if metric not in METRICS:
+                raise FileError(at, f"unknown metric (known: {', '.join(METRICS)})")
+            if metric in NON_NEGATIVE_METRICS and running.min < 0:
+                got = f"got {running.min!r}"
+                raise FileError(f"{at}.min", f"expected >= 0 ({metric} >= 0), {got}")
+    elif isinstance(obj, BackwardRun):
+        if obj.kind not in RUN_KINDS:
+            expected = " or ".join(json.dumps(k) for k in RUN_KINDS)
+            raise FileError(prefix + "kind", f"expected {expected}, got {describe(obj.kind)}")
+    elif isinstance(obj, Sample):
+        keys = {inv.key for inv in obj.invocations}
+        for i, run in enumerate(obj.runs):
+            if run.owner_key not in keys:
+                at = f"{prefix}runs[{i}].owner_key"
+                raise FileError(at, f"{json.dumps(run.owner_key)} is not a key of invocations")
+
+
+def _check_stat(stat: RunningStat, prefix: str) -> None:
+    # NaN compares false: a NaN std, min or max (an overflowed sum) passes, as it loads today.
+    if stat.std < 0:
+        raise FileError(prefix + "std", f"expected >= 0 (a standard deviation), got {stat.std!r}")
+    if stat.min > stat.max:
+        raise FileError(prefix + "min", f"expected <= max ({stat.max!r}), got {stat.min!r}")
 
 
 class _Call(Protocol):

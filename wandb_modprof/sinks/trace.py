@@ -9,16 +9,26 @@ The events themselves (backward segments and why they nest) are built in `trace_
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
 import os
 import tempfile
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.records.sample import Sample
+from wandb_modprof.sinks.files import (
+    check_path,
+    max_file_bytes,
+    missing_directory,
+    read_capped,
+    too_large,
+    write_atomic,
+)
 from wandb_modprof.sinks.trace_events import PID, module_events
 from wandb_modprof.sinks.trace_merge import NODE_EVENT_PREFIX, merged_trace
 
@@ -72,7 +82,7 @@ def load_profiler_trace(source: Any) -> dict[str, Any]:
         finally:
             os.unlink(tmp)
     if isinstance(source, (str, os.PathLike)):
-        return _read_json(Path(source))
+        return _read_json(check_path(source, "torch_profiler"))
     raise ModProfError(
         "torch_profiler must be a finished torch.profiler.profile or the path of its exported "
         f"Chrome trace; got {type(source).__name__}"
@@ -80,13 +90,14 @@ def load_profiler_trace(source: Any) -> dict[str, Any]:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    what = f"cannot read the profiler trace {str(path)!r}"
+    raw = read_capped(path, what)
     try:
-        raw = path.read_bytes()
         if raw[:2] == b"\x1f\x8b":  # tensorboard_trace_handler(use_gzip=True) writes .json.gz
-            raw = gzip.decompress(raw)
+            raw = _gunzip(raw, what)
         data = json.loads(raw.decode("utf-8"))
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ModProfError(f"cannot read the profiler trace {str(path)!r}: {error}") from None
+    except (OSError, EOFError, zlib.error, ValueError, RecursionError) as error:
+        raise ModProfError(f"{what}: {error}") from None
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise ModProfError(
             f"{str(path)!r} is not a Chrome trace: expected an object with 'traceEvents'"
@@ -94,12 +105,26 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def _gunzip(raw: bytes, what: str) -> bytes:
+    """`raw` decompressed, at most the file size cap (a small .gz can expand to any size)."""
+    cap = max_file_bytes()
+    with gzip.GzipFile(fileobj=io.BytesIO(raw)) as f:
+        out = f.read(cap + 1)
+    if len(out) > cap:
+        raise ModProfError(too_large(what, cap))
+    return out
+
+
 def write_trace(trace: dict[str, Any], path: str | os.PathLike[str]) -> Path:
-    target = Path(path)
+    """Write `trace` as JSON to `path` atomically (`sinks/files.py`)."""
+    target = check_path(path, "export_chrome_trace()")
+    what = f"cannot write the trace to {str(target)!r}"
+    data = json.dumps(trace, allow_nan=False).encode("utf-8")
     try:
-        target.write_text(json.dumps(trace, allow_nan=False), encoding="utf-8")
+        write_atomic(target, data, what)
     except OSError as error:
-        raise ModProfError(f"cannot write the trace to {str(target)!r}: {error}") from None
+        why = missing_directory(error, target) or error.strerror or str(error)
+        raise ModProfError(f"{what}: {why}") from None
     return target
 
 
