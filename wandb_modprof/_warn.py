@@ -7,6 +7,7 @@ where `warnings.warn` raises, the text goes to the `wandb_modprof` logger instea
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 
@@ -19,4 +20,7 @@ def warn_safely(message: str, category: type[Warning], stacklevel: int = 1) -> N
     try:
         warnings.warn(message, category, stacklevel=stacklevel + 1)
     except Exception:  # "error" filters raise the warning itself (or anything a hook raises)
-        _LOG.warning("%s", message)
+        # A failing log handler, or RecursionError at the stack's end: nothing is left to tell
+        # the user with, and raising would break training.
+        with contextlib.suppress(Exception):
+            _LOG.warning("%s", message)

@@ -19,6 +19,7 @@ from torch.utils.hooks import RemovableHandle
 from wandb_modprof._warn import warn_safely
 from wandb_modprof.capture import autograd_private as ap
 from wandb_modprof.capture import registry as _registry
+from wandb_modprof.capture import stack_room
 from wandb_modprof.capture.callstack import call_depth
 from wandb_modprof.capture.clock import make_clock, model_device
 from wandb_modprof.capture.delivery import delivery
@@ -137,6 +138,7 @@ class Capture:
             return
         index = self._index if self._index is not None else self.index()
         self._hooked_index = index
+        stack_room.claim(self, stack_room.extra_frames(n for n, _ in index.modules.values()))
         for _, module in index.modules.values():
             if module is self.model:
                 continue
@@ -173,6 +175,7 @@ class Capture:
         for handle in self._child_handles:
             handle.remove()
         self._child_handles = []
+        stack_room.release(self)
 
     def _maybe_detach_children(self) -> None:
         if (
