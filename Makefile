@@ -49,6 +49,14 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/scale.py
 	$(PY) benchmarks/distributed.py
 
+# The suite under the newest torch that installs here (COMPAT_TORCH=2.14.1: the registry's CUDA
+# build, ~5 GB, runs on CPU) in its own venv .venv-compat/; browser tests and notebook left out.
+# Not part of `make test` or .ci/run; its last result is in the README (Tested torch versions).
+COMPAT_TORCH ?= 2.14.1
+.PHONY: compat
+compat:
+	PYTHON=$(PYTHON) tools/compat.sh $(COMPAT_TORCH)
+
 pictures: $(VENV)/.installed
 	$(PY) tools/render_layout.py --out docs/images
 	$(PY) tools/render_panel.py --out docs/images

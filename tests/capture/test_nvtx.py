@@ -1,6 +1,6 @@
-"""Opt-in NVTX ranges. On CPU the torch.cuda.nvtx functions are replaced by recorders (torch
-without CUDA has no NVTX), which checks what is emitted and that it balances; on a GPU the
-real functions run."""
+"""Opt-in NVTX ranges. Most tests replace the torch.cuda.nvtx functions by recorders (a CPU-only
+torch has no NVTX), which checks what is emitted and that it balances; on a CUDA build of torch,
+with or without a GPU, the real functions run too."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import requires_cuda
 from helpers import disabled_run
 from models import Reused, TinyGPT, gpt_input
 
 import wandb_modprof
 from wandb_modprof import ModProfError
+from wandb_modprof.capture.nvtx import check_available
+
+# NVTX ships with the CUDA (and ROCm) builds of torch and needs no GPU.
+CPU_ONLY_BUILD = torch.version.cuda is None and getattr(torch.version, "hip", None) is None
 
 
 class Recorder:
@@ -110,39 +113,82 @@ def test_forward_that_raises_leaves_no_range_open(nvtx: Recorder) -> None:
     _check_balanced(nvtx.calls)
 
 
-def test_nvtx_without_cuda_is_a_clear_error() -> None:
-    if torch.cuda.is_available():
-        pytest.skip("this torch has CUDA: NVTX is available")
-    with pytest.raises(ModProfError, match="nvtx=True needs a CUDA build of torch"):
-        wandb_modprof.watch(Reused(), nvtx=True, run=disabled_run())
+def test_nvtx_check_follows_the_build() -> None:
+    """A CPU-only torch fails at watch() naming what is missing; a CUDA build, even on a
+    machine without a GPU, has NVTX, so watch() succeeds."""
+    if CPU_ONLY_BUILD:
+        with pytest.raises(ModProfError, match="is a CPU-only build, which has no NVTX"):
+            wandb_modprof.watch(Reused(), nvtx=True, run=disabled_run())
+    else:
+        wandb_modprof.watch(Reused(), nvtx=True, run=disabled_run()).unwatch()
     with pytest.raises(ModProfError, match="nvtx must be True or False"):
         wandb_modprof.watch(Reused(), nvtx="yes", run=disabled_run())
 
 
-@requires_cuda
-def test_real_nvtx_ranges_on_cuda_balance(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("cuda", "hip", "gpu", "expected"),
+    [
+        (None, None, False, r"torch \S+ is a CPU-only build, which has no NVTX: not installed$"),
+        (
+            "12.8",
+            None,
+            False,
+            r"is a CUDA 12\.8 build but its NVTX calls fail \(no GPU is visible\)",
+        ),
+        ("12.8", None, True, r"is a CUDA 12\.8 build but its NVTX calls fail \(a GPU is visible\)"),
+        (None, "6.4", False, r"is a ROCm 6\.4 build but its NVTX calls fail"),
+    ],
+)
+def test_nvtx_error_says_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch, cuda: str | None, hip: str | None, gpu: bool, expected: str
+) -> None:
+    def broken(msg: str) -> int:
+        raise RuntimeError("not installed")
+
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", broken)
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    monkeypatch.setattr(torch.version, "hip", hip, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    with pytest.raises(ModProfError, match=expected):
+        check_available()
+
+
+@pytest.mark.skipif(CPU_ONLY_BUILD, reason="a CPU-only torch has no NVTX")
+def test_real_nvtx_ranges_balance(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real torch.cuda.nvtx functions (wrapped to record): on the GPU where there is one,
+    else on CPU (a CUDA build without a GPU).
+
+    While no tool (Nsight) is attached, NVTX gives every `range_start` the id 0, so the wrapper
+    hands out its own ids, one per range, and ends the real range by the id NVTX gave."""
     calls: list[tuple[str, Any, int]] = []
     names = ("range_push", "range_pop", "range_start", "range_end")
     real = {n: getattr(torch.cuda.nvtx, n) for n in names}
+    real_ids: dict[int, int] = {}  # our id -> the id NVTX returned
 
     def wrap(name: str) -> Any:
         def call(*args: Any) -> Any:
-            out = real[name](*args)
             kind = name.removeprefix("range_")
-            arg = (args[0], out) if kind == "start" else (args[0] if args else None)
-            calls.append((kind, arg, threading.get_ident()))
+            if kind == "start":
+                ours = len(real_ids) + 1
+                real_ids[ours] = real[name](*args)
+                calls.append((kind, (args[0], ours), threading.get_ident()))
+                return ours
+            out = real[name](real_ids[args[0]]) if kind == "end" else real[name](*args)
+            calls.append((kind, args[0] if args else None, threading.get_ident()))
             return out
 
         return call
 
     for name in real:
         monkeypatch.setattr(torch.cuda.nvtx, name, wrap(name))
-    model = TinyGPT().cuda()
-    x = gpt_input(2, 16).cuda()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = TinyGPT().to(device)
+    x = gpt_input(2, 16).to(device)
     with wandb_modprof.profile(model, nvtx=True) as prof:
         for _ in range(2):
             model(x).sum().backward()
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()
     pushed = _check_balanced(calls)
     assert pushed[0] == "wandb_modprof"  # the availability check at profile()
     assert pushed.count("<root>.forward") == 1  # the second forward; the first is the pass

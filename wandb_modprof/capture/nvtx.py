@@ -24,13 +24,24 @@ if TYPE_CHECKING:
 
 
 def check_available() -> None:
-    """`nvtx=True` needs torch built with CUDA (NVTX ships with it): fail at the boundary."""
+    """`nvtx=True` needs NVTX, which ships with the CUDA (and ROCm) builds of torch; no GPU is
+    needed, the ranges are host-side markers. Fail at the boundary, saying what is missing: a
+    CPU-only build has no NVTX at all, a CUDA build whose NVTX calls fail has a broken one."""
     try:
         torch.cuda.nvtx.range_push("wandb_modprof")
         torch.cuda.nvtx.range_pop()
     except (RuntimeError, AttributeError) as error:
+        cuda, hip = torch.version.cuda, getattr(torch.version, "hip", None)
+        if cuda is None and hip is None:
+            what = f"torch {torch.__version__} is a CPU-only build, which has no NVTX"
+        else:
+            build = f"CUDA {cuda}" if cuda is not None else f"ROCm {hip}"
+            device = "a GPU is visible" if torch.cuda.is_available() else "no GPU is visible"
+            what = (
+                f"torch {torch.__version__} is a {build} build but its NVTX calls fail ({device})"
+            )
         raise ModProfError(
-            f"nvtx=True needs a CUDA build of torch with NVTX; this one has none ({error})"
+            f"nvtx=True needs a CUDA build of torch with working NVTX: {what}: {error}"
         ) from None
 
 
