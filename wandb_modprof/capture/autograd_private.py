@@ -40,7 +40,7 @@ def check() -> None:
     if missing:
         raise ModProfError(
             f"wandb_modprof needs autograd internals that torch {torch.__version__} does not "
-            f"have: {', '.join(missing)}. Supported: torch 2.8 and later (tested with 2.13)."
+            f"have: {', '.join(missing)}. Supported: torch 2.13 and later (tested with 2.13 and 2.14)."
         )
 
 
@@ -113,7 +113,7 @@ def check_node_callbacks() -> None:
     if missing:
         raise ModProfError(
             f"wandb_modprof.on_module needs autograd internals that torch {torch.__version__} "
-            f"does not have: {', '.join(missing)}. Supported: torch 2.8 and later."
+            f"does not have: {', '.join(missing)}. Supported: torch 2.13 and later."
         )
 
 
