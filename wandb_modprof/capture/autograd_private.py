@@ -40,7 +40,7 @@ def check() -> None:
     if missing:
         raise ModProfError(
             f"wandb_modprof needs autograd internals that torch {torch.__version__} does not "
-            f"have: {', '.join(missing)}. Supported: torch 2.13 and later (tested with 2.13 and 2.14)."
+            f"have: {', '.join(missing)}. Supported: torch 2.13 and later (tested: 2.13, 2.14)."
         )
 
 
