@@ -75,3 +75,15 @@ def _hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture
+def isolate_saved_tensor_hooks() -> Iterator[None]:
+    """Keep a test that leaves saved-tensor hooks pushed (a bug it reports) from changing the
+    tests after it: the default-hooks stack is process-global (per thread)."""
+    from wandb_modprof.capture import autograd_private as ap
+
+    assert not ap.saved_tensors_hooks_active()
+    yield
+    while ap.saved_tensors_hooks_active():
+        torch._C._autograd._pop_saved_tensors_default_hooks()

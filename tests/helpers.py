@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+import warnings
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +157,53 @@ def check_table(table: ProfileTable, max_rows: int = MAX_ROWS) -> None:
     # every drawn view but the top one is reachable from a node of its parent view
     for view in views - {meta["root_view"]["meta_value"]}:
         assert any(key == view for (_, key) in nodes), view
+
+
+# ---- watching a model's hooks ------------------------------------------------------------
+class Probe(nn.Module):
+    """Identity that records, at every call, the hook counts of every module of its model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root_ref: Callable[[], nn.Module | None] = lambda: None
+        self.snapshots: list[dict[str, int]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        root = self.root_ref()
+        assert root is not None
+        self.snapshots.append(hook_counts(root))
+        return x
+
+
+class Probed(nn.Module):
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.lin = nn.Linear(dim, dim)
+        self.act = nn.ReLU()
+        self.probe = Probe()
+        self.out = nn.Linear(dim, 1)
+        self.probe.root_ref = weakref.ref(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.probe(self.act(self.lin(x))))
+
+
+def root_only(model: nn.Module) -> dict[str, int]:
+    """What `watch` may leave on a model between samples: the root's pre-hook and hook."""
+    return {name: (2 if name == "<root>" else 0) for name in hook_counts(model)}
+
+
+def no_hooks(model: nn.Module) -> dict[str, int]:
+    return dict.fromkeys(hook_counts(model), 0)
+
+
+@contextmanager
+def recorded_warnings() -> Iterator[list[warnings.WarningMessage]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+
+
+def ours(caught: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
+    """The warnings wandb_modprof raised."""
+    return [w for w in caught if "wandb_modprof" in str(w.message)]

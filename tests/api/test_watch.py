@@ -5,19 +5,29 @@ hook-free unsampled steps, bad input at the boundary, and `unwatch`.
 from __future__ import annotations
 
 import copy
-import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 import torch
-from helpers import by_key, disabled_run, hook_counts
+from helpers import (
+    Probed,
+    by_key,
+    disabled_run,
+    hook_counts,
+    no_hooks,
+    ours,
+    recorded_warnings,
+    root_only,
+    train_step,
+)
 from torch import nn
 
 import wandb_modprof
 from wandb_modprof import ModProfError
-from wandb_modprof.capture import autograd_private as ap
+
+pytestmark = pytest.mark.usefixtures("isolate_saved_tensor_hooks")
 
 
 def test_a_refused_watch_leaves_no_optimizer_hook() -> None:
@@ -41,59 +51,9 @@ def test_a_refused_watch_leaves_no_optimizer_hook() -> None:
 ROOT = "<root>"
 
 
-@pytest.fixture(autouse=True)
-def _isolate_saved_tensor_hooks() -> Iterator[None]:
-    """Keep a test that leaves saved-tensor hooks pushed (a bug it reports) from changing the
-    tests after it: the default-hooks stack is process-global (per thread)."""
-    assert not ap.saved_tensors_hooks_active()
-    yield
-    while ap.saved_tensors_hooks_active():
-        torch._C._autograd._pop_saved_tensors_default_hooks()
-
-
-# ---- a model that looks at its own hooks from inside its forward -----------------------------
-class Probe(nn.Module):
-    """Identity that records, at every call, the hook counts of every module of its model."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.root_ref: Callable[[], nn.Module | None] = lambda: None
-        self.snapshots: list[dict[str, int]] = []
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        root = self.root_ref()
-        assert root is not None
-        self.snapshots.append(hook_counts(root))
-        return x
-
-
-class Probed(nn.Module):
-    def __init__(self, dim: int = 16) -> None:
-        super().__init__()
-        self.lin = nn.Linear(dim, dim)
-        self.act = nn.ReLU()
-        self.probe = Probe()
-        self.out = nn.Linear(dim, 1)
-        self.probe.root_ref = weakref.ref(self)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.probe(self.act(self.lin(x))))
-
-
-def _root_only(model: nn.Module) -> dict[str, int]:
-    """What `watch` may leave on a model between samples: the root's pre-hook and hook."""
-    return {name: (2 if name == ROOT else 0) for name in hook_counts(model)}
-
-
 def _sampled_snapshot(snapshot: dict[str, int]) -> bool:
     """A probe snapshot taken while the step was being captured: siblings carry hooks."""
     return snapshot["lin"] == 2 and snapshot["out"] == 2 and snapshot["act"] == 2
-
-
-def _step(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    loss = model(x).pow(2).mean()
-    loss.backward()
-    return loss.detach()
 
 
 # ---- non-training forwards ----------------------------------------------------------------------
@@ -117,7 +77,7 @@ def _non_training(kind: str, model: nn.Module) -> Iterator[None]:
 def test_non_training_forwards_are_not_steps_and_add_no_hooks(kind):
     model = Probed()
     handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
-    assert hook_counts(model) == _root_only(model)
+    assert hook_counts(model) == root_only(model)
     x = torch.randn(8, 16)
     for _ in range(3):
         with _non_training(kind, model):
@@ -125,13 +85,13 @@ def test_non_training_forwards_are_not_steps_and_add_no_hooks(kind):
             if kind == "eval":
                 out.sum().backward()  # a backward outside a sampled step measures nothing
         assert handle.steps == 0
-        assert hook_counts(model) == _root_only(model)
-    assert model.probe.snapshots == [_root_only(model)] * 3  # inside the forwards as well
+        assert hook_counts(model) == root_only(model)
+    assert model.probe.snapshots == [root_only(model)] * 3  # inside the forwards as well
     assert handle.profile().num_samples == 0
 
     # The next training step is step 1, sampled and measured.
     model.zero_grad(set_to_none=True)
-    _step(model, x)
+    train_step(model, x)
     assert handle.steps == 1
     assert _sampled_snapshot(model.probe.snapshots[-1])
     prof = handle.profile()
@@ -139,14 +99,14 @@ def test_non_training_forwards_are_not_steps_and_add_no_hooks(kind):
     keys = by_key(prof.invocations())
     assert set(keys) == {"<root>#0", "lin#0", "act#0", "probe#0", "out#0"}
     assert keys["lin#0"].bwd_ms > 0 and keys["out#0"].bwd_ms > 0
-    assert hook_counts(model) == _root_only(model)
+    assert hook_counts(model) == root_only(model)
 
 
 def test_non_training_forwards_do_not_shift_the_sampling_schedule():
     model = Probed()
     handle = wandb_modprof.watch(model, log_freq=2, structure=False, run=disabled_run())
     x = torch.randn(8, 16)
-    _step(model, x)  # step 1
+    train_step(model, x)  # step 1
     with torch.no_grad():
         model(x)
     with torch.inference_mode():
@@ -155,7 +115,7 @@ def test_non_training_forwards_do_not_shift_the_sampling_schedule():
     model(x)
     model.train()
     assert handle.steps == 1 and handle.profile().num_samples == 0
-    _step(model, x)  # step 2: sampled
+    train_step(model, x)  # step 2: sampled
     assert handle.steps == 2
     prof = handle.profile()
     assert prof.num_samples == 1 and prof.last_sample.step == 2
@@ -168,9 +128,9 @@ def test_unsampled_steps_carry_no_submodule_hooks():
     handle = wandb_modprof.watch(model, log_freq=3, structure=False, run=disabled_run())
     x = torch.randn(8, 16)
     for _ in range(7):
-        _step(model, x)
+        train_step(model, x)
         # between steps (the sampled step's backward has finished): only the root's hooks
-        assert hook_counts(model) == _root_only(model)
+        assert hook_counts(model) == root_only(model)
     assert [_sampled_snapshot(s) for s in model.probe.snapshots] == [
         False,
         False,
@@ -182,7 +142,7 @@ def test_unsampled_steps_carry_no_submodule_hooks():
     ]
     for snapshot in model.probe.snapshots:
         if not _sampled_snapshot(snapshot):
-            assert snapshot == _root_only(model)  # inside the forward: siblings hook-free
+            assert snapshot == root_only(model)  # inside the forward: siblings hook-free
     assert handle.profile().num_samples == 2
 
 
@@ -192,15 +152,15 @@ def test_step_after_a_sampled_forward_without_backward_is_hook_free():
     model = Probed()
     handle = wandb_modprof.watch(model, log_freq=2, structure=False, run=disabled_run())
     x = torch.randn(8, 16)
-    _step(model, x)  # step 1
+    train_step(model, x)  # step 1
     model(x)  # step 2: sampled, its output dropped
     assert _sampled_snapshot(model.probe.snapshots[-1])
-    _step(model, x)  # step 3: unsampled
-    assert model.probe.snapshots[-1] == _root_only(model)
-    assert hook_counts(model) == _root_only(model)
-    _step(model, x)  # step 4: sampled and measured
+    train_step(model, x)  # step 3: unsampled
+    assert model.probe.snapshots[-1] == root_only(model)
+    assert hook_counts(model) == root_only(model)
+    train_step(model, x)  # step 4: sampled and measured
     assert _sampled_snapshot(model.probe.snapshots[-1])
-    assert hook_counts(model) == _root_only(model)
+    assert hook_counts(model) == root_only(model)
     assert handle.profile().last_sample.step == 4
 
 
@@ -212,18 +172,14 @@ def test_forwards_without_backward_do_not_become_backward_samples():
     x = torch.randn(8, 16)
     for _ in range(3):
         model(x)  # steps 1-3: forward only, output dropped
-    _step(model, x)  # step 4: forward and backward
+    train_step(model, x)  # step 4: forward and backward
     prof = handle.profile()
     assert prof.last_sample is not None
     assert prof.last_sample.step == 4
     stats = prof.stats()
     assert stats["<root>#0"].metrics["bwd_ms"].count == 1
     assert stats["lin#0"].metrics["bwd_ms"].count == 1
-    assert hook_counts(model) == _root_only(model)
-
-
-def _no_hooks(model: nn.Module) -> dict[str, int]:
-    return dict.fromkeys(hook_counts(model), 0)
+    assert hook_counts(model) == root_only(model)
 
 
 # ---- gradient accumulation -------------------------------------------------------------------
@@ -237,8 +193,8 @@ def test_gradient_accumulation_counts_optimizer_steps_and_samples_first_micro_ba
     sizes = [8, 4, 2]  # distinct batch sizes tell the micro-batches apart in the records
     for step in range(optimizer_steps):
         for size in sizes:
-            _step(model, torch.randn(size, 16))
-            assert hook_counts(model) == _root_only(model)
+            train_step(model, torch.randn(size, 16))
+            assert hook_counts(model) == root_only(model)
             assert handle.steps == step
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -262,7 +218,7 @@ def test_gradient_accumulation_counts_optimizer_steps_and_samples_first_micro_ba
     assert keys["act#0"].act_bytes == 8 * 16 * 4  # ReLU saves its output: 8 rows
     handle.unwatch()
     assert opt._optimizer_step_post_hooks == {}  # the optimizer hook is gone too
-    assert hook_counts(model) == _no_hooks(model)
+    assert hook_counts(model) == no_hooks(model)
 
 
 # ---- bad input at the public boundary --------------------------------------------------------
@@ -287,7 +243,7 @@ def test_watch_rejects_bad_log_freq(bad):
     with pytest.raises(ModProfError) as excinfo:
         wandb_modprof.watch(model, log_freq=bad, structure=False, run=disabled_run())
     _assert_error(excinfo, "log_freq", "int >= 1", f"got {bad!r}")
-    assert hook_counts(model) == _no_hooks(model)
+    assert hook_counts(model) == no_hooks(model)
     wandb_modprof.watch(
         model, log_freq=1, structure=False, run=disabled_run()
     ).unwatch()  # nothing half-registered
@@ -304,7 +260,7 @@ def test_bad_timing_and_optimizer():
     with pytest.raises(ModProfError) as excinfo:
         wandb_modprof.watch(model, optimizer="adam", structure=False, run=disabled_run())  # type: ignore[arg-type]
     _assert_error(excinfo, "optimizer must be a torch.optim.Optimizer", "got str")
-    assert hook_counts(model) == _no_hooks(model)
+    assert hook_counts(model) == no_hooks(model)
 
 
 def test_watching_twice_and_profiling_a_watched_model():
@@ -317,8 +273,8 @@ def test_watching_twice_and_profiling_a_watched_model():
         pass
     _assert_error(excinfo, "Probed", "already being watched", "expected a model that is not hooked")
     # The failed calls changed nothing: the first watch still works, hooks not doubled.
-    assert hook_counts(model) == _root_only(model)
-    _step(model, torch.randn(4, 16))
+    assert hook_counts(model) == root_only(model)
+    train_step(model, torch.randn(4, 16))
     assert handle.profile().num_samples == 1
 
     with (
@@ -327,7 +283,7 @@ def test_watching_twice_and_profiling_a_watched_model():
     ):
         wandb_modprof.watch(other, structure=False, run=disabled_run())
     _assert_error(excinfo, "already being profiled")
-    assert hook_counts(other) == _no_hooks(other)
+    assert hook_counts(other) == no_hooks(other)
 
 
 def test_unwatch_of_an_unwatched_model():
@@ -354,58 +310,47 @@ def test_unwatch_removes_every_hook():
     )
     x = torch.randn(4, 16)
     for _ in range(5):
-        _step(model, x)
+        train_step(model, x)
         opt.step()
         opt.zero_grad(set_to_none=True)
     prof = handle.unwatch()
     assert prof.num_samples == 2
-    assert hook_counts(model) == _no_hooks(model)
+    assert hook_counts(model) == no_hooks(model)
     assert opt._optimizer_step_post_hooks == {}
     assert not handle.active
     n = len(model.probe.snapshots)
-    _step(model, x)
-    assert model.probe.snapshots[n] == _no_hooks(model)  # inside the forward too
+    train_step(model, x)
+    assert model.probe.snapshots[n] == no_hooks(model)  # inside the forward too
     assert prof.num_samples == 2
     wandb_modprof.watch(
         model, structure=False, run=disabled_run()
     ).unwatch()  # can be watched again
 
 
-@contextmanager
-def _recorded_warnings() -> Iterator[list[warnings.WarningMessage]]:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield caught
-
-
-def _ours(caught: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
-    return [w for w in caught if "wandb_modprof" in str(w.message)]
-
-
 def test_unwatch_between_sampled_forward_and_backward():
     base = Probed()
     x = torch.randn(4, 16)
     ref = copy.deepcopy(base)
-    _step(ref, x)
+    train_step(ref, x)
 
     model = copy.deepcopy(base)
     model.probe.root_ref = weakref.ref(model)
     handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
-    with _recorded_warnings() as caught:
+    with recorded_warnings() as caught:
         loss = model(x).pow(2).mean()
         assert _sampled_snapshot(model.probe.snapshots[-1])
         prof = handle.unwatch()
-        assert hook_counts(model) == _no_hooks(model)
+        assert hook_counts(model) == no_hooks(model)
         loss.backward()  # the abandoned sample's node hooks must stay inert
-    assert _ours(caught) == []
+    assert ours(caught) == []
     assert prof.num_samples == 0
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         assert torch.equal(p.grad, q.grad)
     # A second backward-bearing step on the unwatched model, and a fresh watch, both work.
     model.zero_grad(set_to_none=True)
-    _step(model, x)
+    train_step(model, x)
     handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
-    _step(model, x)
+    train_step(model, x)
     assert handle.profile().num_samples == 1
 
 
@@ -414,4 +359,4 @@ def test_unwatch_all():
     wandb_modprof.watch(a, log_freq=1, structure=False, run=disabled_run())
     wandb_modprof.watch(b, log_freq=1, structure=False, run=disabled_run())
     wandb_modprof.unwatch()
-    assert hook_counts(a) == _no_hooks(a) and hook_counts(b) == _no_hooks(b)
+    assert hook_counts(a) == no_hooks(a) and hook_counts(b) == no_hooks(b)

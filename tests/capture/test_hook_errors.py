@@ -9,18 +9,30 @@ import logging
 import sys
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
-from helpers import RecordingRun, by_key, disabled_run, hook_counts
+from helpers import (
+    Probed,
+    RecordingRun,
+    by_key,
+    disabled_run,
+    hook_counts,
+    no_hooks,
+    ours,
+    recorded_warnings,
+    root_only,
+    train_step,
+)
 from models import RaisingModel, TinyGPT
 from torch import nn
 
 import wandb_modprof
 from wandb_modprof.capture import autograd_private as ap
+
+pytestmark = pytest.mark.usefixtures("isolate_saved_tensor_hooks")
 
 
 def test_warnings_as_errors_never_crash_training(caplog: pytest.LogCaptureFixture) -> None:
@@ -47,42 +59,6 @@ def test_warnings_as_errors_never_crash_training(caplog: pytest.LogCaptureFixtur
 ROOT = "<root>"
 
 
-@pytest.fixture(autouse=True)
-def _isolate_saved_tensor_hooks() -> Iterator[None]:
-    """Keep a test that leaves saved-tensor hooks pushed (a bug it reports) from changing the
-    tests after it: the default-hooks stack is process-global (per thread)."""
-    assert not ap.saved_tensors_hooks_active()
-    yield
-    while ap.saved_tensors_hooks_active():
-        torch._C._autograd._pop_saved_tensors_default_hooks()
-
-
-def _root_only(model: nn.Module) -> dict[str, int]:
-    """What `watch` may leave on a model between samples: the root's pre-hook and hook."""
-    return {name: (2 if name == ROOT else 0) for name in hook_counts(model)}
-
-
-def _no_hooks(model: nn.Module) -> dict[str, int]:
-    return dict.fromkeys(hook_counts(model), 0)
-
-
-def _step(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    loss = model(x).pow(2).mean()
-    loss.backward()
-    return loss.detach()
-
-
-@contextmanager
-def _recorded_warnings() -> Iterator[list[warnings.WarningMessage]]:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield caught
-
-
-def _ours(caught: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
-    return [w for w in caught if "wandb_modprof" in str(w.message)]
-
-
 # ---- exceptions raised by the user's forward ----------------------------------------------------
 @pytest.mark.parametrize("how", ["watch", "profile"])
 def test_exception_in_forward_propagates_and_next_step_is_measured(how):
@@ -96,24 +72,24 @@ def test_exception_in_forward_propagates_and_next_step_is_measured(how):
         block = wandb_modprof.profile(model, structure=False)
         prof = block.__enter__()
     try:
-        _step(model, x)
+        train_step(model, x)
         assert prof.num_samples == 1
         model.boom.armed = True
-        with _recorded_warnings() as caught, pytest.raises(ValueError) as excinfo:
-            _step(model, x)
+        with recorded_warnings() as caught, pytest.raises(ValueError) as excinfo:
+            train_step(model, x)
         # The user's exception, unchanged: same type, same args, raised from their code.
         assert type(excinfo.value) is ValueError and excinfo.value.args == ("boom",)
         assert excinfo.traceback[-1].name == "forward"
         assert str(excinfo.traceback[-1].path).endswith("models.py")
-        assert _ours(caught) == []  # it is the user's error, not ours: no warning
+        assert ours(caught) == []  # it is the user's error, not ours: no warning
         assert prof.num_samples == 1  # the failed step's sample is dropped
         assert not ap.saved_tensors_hooks_active()  # our saved-tensor hooks were popped
         if how == "watch":
-            assert hook_counts(model) == _root_only(model)
+            assert hook_counts(model) == root_only(model)
 
         model.boom.armed = False
         model.zero_grad(set_to_none=True)
-        _step(model, x)
+        train_step(model, x)
         assert prof.num_samples == 2
         keys = by_key(prof.invocations())
         # Call indices restart: the failed step left no half-open invocation behind.
@@ -125,7 +101,7 @@ def test_exception_in_forward_propagates_and_next_step_is_measured(how):
         if block is not None:
             block.__exit__(None, None, None)
     if how == "profile":
-        assert hook_counts(model) == _no_hooks(model)
+        assert hook_counts(model) == no_hooks(model)
 
 
 def test_exception_in_root_forward_after_children_ran():
@@ -144,44 +120,15 @@ def test_exception_in_root_forward_after_children_ran():
     model = RaisesLate()
     handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
     model.fail = True
-    with _recorded_warnings() as caught, pytest.raises(KeyError, match="late"):
-        _step(model, torch.randn(2, 8))
-    assert _ours(caught) == []
-    assert hook_counts(model) == _root_only(model)
+    with recorded_warnings() as caught, pytest.raises(KeyError, match="late"):
+        train_step(model, torch.randn(2, 8))
+    assert ours(caught) == []
+    assert hook_counts(model) == root_only(model)
     assert not ap.saved_tensors_hooks_active()
     model.fail = False
-    _step(model, torch.randn(2, 8))
+    train_step(model, torch.randn(2, 8))
     assert handle.profile().num_samples == 1
     assert set(by_key(handle.profile().invocations())) == {"<root>#0", "lin#0"}
-
-
-# ---- a model that looks at its own hooks from inside its forward -----------------------------
-class Probe(nn.Module):
-    """Identity that records, at every call, the hook counts of every module of its model."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.root_ref: Callable[[], nn.Module | None] = lambda: None
-        self.snapshots: list[dict[str, int]] = []
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        root = self.root_ref()
-        assert root is not None
-        self.snapshots.append(hook_counts(root))
-        return x
-
-
-class Probed(nn.Module):
-    def __init__(self, dim: int = 16) -> None:
-        super().__init__()
-        self.lin = nn.Linear(dim, dim)
-        self.act = nn.ReLU()
-        self.probe = Probe()
-        self.out = nn.Linear(dim, 1)
-        self.probe.root_ref = weakref.ref(self)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.probe(self.act(self.lin(x))))
 
 
 # ---- internal errors inside our hooks --------------------------------------------------------
@@ -275,7 +222,7 @@ def _reference_run(
     out = []
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for x in xs:
-        loss = _step(model, x)
+        loss = train_step(model, x)
         out.append((loss, [p.grad.clone() for p in model.parameters()]))
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -283,11 +230,11 @@ def _reference_run(
 
 
 def _assert_internal_warning(caught: list[warnings.WarningMessage]) -> None:
-    ours = _ours(caught)
-    assert len(ours) == 1, [str(w.message) for w in ours]
-    assert ours[0].category is RuntimeWarning
-    assert str(ours[0].message).startswith("wandb_modprof: internal error")
-    assert "injected failure" in str(ours[0].message)
+    mine = ours(caught)
+    assert len(mine) == 1, [str(w.message) for w in mine]
+    assert mine[0].category is RuntimeWarning
+    assert str(mine[0].message).startswith("wandb_modprof: internal error")
+    assert "injected failure" in str(mine[0].message)
 
 
 @pytest.mark.parametrize("where", INJECTION_POINTS)
@@ -303,9 +250,9 @@ def test_internal_error_once_drops_that_sample_only(where, monkeypatch):
     trigger = Trigger(once=True)
     _inject(where, trigger, monkeypatch)
     trigger.armed = True
-    with _recorded_warnings() as caught:
+    with recorded_warnings() as caught:
         for i, x in enumerate(xs):
-            loss = _step(model, x)  # must not raise
+            loss = train_step(model, x)  # must not raise
             assert torch.equal(loss, expected[i][0])
             for g, ref in zip([p.grad for p in model.parameters()], expected[i][1], strict=True):
                 assert torch.equal(g, ref)
@@ -314,7 +261,7 @@ def test_internal_error_once_drops_that_sample_only(where, monkeypatch):
             assert not ap.saved_tensors_hooks_active(), (
                 f"saved-tensor hooks left pushed after step {i + 1}"
             )
-            assert hook_counts(model) == _root_only(model), f"hooks left after step {i + 1}"
+            assert hook_counts(model) == root_only(model), f"hooks left after step {i + 1}"
             if i == 0:
                 assert trigger.fired == 1
                 assert handle.profile().num_samples == 0  # the failed sample is dropped
@@ -346,9 +293,9 @@ def test_internal_error_that_keeps_raising_warns_once(where, monkeypatch):
         else:
             _inject(where, trigger, patch)
         trigger.armed = True
-        with _recorded_warnings() as caught:
+        with recorded_warnings() as caught:
             for i, x in enumerate(xs[:4]):
-                loss = _step(model, x)
+                loss = train_step(model, x)
                 assert torch.equal(loss, expected[i][0])
                 for g, ref in zip(
                     [p.grad for p in model.parameters()], expected[i][1], strict=True
@@ -361,15 +308,15 @@ def test_internal_error_that_keeps_raising_warns_once(where, monkeypatch):
         assert handle.profile().num_samples == 0
         assert not ap.saved_tensors_hooks_active()
     # Patch removed: later samples work, without further warnings.
-    with _recorded_warnings() as caught:
+    with recorded_warnings() as caught:
         for i, x in enumerate(xs[4:], start=4):
-            loss = _step(model, x)
+            loss = train_step(model, x)
             assert torch.equal(loss, expected[i][0])
             opt.step()
             opt.zero_grad(set_to_none=True)
-    assert _ours(caught) == []
+    assert ours(caught) == []
     prof = handle.profile()
     assert prof.num_samples == 2
     keys = by_key(prof.invocations())
     assert keys["lin#0"].bwd_ms > 0 and keys["out#0"].bwd_ms > 0
-    assert hook_counts(model) == _root_only(model)
+    assert hook_counts(model) == root_only(model)
