@@ -14,7 +14,8 @@ Ground truth, independent of our hooks:
 
 Tolerance, for every invocation taking >= 1 % of the step (forward + backward): within 15 % of
 the ground truth or 0.1 ms (0.5 % of these steps), whichever is larger. The garbage collector
-is paused during the measured step so a collection cannot land inside one window only. What
+is paused during the measured step so a collection cannot land inside one window only, and
+each model is measured in a fresh interpreter (`_in_fresh_process`). What
 remains is the cost of our own hooks between the profiler's event and our stamps; on these
 models the median error was 0.1-6 % (asserted < 10 %: the machine is shared).
 """
@@ -23,6 +24,9 @@ from __future__ import annotations
 
 import gc
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -135,18 +139,46 @@ def _compare(fwd_prof, bwd_prof, modules, nodes):
     return statistics.median(errors)
 
 
-def test_resnet_matches_profiler():
+def _check_resnet() -> None:
     torch.manual_seed(0)
     model = ResNet()
     x = resnet_input(16, 32)
     median = _compare(*_measure(model, lambda: model(x).sum()))
-    assert median < 0.10
+    assert median < 0.10, median
 
 
-def test_gpt2_matches_profiler():
-    pytest.importorskip("transformers")
+def _check_gpt2() -> None:
     torch.manual_seed(0)
     model = gpt2_from_config()
     ids = torch.randint(0, 512, (4, 64))
     median = _compare(*_measure(model, lambda: model(input_ids=ids, labels=ids).loss))
-    assert median < 0.10
+    assert median < 0.10, median
+
+
+def _in_fresh_process(check: str) -> None:
+    """Run `check` (a function above) in a fresh interpreter with one intra-op thread.
+
+    Inside the whole suite, what earlier tests leave running in the process (W&B service
+    threads, inductor's compile workers, stores) lands in single microsecond windows of one
+    side and not the other: the comparison and its tolerance are the same here, only the
+    process is clean (as when this file runs alone)."""
+    here = Path(__file__).resolve().parent
+    code = (
+        "import sys, torch; "
+        f"sys.path[:0] = [{str(here.parent)!r}, {str(here)!r}]; "
+        "torch.set_num_threads(1); "
+        f"import test_timing_ground_truth as t; t.{check}()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=900, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_resnet_matches_profiler():
+    _in_fresh_process("_check_resnet")
+
+
+def test_gpt2_matches_profiler():
+    pytest.importorskip("transformers")
+    _in_fresh_process("_check_gpt2")
