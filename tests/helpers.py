@@ -207,3 +207,18 @@ def recorded_warnings() -> Iterator[list[warnings.WarningMessage]]:
 def ours(caught: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
     """The warnings wandb_modprof raised."""
     return [w for w in caught if "wandb_modprof" in str(w.message)]
+
+
+def reused_layer_profile() -> Any:
+    """A profile of a model that calls one Linear twice (two calls sharing one parameter set)."""
+
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.big = nn.Linear(64, 64)
+            self.head = nn.Linear(64, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.big(self.big(x)))
+
+    return profiled(Twice(), torch.randn(4, 64))

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 import wandb
-from helpers import disabled_run, profiled, train_step
+from helpers import disabled_run, profiled, reused_layer_profile, train_step
 from models import ResNet, TinyGPT, gpt_input, resnet_input
 from torch import nn
 
@@ -364,21 +364,8 @@ def test_the_header_writes_numbers_as_units_does(gpt: wandb_modprof.Profile) -> 
     assert cells[1] == "1000 ms" and cells[3] == "2.5 TiB" and cells[4] == "2.5 TiB", cells
 
 
-def _profile_of_a_reused_layer() -> wandb_modprof.Profile:
-    class Twice(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.big = nn.Linear(64, 64)
-            self.head = nn.Linear(64, 2)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.head(self.big(self.big(x)))
-
-    return profiled(Twice(), torch.randn(4, 64))
-
-
 def test_undecodable_text_is_written_as_replacement_characters(tmp_path) -> None:
-    prof = _profile_of_a_reused_layer()
+    prof = reused_layer_profile()
     path = prof.to_html(tmp_path / "r.html", title="bad\udcffname")  # a non-UTF-8 argv byte
     text = path.read_text("utf-8")
     assert "bad\ufffdname" in text and len(text) > 100_000

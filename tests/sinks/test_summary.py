@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 import torch
-from helpers import profiled
+from helpers import profiled, reused_layer_profile
 from models import (
     Branchy,
     CustomFunctionModel,
@@ -213,21 +213,8 @@ def test_mode_values_and_summary_do_not_lay_out(
         build_table(data)
 
 
-def _profile_of_a_reused_layer() -> wandb_modprof.Profile:
-    class Twice(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.big = nn.Linear(64, 64)
-            self.head = nn.Linear(64, 2)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.head(self.big(self.big(x)))
-
-    return profiled(Twice(), torch.randn(4, 64))
-
-
 def test_per_module_memory_is_shared_once_in_the_summary() -> None:
-    prof = _profile_of_a_reused_layer()
+    prof = reused_layer_profile()
     text = format_mode_summary(mode_values(prof, "param"), 10)
     rows = [line for line in text.splitlines() if "big#" in line]
     assert len(rows) == 2
