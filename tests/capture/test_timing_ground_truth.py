@@ -8,16 +8,21 @@ Ground truth, independent of our hooks:
 * backward: the profiler records every autograd node's execution ("ConvolutionBackward0")
   tagged with the sequence number of the forward op that created it; summing the events whose
   number lies in an invocation's `[seq_start, seq_end)` gives its backward cost as the profiler
-  sees it (MEASUREMENT.md). AccumulateGrad events carry no sequence number, so the ground truth
-  misses them while we charge them to the parameter's module: with `zero_grad(set_to_none=True)`
-  they only move a tensor, a few microseconds.
+  sees it (MEASUREMENT.md). AccumulateGrad events carry no sequence number; the engine runs a
+  parameter's AccumulateGrad right after the node that produced its gradient (it has the
+  highest priority), so one that runs between two of the invocation's own nodes is part of
+  that invocation's backward and is added (we charge it there too). Leaving them out made the
+  truth read ~10 % low on GPT-2's attention projections (0.6-0.9 of the tolerance, every run).
 
 Tolerance, for every invocation taking >= 1 % of the step (forward + backward): within 15 % of
-the ground truth or 0.1 ms (0.5 % of these steps), whichever is larger. The garbage collector
-is paused during the measured step so a collection cannot land inside one window only, and
-each model is measured in a fresh interpreter (`_in_fresh_process`). What
-remains is the cost of our own hooks between the profiler's event and our stamps; on these
-models the median error was 0.1-6 % (asserted < 10 %: the machine is shared).
+the ground truth or 0.1 ms (0.5 % of these steps), whichever is larger, on the median of
+`STEPS` paired steps (each step measured by us and the profiler at once; the median of the
+per-step pairs, so one step that a host hiccup hit in one window and not the other does not
+decide it: on a shared 2-core machine one step in ~10 had a single 0.3 ms outlier). The garbage
+collector is paused during the measured steps, and each model is measured in a fresh
+interpreter (`_in_fresh_process`). What remains is the cost of our own hooks between the
+profiler's event and our stamps; on these models the median error was 0.1-6 % (asserted < 10 %:
+the machine is shared).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from torch.profiler import profile as torch_profile
 import wandb_modprof
 
 REL_TOL = 0.15
+STEPS = 3
 
 
 @pytest.fixture(autouse=True)
@@ -68,24 +74,55 @@ def _profiled_step(model, make_loss, with_stack):
 
 
 def _measure(model, make_loss):
-    """Two steps, each measured by us and the profiler at once: the first with the Python
-    tracer (forward truth), the second without it, since tracing our Python node hooks adds
-    microseconds per node inside our backward windows but outside the profiler's node events."""
+    """`STEPS` pairs of steps, each measured by us and the profiler at once: the first of a
+    pair with the Python tracer (forward truth), the second without it, since tracing our
+    Python node hooks adds microseconds per node inside our backward windows but outside the
+    profiler's node events."""
     for _ in range(2):  # warm-up: allocator, lazy init
         make_loss().backward()
         model.zero_grad(set_to_none=True)
-    fwd_prof, fwd_events = _profiled_step(model, make_loss, with_stack=True)
-    bwd_prof, bwd_events = _profiled_step(model, make_loss, with_stack=False)
-    modules = sorted(
-        (e for e in fwd_events if e.name.startswith("nn.Module: ")),
-        key=lambda e: e.time_range.start,
-    )
-    nodes = [
-        e
-        for e in bwd_events
-        if e.sequence_nr >= 0 and not e.name.startswith("autograd::") and "Backward" in e.name
-    ]
-    return fwd_prof, bwd_prof, modules, nodes
+    steps = []
+    for _ in range(STEPS):
+        fwd_prof, fwd_events = _profiled_step(model, make_loss, with_stack=True)
+        bwd_prof, bwd_events = _profiled_step(model, make_loss, with_stack=False)
+        modules = sorted(
+            (e for e in fwd_events if e.name.startswith("nn.Module: ")),
+            key=lambda e: e.time_range.start,
+        )
+        # The executed autograd functions, in the order they ran: nodes ("AddmmBackward0") and
+        # AccumulateGrad (sequence number -1).
+        executed = sorted(
+            (
+                e
+                for e in bwd_events
+                if e.name == "torch::autograd::AccumulateGrad"
+                or (
+                    e.sequence_nr >= 0
+                    and not e.name.startswith("autograd::")
+                    and "Backward" in e.name
+                )
+            ),
+            key=lambda e: e.time_range.start,
+        )
+        steps.append((fwd_prof, bwd_prof, modules, executed))
+    return steps
+
+
+def _gt_bwd_ms(executed, seq_start: int, seq_end: int) -> float:
+    """The invocation's nodes, plus the AccumulateGrad runs between two of them."""
+    mine = [seq_start <= e.sequence_nr < seq_end for e in executed]
+    total = 0.0
+    last_node_mine = False
+    pending = 0.0  # AccumulateGrad time since the last node
+    for event, is_mine in zip(executed, mine, strict=True):
+        if event.sequence_nr < 0:
+            pending += event.time_range.elapsed_us()
+            continue
+        if is_mine:
+            total += event.time_range.elapsed_us() + (pending if last_node_mine else 0.0)
+        last_node_mine = is_mine
+        pending = 0.0
+    return total / 1000
 
 
 def _our_hooks_us(module_event) -> float:
@@ -101,37 +138,39 @@ def _our_hooks_us(module_event) -> float:
     return total
 
 
-def _compare(fwd_prof, bwd_prof, modules, nodes):
-    records = fwd_prof.invocations()
-    bwd_records = bwd_prof.invocations()
-    assert len(modules) == len(records) == len(bwd_records)
-    totals = bwd_prof.last_sample.totals
+def _compare(steps):
+    first_fwd, first_bwd = steps[0][0].invocations(), steps[0][1].invocations()
+    totals = steps[0][1].last_sample.totals
     step_ms = totals.fwd_ms + totals.bwd_ms
+    # Per invocation and direction: (ours, truth) of every step.
+    pairs: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    for fwd_prof, bwd_prof, modules, executed in steps:
+        records, bwd_records = fwd_prof.invocations(), bwd_prof.invocations()
+        assert len(modules) == len(records) == len(bwd_records) == len(first_fwd)
+        for i, (rec, brec, mod) in enumerate(zip(records, bwd_records, modules, strict=True)):
+            assert rec.key == brec.key == first_fwd[i].key
+            # Same module type in the same order: the profiler's names are "<Class>_<n>".
+            assert mod.name.removeprefix("nn.Module: ").rsplit("_", 1)[0] == rec.module_type
+            assert rec.fwd_ms is not None and brec.bwd_ms is not None
+            gt_fwd = (mod.time_range.elapsed_us() - _our_hooks_us(mod)) / 1000
+            gt_bwd = _gt_bwd_ms(executed, brec.seq_start, brec.seq_end)
+            pairs.setdefault((i, "fwd"), []).append((rec.fwd_ms, gt_fwd))
+            pairs.setdefault((i, "bwd"), []).append((brec.bwd_ms, gt_bwd))
     errors = []
     checked = 0
-    for rec, brec, mod in zip(records, bwd_records, modules, strict=True):
-        assert rec.key == brec.key
-        # Same module type in the same order: the profiler's names are "<Class>_<n>".
-        assert mod.name.removeprefix("nn.Module: ").rsplit("_", 1)[0] == rec.module_type
+    for i, brec in enumerate(first_bwd):
         if brec.fwd_ms + (brec.bwd_ms or 0.0) < 0.01 * step_ms:
             continue
         checked += 1
-        gt_fwd = (mod.time_range.elapsed_us() - _our_hooks_us(mod)) / 1000
-        gt_bwd = (
-            sum(
-                e.time_range.elapsed_us()
-                for e in nodes
-                if brec.seq_start <= e.sequence_nr < brec.seq_end
-            )
-            / 1000
-        )
-        for ours, truth, what in ((rec.fwd_ms, gt_fwd, "fwd"), (brec.bwd_ms, gt_bwd, "bwd")):
-            assert ours is not None
+        for what in ("fwd", "bwd"):
+            # The step whose difference is the median: ours and truth stay a measured pair.
+            ours, truth = sorted(pairs[(i, what)], key=lambda p: p[0] - p[1])[STEPS // 2]
             assert abs(ours - truth) <= max(REL_TOL * truth, ABS_TOL_MS), (
-                rec.key,
+                first_fwd[i].key,
                 what,
                 ours,
                 truth,
+                pairs[(i, what)],
             )
             if truth > 0.1:
                 errors.append(abs(ours - truth) / truth)
@@ -143,7 +182,7 @@ def _check_resnet() -> None:
     torch.manual_seed(0)
     model = ResNet()
     x = resnet_input(16, 32)
-    median = _compare(*_measure(model, lambda: model(x).sum()))
+    median = _compare(_measure(model, lambda: model(x).sum()))
     assert median < 0.10, median
 
 
@@ -151,7 +190,7 @@ def _check_gpt2() -> None:
     torch.manual_seed(0)
     model = gpt2_from_config()
     ids = torch.randint(0, 512, (4, 64))
-    median = _compare(*_measure(model, lambda: model(input_ids=ids, labels=ids).loss))
+    median = _compare(_measure(model, lambda: model(input_ids=ids, labels=ids).loss))
     assert median < 0.10, median
 
 
