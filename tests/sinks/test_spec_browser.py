@@ -571,6 +571,48 @@ def test_two_runs_show_one_at_a_time(
     shot(panel, "run1")
 
 
+def run_without_table(index: int, name: str) -> dict[str, Any]:
+    """What W&B hands the spec for a visible run that never logged this table: one row holding
+    only the run's own fields (WANDB.md, checked against the app's panel code)."""
+    return {
+        "id": f"run{index}",
+        "name": name,
+        "color": RUN_COLORS[index % 2],
+        "_defaultColorIndex": index,
+    }
+
+
+def test_a_first_run_without_the_table_is_left_out(
+    open_panel: OpenPanel, spec: dict[str, Any], resnet_rows: list[dict[str, Any]]
+) -> None:
+    rows = [run_without_table(0, "no-table"), *as_run(resnet_rows, 1, "with-table")]
+    panel = open_panel(spec, rows)
+    assert panel.errors() == []
+    assert [r["run"] for r in panel.data("runs")] == ["run1"]
+    assert panel.signal("n_runs") == 1
+    assert panel.signal("run_now") == "run1"
+    drawn = [i.datum for i in panel.items("node_rect")]
+    assert sorted(d["node_key"] for d in drawn) == sorted(view_nodes(resnet_rows, ROOT))
+    assert not any(
+        "not a wandb_modprof table" in t for t in [str(i.text) for i in panel.items("message")]
+    )
+    # Comparing needs two runs with the table: the table-less run offers no comparison.
+    assert panel.items("compare_entry") == []
+    assert panel.items("run_entry") == []
+
+
+def test_only_runs_without_the_table_still_say_so(
+    open_panel: OpenPanel, spec: dict[str, Any]
+) -> None:
+    panel = open_panel(spec, [run_without_table(0, "a"), run_without_table(1, "b")])
+    assert panel.errors() == []
+    assert panel.data("runs") == []
+    assert panel.items("node_rect") == []
+    assert any(
+        "not a wandb_modprof table" in t for t in [str(i.text) for i in panel.items("message")]
+    )
+
+
 @RENDERERS
 def test_compare_colours_the_slower_node_red(
     open_panel: OpenPanel,

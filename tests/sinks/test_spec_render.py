@@ -26,7 +26,7 @@ from panel import (
     wandb_patched,
 )
 
-from wandb_modprof.records.modes import MODES, mode
+from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODES, mode
 from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.view.table import COLUMNS, ProfileTable
 
@@ -344,3 +344,12 @@ def test_imbalance_mode_makes_the_straggler_red(resnet: ProfileTable) -> None:
     assert texts(scene, "colorbar_hi") == ["1.8×"]
     assert "1. layer3" in texts(scene, "top_label")
     assert texts(scene, "message") == []
+
+
+def test_an_empty_string_setting_falls_back_to_its_default() -> None:
+    """W&B fills `${string:NAME:default}` with `stringSettings[name] || default || ''`."""
+    signals = {s["name"]: s for s in _spec.filled({"mode": "", "scale": ""})["signals"]}
+    assert signals["mode"]["value"] == DEFAULT_MODE
+    assert signals["scale_type"]["value"] == DEFAULT_SCALE
+    chosen = {s["name"]: s for s in _spec.filled({"mode": "bwd"})["signals"]}
+    assert chosen["mode"]["value"] == "bwd"

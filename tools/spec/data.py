@@ -48,9 +48,12 @@ def _runs() -> list[Data]:
             ],
         },
         {
+            # Only runs that logged this table: W&B hands the spec one row holding only the run's
+            # fields for every visible run, including runs that never logged it.
             "name": "runs",
             "source": "rows",
             "transform": [
+                _filter("datum.row_kind === 'meta' && datum.meta_key === 'table_format'"),
                 {"type": "aggregate", "groupby": ["run", "run_label", "run_color"]},
                 {"type": "window", "sort": {"field": "run"}, "ops": ["row_number"], "as": ["i"]},
             ],

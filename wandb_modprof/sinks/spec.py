@@ -49,12 +49,13 @@ def _spec_file() -> Traversable:
 
 
 def filled(string_fields: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The spec with `${string:NAME:default}` replaced as W&B does (substring replacement)."""
+    """The spec with `${string:NAME:default}` replaced as W&B does (substring replacement;
+    `stringSettings[name] || default || ''`, so an empty setting falls back to the default)."""
     fields = dict(string_fields or {})
 
     def sub(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
-        return fields.get(name, default if default is not None else "")
+        return fields.get(name) or default or ""
 
     spec: dict[str, Any] = json.loads(_PLACEHOLDER.sub(sub, spec_text()))
     return spec
