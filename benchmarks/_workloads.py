@@ -28,10 +28,10 @@ from torch import nn
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from models import ResNet
+from models import ResNet, TinyGPT
 
 SIZES = ("quick", "cpu", "gpu")
-MODELS = ("resnet", "gpt2", "bert")
+MODELS = ("resnet", "gpt2", "bert", "llama", "tinygpt")
 
 
 @dataclass(frozen=True)
@@ -182,13 +182,74 @@ def _bert(size: str, device: torch.device) -> Workload:
     )
 
 
+def _llama(size: str, device: torch.device) -> Workload:
+    import transformers
+
+    _quiet_transformers()
+    vocab, seq, dim, heads, layers, batch = _lm_shape(size)
+    config = transformers.LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=dim,
+        intermediate_size=4 * dim,
+        num_hidden_layers=max(2, layers // 2),
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=seq,
+        attention_dropout=0.0,
+    )
+    ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(2))
+    ids = ids.to(device)
+
+    return Workload(
+        name="llama",
+        description=(
+            f"Llama (transformers LlamaForCausalLM from a config): "
+            f"{config.num_hidden_layers} layers, dim {dim}, {heads} heads, seq {seq}, "
+            f"batch {batch}, vocab {vocab}"
+        ),
+        build=lambda: transformers.LlamaForCausalLM(config).to(device),
+        forward=lambda model: model(input_ids=ids, labels=ids),
+        loss_of=_hf_loss,
+        device=device,
+        blocks=lambda model: [(f"model.layers.{i}", b) for i, b in enumerate(model.model.layers)],
+    )
+
+
+def _tinygpt(size: str, device: torch.device) -> Workload:
+    vocab, seq, dim, heads, layers, batch = _lm_shape(size)
+    ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(3))
+    ids = ids.to(device)
+
+    def loss_of(logits: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.flatten(0, 1), ids.flatten())
+
+    return Workload(
+        name="tinygpt",
+        description=(
+            f"the test zoo's TinyGPT (tests/models.py, tied head): {layers} layers, dim {dim}, "
+            f"{heads} heads, seq {seq}, batch {batch}, vocab {vocab}"
+        ),
+        build=lambda: TinyGPT(vocab, dim, heads, layers, seq).to(device),
+        forward=lambda model: model(ids),
+        loss_of=loss_of,
+        device=device,
+        blocks=lambda model: [(f"blocks.{i}", b) for i, b in enumerate(model.blocks)],
+    )
+
+
 def make_workloads(
     names: str | list[str], size: str, device: torch.device | str = "cpu"
 ) -> list[Workload]:
     """Workloads by name (comma-separated string or list), in the order given."""
     device = torch.device(device)
     wanted = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
-    builders = {"resnet": _resnet, "gpt2": _gpt2, "bert": _bert}
+    builders = {
+        "resnet": _resnet,
+        "gpt2": _gpt2,
+        "bert": _bert,
+        "llama": _llama,
+        "tinygpt": _tinygpt,
+    }
     unknown = [n for n in wanted if n not in builders]
     if unknown or size not in SIZES:
         raise SystemExit(f"unknown model(s) {unknown} or size {size!r}: models {MODELS}")

@@ -1,0 +1,255 @@
+"""Ground truth from the model with nothing of ours attached (issue 15, MEASUREMENT.md).
+
+`_truth.py` compares with torch.profiler on the *same* step, which our hooks have already
+perturbed. Here every reported time is compared with the module running unobserved:
+
+* forward, inclusive: on a plain copy of the model (same weights), each module timed alone
+  by one pre/post forward-hook pair (`time.perf_counter_ns`), nothing else hooked inside its
+  window. Modules at the same depth of the module tree do not run inside one another, so one
+  step per depth level times all modules of that level at once: a module's window then holds
+  only its own code. The root (depth 0) is the plain model's forward wall time under one hook
+  pair;
+* backward, inclusive: on a plain-copy step with torch.profiler (CPU, no Python tracer) and,
+  instead of our hooks, one pre/post forward-hook pair per module that only reads the autograd
+  sequence counter (no tensor touched, nothing in the backward). A call's backward is the sum
+  of the profiler's node events whose sequence number lies in the call's range, plus the
+  AccumulateGrad runs between two of its own nodes (tests/capture/test_timing_ground_truth.py);
+* self times: a call's inclusive truth minus its child calls' inclusive truths (the call tree
+  from our records: the calls are the same, in the same order).
+
+Our side: `wandb_modprof.profile(model, structure=False)` over one step, as a sampled step of
+`watch`. Steps are interleaved (ours, the depth levels, the backward step) `repeats` times;
+per call and metric the median of each side over the repeats is compared. Garbage collection
+is paused inside every measured step, one torch thread.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity
+from torch.profiler import profile as torch_profile
+
+import wandb_modprof
+
+METRICS = ("fwd", "fwd_self", "bwd", "bwd_self")
+ROOT = "<root>"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One call and metric: our median and the unobserved truth's median, in ms."""
+
+    key: str
+    metric: str
+    share: float  # inclusive (fwd + bwd) truth / the step's, the "takes >= 1 %" test
+    ours_ms: float
+    truth_ms: float
+
+
+@contextmanager
+def _quiet_gc() -> Iterator[None]:
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _names(model: nn.Module) -> dict[nn.Module, str]:
+    names: dict[nn.Module, str] = {}
+    for name, module in model.named_modules():
+        names.setdefault(module, name or ROOT)
+    return names
+
+
+def _depth(name: str) -> int:
+    return 0 if name == ROOT else name.count(".") + 1
+
+
+@contextmanager
+def _hook_pairs(
+    modules: dict[nn.Module, str],
+    on_pre: Callable[[str], Any],
+    on_post: Callable[[str, Any], None],
+) -> Iterator[None]:
+    """One pre/post forward-hook pair per module; `on_pre`'s result goes to `on_post`."""
+    handles = []
+    open_calls: dict[int, list[Any]] = defaultdict(list)
+    for module, name in modules.items():
+
+        def pre(mod: nn.Module, args: Any, name: str = name) -> None:
+            open_calls[id(mod)].append(on_pre(name))
+
+        def post(mod: nn.Module, args: Any, out: Any, name: str = name) -> None:
+            on_post(name, open_calls[id(mod)].pop())
+
+        handles.append(module.register_forward_pre_hook(pre))
+        handles.append(module.register_forward_hook(post))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+class _Calls:
+    """Per-call values keyed as ours are (`name#index`, the index counting calls of that
+    module in the step)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self._count: dict[str, int] = defaultdict(int)
+
+    def key(self, name: str) -> str:
+        index = self._count[name]
+        self._count[name] += 1
+        return f"{name}#{index}"
+
+
+def _forward_truth(plain: nn.Module, make_loss: Callable[[], torch.Tensor]) -> dict[str, float]:
+    names = _names(plain)
+    out: dict[str, float] = {}
+    for depth in sorted({_depth(n) for n in names.values()}):
+        level = {m: n for m, n in names.items() if _depth(n) == depth}
+        calls = _Calls()
+
+        def on_pre(name: str, calls: _Calls = calls) -> tuple[str, int]:
+            key = calls.key(name)  # counted before the stamp: outside the window
+            return key, time.perf_counter_ns()
+
+        def on_post(name: str, opened: tuple[str, int], calls: _Calls = calls) -> None:
+            end = time.perf_counter_ns()
+            key, start = opened
+            calls.values[key] = (end - start) / 1e6
+
+        with _hook_pairs(level, on_pre, on_post), _quiet_gc():
+            make_loss().backward()
+        plain.zero_grad(set_to_none=True)
+        out.update(calls.values)
+    return out
+
+
+def _backward_truth(plain: nn.Module, make_loss: Callable[[], torch.Tensor]) -> dict[str, float]:
+    calls = _Calls()
+    seq = torch._C._autograd._get_sequence_nr
+
+    def on_pre(name: str) -> tuple[str, int]:
+        return calls.key(name), seq()
+
+    def on_post(name: str, opened: tuple[str, int]) -> None:
+        key, start = opened
+        calls.values[key] = (start, seq())
+
+    with (
+        _hook_pairs(_names(plain), on_pre, on_post),
+        _quiet_gc(),
+        torch_profile(activities=[ProfilerActivity.CPU]) as tp,
+    ):
+        make_loss().backward()
+    plain.zero_grad(set_to_none=True)
+    executed = sorted(
+        (
+            e
+            for e in tp.events()
+            if e.name == "torch::autograd::AccumulateGrad"
+            or (e.sequence_nr >= 0 and not e.name.startswith("autograd::") and "Backward" in e.name)
+        ),
+        key=lambda e: e.time_range.start,
+    )
+    return {key: _bwd_ms(executed, lo, hi) for key, (lo, hi) in calls.values.items()}
+
+
+def _bwd_ms(executed: list[Any], seq_start: int, seq_end: int) -> float:
+    """The call's nodes, plus the AccumulateGrad runs between two of them."""
+    total = 0.0
+    last_node_mine = False
+    pending = 0.0
+    for event in executed:
+        if event.sequence_nr < 0:
+            pending += event.time_range.elapsed_us()
+            continue
+        mine = seq_start <= event.sequence_nr < seq_end
+        if mine:
+            total += event.time_range.elapsed_us() + (pending if last_node_mine else 0.0)
+        last_node_mine = mine
+        pending = 0.0
+    return total / 1000
+
+
+def _ours(model: nn.Module, make_loss: Callable[[], torch.Tensor]) -> list[Any]:
+    with _quiet_gc(), wandb_modprof.profile(model, structure=False) as prof:
+        make_loss().backward()
+    model.zero_grad(set_to_none=True)
+    return list(prof.invocations())
+
+
+def unobserved_checks(
+    model: nn.Module,
+    make_plain_loss: Callable[[nn.Module], torch.Tensor],
+    repeats: int,
+) -> list[Check]:
+    """Every call of one step and metric, ours against the unobserved truth (see the module
+    docstring). `make_plain_loss(m)` runs one forward of module `m` and returns the loss."""
+    plain = copy.deepcopy(model)
+    for m in (model, plain):  # warm-up: allocator, lazy init
+        for _ in range(2):
+            make_plain_loss(m).backward()
+            m.zero_grad(set_to_none=True)
+    ours_runs: list[list[Any]] = []
+    fwd_runs: list[dict[str, float]] = []
+    bwd_runs: list[dict[str, float]] = []
+    for _ in range(repeats):
+        ours_runs.append(_ours(model, lambda: make_plain_loss(model)))
+        fwd_runs.append(_forward_truth(plain, lambda: make_plain_loss(plain)))
+        bwd_runs.append(_backward_truth(plain, lambda: make_plain_loss(plain)))
+    records = ours_runs[0]
+    children: dict[str, list[str]] = defaultdict(list)
+    for rec in records:
+        if rec.parent_key is not None:
+            children[rec.parent_key].append(rec.key)
+
+    def median_of(runs: list[dict[str, float]], key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
+    truth: dict[tuple[str, str], float] = {}
+    ours: dict[tuple[str, str], float] = {}
+    for rec in records:
+        truth[(rec.key, "fwd")] = median_of(fwd_runs, rec.key)
+        truth[(rec.key, "bwd")] = median_of(bwd_runs, rec.key)
+    by_key = [{r.key: r for r in run} for run in ours_runs]
+    for rec in records:
+        for metric in METRICS:
+            attr = {"fwd": "fwd_ms", "fwd_self": "fwd_self_ms", "bwd": "bwd_ms"}.get(
+                metric, "bwd_self_ms"
+            )
+            ours[(rec.key, metric)] = statistics.median(
+                getattr(run[rec.key], attr) or 0.0 for run in by_key
+            )
+        for what in ("fwd", "bwd"):
+            kids = sum(truth[(k, what)] for k in children[rec.key])
+            truth[(rec.key, f"{what}_self")] = truth[(rec.key, what)] - kids
+    root = records[0].key
+    step = truth[(root, "fwd")] + truth[(root, "bwd")]
+    return [
+        Check(
+            key=rec.key,
+            metric=metric,
+            share=(truth[(rec.key, "fwd")] + truth[(rec.key, "bwd")]) / step,
+            ours_ms=ours[(rec.key, metric)],
+            truth_ms=truth[(rec.key, metric)],
+        )
+        for rec in records
+        for metric in METRICS
+    ]
