@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from wandb_modprof.capture import autograd_private as ap
+from wandb_modprof.capture.clock import Clock
 from wandb_modprof.capture.storage import StorageKey, storages
 
 
@@ -61,7 +62,9 @@ class ActivationCounter:
         excluded: set[StorageKey],
         current: Callable[[], int],
         on_error: Callable[[Exception], None],
+        clock: Clock | None = None,
     ) -> None:
+        self._clock = clock  # our pack-hook bodies run inside the module's window: not its time
         self._excluded = excluded  # parameters and buffers: not activations
         self._current = current
         self._on_error = on_error
@@ -71,6 +74,16 @@ class ActivationCounter:
         self._ctx: torch.autograd.graph.saved_tensors_hooks | None = None
 
     def pack(self, tensor: torch.Tensor) -> _Packed:
+        clock = self._clock
+        if clock is not None:
+            clock.own_enter()
+        try:
+            return self._pack(tensor)
+        finally:
+            if clock is not None:
+                clock.own_leave()
+
+    def _pack(self, tensor: torch.Tensor) -> _Packed:
         packed = _Packed(tensor.detach(), _version(tensor))
         try:
             owner = self._current()

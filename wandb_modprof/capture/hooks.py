@@ -277,6 +277,7 @@ class Capture:
         self._maybe_detach_children()
 
     def _pre(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+        self.clock.own_enter()  # first and last: the whole body is our time (clock.CpuClock)
         try:
             if ap.in_backward():
                 running = backward_running(self._sessions)
@@ -295,8 +296,11 @@ class Capture:
             session.enter(id(module), name, module_type)
         except Exception as error:
             self._internal_error(self._name(module), error)
+        finally:
+            self.clock.own_leave()
 
     def _post(self, module: nn.Module, args: Any, kwargs: Any, result: Any) -> None:
+        self.clock.own_enter()
         try:
             if ap.in_backward():
                 running = backward_running(self._sessions)
@@ -312,6 +316,8 @@ class Capture:
                 session.exit(id(module), result)
         except Exception as error:
             self._internal_error(self._name(module), error)
+        finally:
+            self.clock.own_leave()
 
     # ---- sessions ----------------------------------------------------------------------
     def _start(self, step: int) -> None:

@@ -25,6 +25,8 @@ class Invocation:
         "module_id",
         "module_type",
         "name",
+        "own0",
+        "own1",
         "parent",
         "seq0",
         "seq1",
@@ -45,6 +47,9 @@ class Invocation:
         self.seq1 = -1
         self.t0: Any = None
         self.t1: Any = None
+        # our own hook time (ns, `Clock.own_at`) at t0 and t1: taken out of the window
+        self.own0 = 0
+        self.own1 = 0
         self.mem_alloc0: int | None = None
         self.mem_alloc1: int | None = None
         self.mem_peak: int | None = None

@@ -67,7 +67,7 @@ def resolve(
     static / gradient readings taken at the end of the step) and the step totals."""
     clock, ref = session.clock, session.ref_stamp
     invs = session.invocations
-    fwd_start, fwd, fwd_self = _forward_times(session)
+    fwd_start, fwd, fwd_self, fwd_wall = _forward_times(session)
     back = _backward_times(session) if session.bwd_started else _Backward.empty(len(invs))
     act_self: list[int | None] = [None] * len(invs)
     if session.activations is not None:
@@ -75,7 +75,17 @@ def resolve(
         act_self = [counts.get(i, 0) for i in range(len(invs))]
     bwd, act = _roll_up(session, back, act_self)
     records = [
-        _record(session, i, static, gradients, fwd_start, fwd, fwd_self, back, bwd, act, act_self)
+        _record(
+            session,
+            i,
+            static,
+            gradients,
+            (fwd_start, fwd, fwd_self, fwd_wall),
+            back,
+            bwd,
+            act,
+            act_self,
+        )
         for i in range(len(invs))
     ]
     bwd_total = None
@@ -93,21 +103,26 @@ def resolve(
     )
 
 
-def _forward_times(session: StepSession) -> tuple[list[float], list[float], list[float]]:
-    """Per call: forward start offset, inclusive forward time, and self time (children out)."""
+def _forward_times(
+    session: StepSession,
+) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Per call: forward start offset, inclusive forward time and self time (children out),
+    both less our own hook time inside the window (`CpuClock.own_at`), and the wall-clock
+    window (what traces draw)."""
     invs = session.invocations
     n = len(invs)
     stamps = session.clock.offsets_ms(
         session.ref_stamp, [t for inv in invs for t in (inv.t0, inv.t1)]
     )
     fwd_start, fwd_end = stamps[0::2], stamps[1::2]
-    fwd = [fwd_end[i] - fwd_start[i] for i in range(n)]
+    wall = [fwd_end[i] - fwd_start[i] for i in range(n)]
+    fwd = [wall[i] - (invs[i].own1 - invs[i].own0) / 1e6 for i in range(n)]
     children: list[list[int]] = [[] for _ in range(n)]
     for i, inv in enumerate(invs):
         if inv.parent >= 0:
             children[inv.parent].append(i)
     fwd_self = [fwd[i] - sum(fwd[c] for c in children[i]) for i in range(n)]
-    return fwd_start, fwd, fwd_self
+    return fwd_start, fwd, fwd_self, wall
 
 
 def _backward_times(session: StepSession) -> _Backward:
@@ -202,9 +217,7 @@ def _record(
     i: int,
     static: Mapping[str, StaticMemory],
     gradients: GradientState | None,
-    fwd_start: list[float],
-    fwd: list[float],
-    fwd_self: list[float],
+    forward: tuple[list[float], list[float], list[float], list[float]],
     back: _Backward,
     bwd: list[float],
     act: list[int | None],
@@ -213,6 +226,7 @@ def _record(
     # One field per metric, in the record's order: splitting it would only scatter the list.
     invs = session.invocations
     inv = invs[i]
+    fwd_start, fwd, fwd_self, fwd_wall = forward
     has_bwd = session.bwd_started
     st = static.get(inv.name)
     ran_any = back.nodes_run[i] > 0
@@ -258,6 +272,7 @@ def _record(
         bwd_mem_peak_bytes=_peak_over(back.peak[i], back.first_alloc[i]),
         param_norm=gradients.param_norm.get(inv.name) if gradients is not None else None,
         grad_norm=gradients.grad_norm.get(inv.name) if gradients is not None else None,
+        fwd_wall_ms=fwd_wall[i],
     )
 
 

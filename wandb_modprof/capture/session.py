@@ -79,7 +79,10 @@ class StepSession:
         self.activations: ActivationCounter | None = None
         if excluded_storages is not None:
             self.activations = ActivationCounter(
-                excluded_storages, self.current, lambda e: self.fail("saved-tensor hook", e)
+                excluded_storages,
+                self.current,
+                lambda e: self.fail("saved-tensor hook", e),
+                clock,
             )
         # backward, indexed by node slot
         self._hooked_seqs: set[int] = set()
@@ -119,6 +122,7 @@ class StepSession:
             self.nvtx.forward_enter(name)
         inv.seq0 = ap.sequence_nr()
         inv.t0 = self.clock.stamp()
+        inv.own0 = self.clock.own_at(inv.t0)
         if parent == -1:
             self.ref_stamp = inv.t0
 
@@ -134,6 +138,7 @@ class StepSession:
                 self._end_forward()
             return
         t1 = self.clock.stamp()
+        own1 = self.clock.own_at(t1)
         if self.nvtx is not None:
             self.nvtx.forward_exit()
         if self.memory is not None:
@@ -141,6 +146,7 @@ class StepSession:
         idx = self._stack.pop()
         inv = self.invocations[idx]
         inv.t1 = t1
+        inv.own1 = own1
         inv.seq1 = ap.sequence_nr()
         if inv.module_id != module_id:
             self.fail(inv.name, RuntimeError("forward hooks fired out of order"))

@@ -80,6 +80,10 @@ class InvocationRecord:
     # model health
     param_norm: float | None
     grad_norm: float | None
+    # The forward's wall-clock window, our own hook time inside it included (`fwd_ms` is
+    # without it: capture/clock.py `CpuClock`). Traces draw this, so spans nest and line up
+    # with a profiler's events. None: not kept (a version-1 file, whose `fwd_ms` is this).
+    fwd_wall_ms: float | None = None
 
     def to_dict(self) -> dict[str, str | int | float | None]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

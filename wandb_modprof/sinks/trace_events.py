@@ -142,11 +142,15 @@ def _forward_events(
     fwd_tid = sample.forward_thread_id if forward_tid is None else forward_tid
     for rec in sample.invocations:
         start = offset_us + rec.fwd_start_ms * 1e3
+        # The span is the call's wall-clock window (our hooks' time included), so spans nest
+        # and line up with a profiler's events; the args carry the reported times, without it.
+        wall_ms = rec.fwd_ms if rec.fwd_wall_ms is None else rec.fwd_wall_ms
         args = {
             "key": rec.key,
             "module_type": rec.module_type,
             "fwd_ms": rec.fwd_ms,
             "fwd_self_ms": rec.fwd_self_ms,
+            "fwd_wall_ms": wall_ms,
             "act_bytes": rec.act_bytes,
             "seq_range": [rec.seq_start, rec.seq_end],
         }
@@ -157,7 +161,7 @@ def _forward_events(
                 pid_of.get(sample.forward_thread_id, PID),
                 fwd_tid,
                 start,
-                start + rec.fwd_ms * 1e3,
+                start + wall_ms * 1e3,
                 args,
                 height=top - rec.depth,
             )

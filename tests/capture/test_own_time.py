@@ -1,0 +1,114 @@
+"""Our own hook work is not charged to the calls it runs inside (capture/clock.py `CpuClock`).
+
+Our forward hooks run inside every open call's window: walking and hooking a call's new
+autograd nodes as it returns, saved-tensor bookkeeping, norms. The clock stops while one of our
+hook bodies runs, so these tests make that work deliberately slow (a sleep inside it) and check
+that the reported times do not grow with it, while the model's own time (a sleep inside a
+module's forward) is still reported in full.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from torch import nn
+
+import wandb_modprof
+from wandb_modprof.capture import activations, session
+from wandb_modprof.capture.clock import CpuClock
+
+OUR_DELAY_S = 0.004  # per call: far above the step's own time
+MODEL_DELAY_S = 0.003
+
+
+class Sleepy(nn.Module):
+    """A leaf whose forward takes a known time of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(MODEL_DELAY_S)
+        return self.fc(x)
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Sequential(Sleepy(), Sleepy()), nn.Sequential(Sleepy(), Sleepy()))
+
+
+def _profile(model: nn.Module) -> dict[str, wandb_modprof.records.sample.InvocationRecord]:
+    x = torch.randn(4, 8, requires_grad=True)
+    with wandb_modprof.profile(model, structure=False) as prof:
+        model(x).sum().backward()
+    return {r.key: r for r in prof.invocations()}
+
+
+def _slow(original):  # type: ignore[no-untyped-def]
+    def slowed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(OUR_DELAY_S)
+        return original(*args, **kwargs)
+
+    return slowed
+
+
+@pytest.mark.parametrize("where", ["node walk at each return", "saved-tensor pack hook"])
+def test_slow_hook_work_is_not_charged_to_enclosing_calls(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    if where == "node walk at each return":
+        monkeypatch.setattr(
+            session.StepSession, "_hook_nodes", _slow(session.StepSession._hook_nodes)
+        )
+    else:
+        monkeypatch.setattr(
+            activations.ActivationCounter, "_pack", _slow(activations.ActivationCounter._pack)
+        )
+    recs = _profile(_model())
+    leaves = [r for r in recs.values() if r.module_type == "Sleepy"]
+    assert len(leaves) == 4
+    # The model's own time is all there: each leaf sleeps MODEL_DELAY_S.
+    for leaf in leaves:
+        assert leaf.fwd_ms >= 1000 * MODEL_DELAY_S * 0.95, leaf
+    # The root holds 4 leaves and 11 calls' worth of our slowed work (>= 44 ms, more for the
+    # pack hooks): without the clock's pause the containers' self time held all of it.
+    # Compared with the leaves' own reported time, so a loaded machine's long sleeps cancel.
+    root = recs["<root>#0"]
+    assert root.fwd_ms - sum(leaf.fwd_ms for leaf in leaves) < 10, root.fwd_ms
+    for block in ("0#0", "1#0"):
+        assert recs[block].fwd_self_ms < 5, recs[block]  # two children and nothing else
+    # The wall-clock windows (what traces draw) still nest, and hold our slowed work.
+    for rec in recs.values():
+        assert rec.fwd_wall_ms is not None and rec.fwd_wall_ms >= rec.fwd_ms
+        if rec.parent_key is not None:
+            parent = recs[rec.parent_key]
+            assert parent.fwd_wall_ms is not None
+            assert parent.fwd_start_ms <= rec.fwd_start_ms
+            end = rec.fwd_start_ms + rec.fwd_wall_ms
+            assert end <= parent.fwd_start_ms + parent.fwd_wall_ms + 1e-6
+    assert root.fwd_wall_ms is not None
+    assert root.fwd_wall_ms - root.fwd_ms >= 1000 * 11 * OUR_DELAY_S * 0.9
+
+
+def test_our_time_is_kept_while_the_wall_clock_runs() -> None:
+    clock = CpuClock()
+    before = clock.stamp()
+    assert clock.own_at(before) == 0
+    clock.own_enter()
+    time.sleep(0.002)
+    inside = clock.stamp()
+    assert clock.own_at(inside) >= 2_000_000  # the running body counts up to the stamp
+    clock.own_enter()  # nested bodies count once
+    clock.own_leave()
+    time.sleep(0.002)
+    clock.own_leave()
+    after = clock.stamp()
+    own = clock.own_at(after)
+    assert 4_000_000 <= own <= after - before  # the whole body, never more than the wall
+    clock.own_leave()  # unbalanced: ignored
+    time.sleep(0.002)
+    assert clock.own_at(clock.stamp()) == own  # outside our bodies nothing is added
+    assert clock.stamp() - after >= 2_000_000  # stamps are wall-clock
