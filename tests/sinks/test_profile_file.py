@@ -201,7 +201,7 @@ def test_file_header_paths_and_determinism(tmp_path: Path) -> None:
     assert written == tmp_path / "run.json" and sorted(os.listdir(tmp_path)) == ["run.json"]
     doc = json.loads(written.read_text(encoding="utf-8"))
     assert list(doc)[:3] == ["format", "version", "wandb_modprof_version"]
-    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 1
+    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 2
     assert doc["wandb_modprof_version"] == wandb_modprof.__version__
     assert set(doc) - {"format", "version", "wandb_modprof_version"} == {
         "model_name",
@@ -277,7 +277,7 @@ _EDGE = ("structures", 0, "edges", 0)
 _STATS_ROOT = re.escape('stats["<root>#0"]')
 _MEAN_NON_FINITE = _STATS_ROOT + re.escape('.metrics["fwd_ms"].mean: a non-finite number literal')
 _VERSION = re.escape(wandb_modprof.__version__)
-_STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.0}
+_STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.0, "median": 1.0}
 
 
 @pytest.mark.parametrize(
@@ -288,9 +288,9 @@ _STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.
         (
             ("version",),
             999,
-            rf"version 999 \(written by wandb_modprof {_VERSION}\); .* reads version 1; upgrade",
+            rf"version 999 \(written by wandb_modprof {_VERSION}\); .* reads version 1, 2; upgrade",
         ),
-        (("version",), 0, r"unsupported file format version 0 .*reads version 1$"),
+        (("version",), 0, r"unsupported file format version 0 .*reads version 1, 2$"),
         (("version",), True, r"version: expected an integer, got true"),
         (("version",), "1", r'version: expected an integer, got "1"'),
         (("wandb_modprof_version",), 1, r"wandb_modprof_version: expected a string, got 1"),

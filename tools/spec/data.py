@@ -82,6 +82,7 @@ def _meta() -> list[Data]:
                 ("model", "model_name"),
                 ("reduced", "reduced"),
                 ("format", "table_format"),
+                ("statistic", "statistic"),
             )
         ],
     ]
