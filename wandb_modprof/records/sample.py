@@ -174,8 +174,8 @@ class ModuleStats:
     depth: int
     order: int
     metrics: dict[str, RunningStat]
-    # Samples in which a garbage collection ran inside this call (`InvocationRecord.gc_ms` >
-    # 0); None: not watched (a version-1 file).
+    # Samples in which garbage collections inside this call took at least 5 % of its time
+    # (`stats.running.held_collection`); None: not watched (a version-1 file).
     gc_samples: int | None = None
 
     def mean(self, metric: str) -> float | None:

@@ -31,7 +31,7 @@ a regular file within the size cap of `sinks/files.py`. A statistic's median, wh
 lies within [min, max].
 
 Version 2 added each statistic's `median` (what the profile colours and ranks by), each
-key's `gc_samples` (samples in which a garbage collection ran inside the call) and each
+key's `gc_samples` (samples in which garbage collections took >= 5 % of the call) and each
 invocation's `gc_ms` (and the metric of that name). Version-1 files still load: those fields
 read as null, never invented. A profile without medians colours and ranks by the mean, and says
 so (`ProfileData.statistic`, the table's `statistic` meta row, the panel's sidebar heading and
