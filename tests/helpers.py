@@ -229,8 +229,9 @@ def gc_paused_profile(steps: int = 5, paused_step: int = 2) -> tuple[Any, list[A
     on step `paused_step` only, and every sample as it was resolved (to compare the statistics
     with the clean samples). Live container objects make the collection take tens of ms, far
     above the module's own ~0.1 ms."""
-    import wandb_modprof
     from models import PausedStack
+
+    import wandb_modprof
 
     torch.manual_seed(0)
     model = PausedStack()
