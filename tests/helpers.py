@@ -238,12 +238,18 @@ def gc_paused_profile(steps: int = 5, paused_step: int = 2) -> tuple[Any, list[A
     x = torch.randn(8, 64)
     junk = [[i] for i in range(400_000)]  # tracked objects a full collection must walk
     samples: list[Any] = []
-    with wandb_modprof.profile(model) as prof:
-        for step in range(steps):
-            model.middle.collect_next = step == paused_step
-            model(x).pow(2).mean().backward()
-            last = prof.last_sample
-            if last is not None and (not samples or samples[-1] is not last):
-                samples.append(last)
+    # One torch thread: on a loaded machine idle intra-op threads add ms of noise to 0.1 ms ops
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with wandb_modprof.profile(model) as prof:
+            for step in range(steps):
+                model.middle.collect_next = step == paused_step
+                model(x).pow(2).mean().backward()
+                last = prof.last_sample
+                if last is not None and (not samples or samples[-1] is not last):
+                    samples.append(last)
+    finally:
+        torch.set_num_threads(threads)
     del junk
     return prof, samples
