@@ -473,14 +473,17 @@ _strs = st.text(max_size=8) | st.sampled_from(["nan", "-inf", "__class__", "a|in
 @st.composite
 def _stat(draw: st.DrawFn, metric: str) -> RunningStat:
     """Any statistic the schema's range rules allow (std >= 0, min <= max, min >= 0 for
-    a byte or count metric; NaN passes every rule)."""
+    a byte or count metric, a median within [min, max]; NaN passes every rule)."""
     low, high = draw(_floats), draw(_floats)
     if metric in NON_NEGATIVE_METRICS:
         low, high = abs(low), abs(high)
     low, high = (high, low) if low > high else (low, high)
     std = draw(_floats)
     count = draw(st.integers(0, 2**63 - 1))
-    return RunningStat(count, draw(_floats), abs(std), low, high, draw(_floats))
+    # the median lies in [min, max] (any value where either is not finite), or is unknown
+    bounded = all(map(math.isfinite, (low, high)))
+    median = draw(st.none() | (st.floats(low, high) if bounded else _floats))
+    return RunningStat(count, draw(_floats), abs(std), low, high, draw(_floats), median)
 
 
 def _builds(cls: type, **given: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
