@@ -20,8 +20,9 @@ from wandb_modprof.records.sample import METRICS, InvocationRecord, ModuleStats,
 MEDIAN_WINDOW = 64  # sample values kept per key and metric (at most 512 bytes each)
 # A sample "held a garbage collection" (`ModuleStats.gc_samples`) when collections took at
 # least this share of the call's forward + backward time in it. Young collections run every
-# few hundred allocations (~70 per sampled TinyGPT step, tens of µs each): counting every one
-# would flag most calls of every sample and say nothing. All collection time is in `gc_ms`.
+# 700 net allocations (about one per sampled TinyGPT step, ~2 ms per sampled step of the demo's
+# GPT-2 in all): counting every one would flag calls for pauses of no consequence. All
+# collection time is in `gc_ms`.
 GC_FLAG_SHARE = 0.05
 
 
