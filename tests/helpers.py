@@ -222,3 +222,34 @@ def reused_layer_profile() -> Any:
             return self.head(self.big(self.big(x)))
 
     return profiled(Twice(), torch.randn(4, 64))
+
+
+def gc_paused_profile(steps: int = 5, paused_step: int = 2) -> tuple[Any, list[Any]]:
+    """A profile of `models.PausedStack` where the middle module runs a full garbage collection
+    on step `paused_step` only, and every sample as it was resolved (to compare the statistics
+    with the clean samples). Live container objects make the collection take tens of ms, far
+    above the module's own ~0.1 ms."""
+    from models import PausedStack
+
+    import wandb_modprof
+
+    torch.manual_seed(0)
+    model = PausedStack()
+    x = torch.randn(8, 64)
+    junk = [[i] for i in range(400_000)]  # tracked objects a full collection must walk
+    samples: list[Any] = []
+    # One torch thread: on a loaded machine idle intra-op threads add ms of noise to 0.1 ms ops
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with wandb_modprof.profile(model) as prof:
+            for step in range(steps):
+                model.middle.collect_next = step == paused_step
+                model(x).pow(2).mean().backward()
+                last = prof.last_sample
+                if last is not None and (not samples or samples[-1] is not last):
+                    samples.append(last)
+    finally:
+        torch.set_num_threads(threads)
+    del junk
+    return prof, samples

@@ -96,6 +96,7 @@ def _table_values(data: ProfileData, key: str) -> ModeValues:
             str(r["module_type"]),
             calls[str(r["module_name"])],
             m.value(r),
+            None if "gc_samples" in str(r["missing"]).split(",") else int(r["gc_samples"]),
         )
         for r in nodes
     )
@@ -103,7 +104,8 @@ def _table_values(data: ProfileData, key: str) -> ModeValues:
     total = None
     if row is not None and row["missing"] != "meta_number":
         total = float(row["meta_number"])
-    return ModeValues(data.model_name, data.num_samples, m, modules, total)
+    statistic = str(meta["statistic"]["meta_value"])
+    return ModeValues(data.model_name, data.num_samples, m, modules, total, statistic)
 
 
 def _gpt2() -> ProfileData:

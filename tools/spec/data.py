@@ -85,6 +85,7 @@ def _meta() -> list[Data]:
                 ("model", "model_name"),
                 ("reduced", "reduced"),
                 ("format", "table_format"),
+                ("statistic", "statistic"),
             )
         ],
     ]

@@ -40,15 +40,24 @@ def lists() -> list[Data]:
 def _card_line() -> str:
     """Line `datum.line_i` of the hover card: the node, its value in every mode, then notes."""
     v = "datum.mv"
+    spread = "datum.samples > 0 && isValid(datum.fwd_ms_std) && datum.node_kind === 'module'"
     value = (
         f"isValid({v}) ? datum.ml + ': ' + ({fmt('datum.mu', v)}) + ({share('datum.mt', v)}) : ''"
     )
     notes = [
         "cmp ? (isValid(datum.bv) && datum.bv > 0 && isValid(datum.v) ? 'vs baseline: ' + "
         f"({fmt_ratio('datum.v / datum.bv')}) : 'not in the baseline run') : ''",
-        "datum.samples > 0 && isValid(datum.fwd_ms_std) && datum.node_kind === 'module' ? "
-        f"'Forward spread: ' + ({fmt_ms('datum.fwd_ms_min')}) + ' – ' + "
-        f"({fmt_ms('datum.fwd_ms_max')}) + ' over ' + datum.samples + ' samples' : ''",
+        # The spread, split over two short lines: one line of it ("Forward spread: ... over 3
+        # samples") did not fit the card and was cut. The values above are the medians
+        # (`statistic`), so the mean is said here, beside the range.
+        f"{spread} ? 'Forward range: ' + ({fmt_ms('datum.fwd_ms_min')}) + ' – ' + "
+        f"({fmt_ms('datum.fwd_ms_max')}) : ''",
+        f"{spread} ? (statistic === 'median' ? 'mean ' + ({fmt_ms('datum.fwd_ms_mean')}) + ', ' "
+        ": '') + datum.samples + (datum.samples === 1 ? ' sample' : ' samples') : ''",
+        # A sample that held a garbage collection (`capture/gc_watch.py`): its values include
+        # the pause, which the median leaves out while the other samples outnumber it.
+        f"!{missing('gc_samples')} && datum.gc_samples > 0 ? 'GC in ' + datum.gc_samples + "
+        f"' of ' + datum.samples + ' samples (' + ({fmt_ms('datum.gc_ms_max')}) + ')' : ''",
         f"!{missing('rank_slowest')} && datum.rank_count > 1 ? 'Slowest rank: ' + "
         "datum.rank_slowest + ' of ' + datum.rank_count : ''",
         "datum.has_view ? 'Click to open' : ''",
@@ -62,7 +71,7 @@ def _card_line() -> str:
 
 
 def _card() -> Data:
-    lines = N + 6  # the header, one per mode, five notes
+    lines = N + 8  # the header, one per mode, seven notes
     per_mode = [
         _formula(
             f"m{field}",

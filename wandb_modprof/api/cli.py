@@ -147,7 +147,7 @@ def _summary_parser(sub: _Commands) -> None:
         "summary",
         help="profile file -> the top modules in one analysis mode",
         description="Print the top module calls of a saved profile in one analysis mode: value "
-        "(mean over the sampled steps, with its unit), share of the model total where the mode "
+        "(median over the sampled steps, with its unit), share of the model total where the mode "
         "has one, module type and how many times the module is called per step. One row per "
         "call (`name#index`); the root is the model total.",
         epilog=EPILOG,

@@ -85,7 +85,8 @@ class Profile:
     def top(
         self, metric: str = "bwd_self_ms", n: int = 10, include_root: bool = False
     ) -> list[ModuleStats]:
-        """The `n` call keys with the largest mean `metric`."""
+        """The `n` call keys with the largest `metric`: its median over the samples (the mean
+        for a profile read from a version-1 file; `RunningStat.typical`)."""
         if metric not in METRICS:
             raise ModProfError(f"metric must be one of {', '.join(METRICS)}; got {metric!r}")
         if not isinstance(n, int) or n < 1:
@@ -93,9 +94,9 @@ class Profile:
         rows = [
             s
             for s in self.stats().values()
-            if s.mean(metric) is not None and (include_root or s.parent_key is not None)
+            if s.typical(metric) is not None and (include_root or s.parent_key is not None)
         ]
-        rows.sort(key=lambda s: s.mean(metric) or 0.0, reverse=True)
+        rows.sort(key=lambda s: s.typical(metric) or 0.0, reverse=True)
         return rows[:n]
 
     def summary(self, n: int = 10) -> str:

@@ -34,6 +34,7 @@ from wandb_modprof.capture import autograd_private as ap
 from wandb_modprof.capture.activations import ActivationCounter
 from wandb_modprof.capture.clock import Clock
 from wandb_modprof.capture.device_memory import DeviceMemory
+from wandb_modprof.capture.gc_watch import GcWatch
 from wandb_modprof.capture.invocation import Invocation, Recompute, grad_fns
 from wandb_modprof.capture.nodes import NodeTable
 from wandb_modprof.capture.nvtx import NvtxRanges
@@ -94,6 +95,7 @@ class StepSession:
         self.bwd_t_end: Any = None
         self._recompute = RecomputeTracker()  # activation-checkpointing recomputes
         self.gradients: PendingGradientState | None = None
+        self.gc = GcWatch(self._open_calls, lambda e: self.fail("garbage-collection callback", e))
 
     # ---- forward -----------------------------------------------------------------------
     def current(self) -> int:
@@ -114,6 +116,7 @@ class StepSession:
             inv.mem_alloc0 = self.memory.allocated()
         if parent == -1:
             self._start_activations()
+            self.gc.start()
         self._stack.append(idx)
         if self.nvtx is not None:
             self.nvtx.forward_enter(name)
@@ -336,6 +339,7 @@ class StepSession:
             if self.bwd_started:
                 self.bwd_t_end = self.clock.stamp()
             self.closed = True
+            self.gc.stop()
             self.release_persistent_hooks()
             if self.nvtx is not None:
                 self.nvtx.backward_end()
@@ -351,6 +355,23 @@ class StepSession:
         for handle in handles:
             handle.remove()
         self._accumulate_params = set()
+
+    def _open_calls(self) -> tuple[int, ...]:
+        """The invocations a garbage collection starting now pauses: the forward's open calls,
+        or in the backward the owners of the nodes running on any thread and their ancestors
+        (`capture.gc_watch`)."""
+        if not self.forward_done:
+            return tuple(self._stack)
+        if self.closed or not self.bwd_started:
+            return ()  # between forward and backward (the loss, the user's code): no call
+        open_calls: set[int] = set()
+        for stack in list(self._exec.values()):
+            for slot in stack:
+                i = self.nodes.owner[slot]
+                while i >= 0 and i not in open_calls:
+                    open_calls.add(i)
+                    i = self.invocations[i].parent
+        return tuple(open_calls)
 
     # ---- activation-checkpointing recomputes ---------------------------------------------
     @property
@@ -384,6 +405,7 @@ class StepSession:
         """Drop the sample. During the forward the remaining exits must still run (to pop the
         saved-tensor hooks), so only a finished forward closes the session right away."""
         self.failed = True
+        self.gc.stop()
         if self.nvtx is not None:
             self.nvtx.backward_end()
         if self.forward_done:

@@ -31,7 +31,11 @@ DEVICE_MEMORY_METRICS: tuple[str, ...] = (
     "bwd_mem_peak_bytes",
 )
 HEALTH_METRICS: tuple[str, ...] = ("param_norm", "grad_norm")
-METRICS: tuple[str, ...] = TIME_METRICS + MEMORY_METRICS + DEVICE_MEMORY_METRICS + HEALTH_METRICS
+# Python garbage collections that ran inside the call (see `InvocationRecord.gc_ms`).
+PAUSE_METRICS: tuple[str, ...] = ("gc_ms",)
+METRICS: tuple[str, ...] = (
+    TIME_METRICS + MEMORY_METRICS + DEVICE_MEMORY_METRICS + HEALTH_METRICS + PAUSE_METRICS
+)
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,11 @@ class InvocationRecord:
     # model health
     param_norm: float | None
     grad_norm: float | None
+    # Host milliseconds of Python garbage collections that ran while this call was open in the
+    # forward or one of its backward nodes ran (a collection inside a child counts for every
+    # open ancestor too, as its time does). They are in `fwd_ms` / `bwd_ms`: this says which
+    # samples a pause inflated. None: not watched (a record read from a version-1 file).
+    gc_ms: float | None = None
 
     def to_dict(self) -> dict[str, str | int | float | None]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -130,7 +139,12 @@ class Sample:
 
 @dataclass(frozen=True)
 class RunningStat:
-    """Running statistics of one metric of one module call key across samples."""
+    """Running statistics of one metric of one module call key across samples.
+
+    `median` is exact over the first `stats.running.MEDIAN_WINDOW` samples, then the median of
+    the latest that many (mean, std, min and max cover every sample). None: not known, in a
+    profile read from a version-1 file, which kept no sample values; `typical` is then the mean.
+    """
 
     count: int
     mean: float
@@ -138,6 +152,14 @@ class RunningStat:
     min: float
     max: float
     last: float
+    median: float | None = None
+
+    @property
+    def typical(self) -> float:
+        """What the profile colours and ranks by: the median, robust to one sample that a
+        pause (a garbage collection, a host hiccup) inflated; the mean where no median is
+        known (version-1 files)."""
+        return self.mean if self.median is None else self.median
 
 
 @dataclass(frozen=True)
@@ -152,7 +174,16 @@ class ModuleStats:
     depth: int
     order: int
     metrics: dict[str, RunningStat]
+    # Samples in which garbage collections inside this call took at least 5 % of its time
+    # (`stats.running.held_collection`); None: not watched (a version-1 file).
+    gc_samples: int | None = None
 
     def mean(self, metric: str) -> float | None:
         stat = self.metrics.get(metric)
         return None if stat is None else stat.mean
+
+    def typical(self, metric: str) -> float | None:
+        """The colour and rank statistic of `metric` (`RunningStat.typical`), None if not
+        measured."""
+        stat = self.metrics.get(metric)
+        return None if stat is None else stat.typical

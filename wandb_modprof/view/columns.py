@@ -13,7 +13,14 @@ from wandb_modprof.records.sample import METRICS
 
 TABLE_FORMAT = "wandb_modprof.table"
 TABLE_VERSION = 1
-SPREAD_METRICS = ("fwd_ms", "fwd_self_ms", "bwd_ms", "bwd_self_ms")  # with std/min/max/last
+# A metric's column holds its colour statistic (`RunningStat.typical`: the median over the
+# samples, the mean for a version-1 file; the `statistic` meta row says which). These metrics
+# also get their spread: mean, std, min, max and last value over the samples.
+SPREAD_METRICS = ("fwd_ms", "fwd_self_ms", "bwd_ms", "bwd_self_ms")
+SPREAD_STATS = ("mean", "std", "min", "max", "last")
+# Garbage collections inside a module call: the longest in any sample (ms), and how many
+# samples held one (`capture/gc_watch.py`); missing for a version-1 file.
+GC_COLUMNS = ("gc_ms_max", "gc_samples")
 FLOP_COLUMNS = ("fwd_flops", "fwd_self_flops", "fwd_flop_per_s")
 
 TEXT_COLUMNS = (
@@ -51,7 +58,8 @@ BOOL_COLUMNS = ("has_view",)
 LAYOUT_COLUMNS = ("x_px", "y_px", "w_px", "h_px", "view_w_px", "view_h_px")
 METRIC_COLUMNS = (
     METRICS
-    + tuple(f"{m}_{s}" for m in SPREAD_METRICS for s in ("std", "min", "max", "last"))
+    + tuple(f"{m}_{s}" for m in SPREAD_METRICS for s in SPREAD_STATS)
+    + GC_COLUMNS
     + FLOP_COLUMNS
 )
 NUMBER_COLUMNS = LAYOUT_COLUMNS + METRIC_COLUMNS + RANK_NUMBER_COLUMNS + ("meta_number",)

@@ -106,7 +106,8 @@ def _merge_nodes(graph: ViewGraph, into: dict[str, GraphNode]) -> ViewGraph:
 def _cost(stats: ModuleStats | None) -> float:
     if stats is None:
         return 0.0
-    cost = sum(as_float(stats.metrics[m].mean) for m in ("fwd_ms", "bwd_ms") if m in stats.metrics)
+    metrics = stats.metrics
+    cost = sum(as_float(metrics[m].typical) for m in ("fwd_ms", "bwd_ms") if m in metrics)
     return cost if not math.isnan(cost) else 0.0  # NaN would make the ranking arbitrary
 
 
