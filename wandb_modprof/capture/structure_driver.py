@@ -108,6 +108,26 @@ class StructureDriver:
             self._fastpath = (index, found)
         return self._fastpath[1]
 
+    def derive_from_sample(self) -> bool:
+        """A sampled step is about to start and no graph was captured yet (not even a failed
+        pass's): that step derives the graph from its own forward instead of the step being
+        given to a structure pass. No modes run, so its numerics and times are untouched."""
+        return (
+            self.enabled
+            and self.sink.num_structures() == 0
+            and not torch.compiler.is_compiling()
+            and not structure_pass_active()
+        )
+
+    def add_derived(self, structure: Structure) -> None:
+        """The graph of a timed step (no FLOPs): kept until a structure pass of the same call
+        sequence replaces it. That pass is asked for on a later eligible step."""
+        if self.sink.has_structure(structure.signature):
+            return
+        self.sink.add_structure(structure)
+        if self.passes < MAX_PASSES:
+            self.due = True
+
     def start(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         self.due = False
         self.passes += 1
