@@ -81,6 +81,7 @@ class StructureDriver:
         self.current: StructurePass | None = None
         self.stale: list[StructurePass] = []
         self.passes = 0
+        self._derived: set[str] = set()  # signatures whose graph no pass has refined yet
         self._warned = False
         self._fastpath: tuple[ModelIndex, bool] | None = None
         if enabled:
@@ -125,6 +126,7 @@ class StructureDriver:
         if self.sink.has_structure(structure.signature):
             return
         self.sink.add_structure(structure)
+        self._derived.add(structure.signature)
         if self.passes < MAX_PASSES:
             self.due = True
 
@@ -164,7 +166,9 @@ class StructureDriver:
             error = structure.error or RuntimeError("forward hooks fired out of order")
             self.owner.warn_once("<structure pass>", error)
             return
-        self.sink.add_structure(structure.finish())
+        finished = structure.finish()
+        self._derived.discard(finished.signature)
+        self.sink.add_structure(finished)
 
     def end(self) -> None:
         structure, self.current = self.current, None
@@ -184,8 +188,10 @@ class StructureDriver:
         if not self.enabled or self.due:
             return
         signature = call_signature((inv.name, inv.call_index) for inv in session.invocations)
-        if self.sink.has_structure(signature):
+        if self.sink.has_structure(signature) and signature not in self._derived:
             return
+        if signature in self._derived and self.passes >= MAX_PASSES:
+            return  # the derived graph stays (the warning was given when passes ran out)
         if self.sink.num_structures() < MAX_STRUCTURES and self.passes < MAX_PASSES:
             self.due = True
         else:
