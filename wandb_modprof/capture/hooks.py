@@ -255,6 +255,7 @@ class Capture:
             if session.structure is not None:
                 self.structures.add_derived(session.structure)
             elif session.structure_error is not None:
+                self.structures.derive_failed = True  # the next step's pass draws the graph
                 self.warn_once("<module graph>", session.structure_error)
             if not session.closed:
                 self._sessions.append(session)

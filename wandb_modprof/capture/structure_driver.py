@@ -82,6 +82,7 @@ class StructureDriver:
         self.stale: list[StructurePass] = []
         self.passes = 0
         self._derived: set[str] = set()  # signatures whose graph no pass has refined yet
+        self.derive_failed = False  # a derivation raised: leave the graph to the passes
         self._warned = False
         self._fastpath: tuple[ModelIndex, bool] | None = None
         if enabled:
@@ -115,6 +116,7 @@ class StructureDriver:
         given to a structure pass. No modes run, so its numerics and times are untouched."""
         return (
             self.enabled
+            and not self.derive_failed
             and self.sink.num_structures() == 0
             and not torch.compiler.is_compiling()
             and not structure_pass_active()
