@@ -261,3 +261,23 @@ def test_no_tensor_is_kept_alive_by_the_derivation() -> None:
         del out
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def test_one_step_merges_into_a_torch_profiler_trace(tmp_path: Path) -> None:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from wandb_modprof.sinks.trace import nesting_errors
+
+    model = ResNet(widths=(8, 16))
+    x = resnet_input(2, 16)
+    with (
+        wandb_modprof.profile(model) as prof,
+        torch_profile(activities=[ProfilerActivity.CPU]) as tp,
+    ):
+        model(x).sum().backward()
+    path = prof.export_chrome_trace(tmp_path / "m.json", torch_profiler=tp)
+    events = json.loads(path.read_text())["traceEvents"]
+    assert nesting_errors(events) == []
+    spans = {e["args"]["key"] for e in events if e.get("cat") == "wandb_modprof.backward"}
+    assert {r.key for r in prof.invocations() if r.bwd_ms} <= spans
