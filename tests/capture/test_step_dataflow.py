@@ -281,3 +281,18 @@ def test_one_step_merges_into_a_torch_profiler_trace(tmp_path: Path) -> None:
     assert nesting_errors(events) == []
     spans = {e["args"]["key"] for e in events if e.get("cat") == "wandb_modprof.backward"}
     assert {r.key for r in prof.invocations() if r.bwd_ms} <= spans
+
+
+def test_inference_mode_forward_derives_a_graph_without_a_warning() -> None:
+    model = TwoBranchCat().eval()
+    with (
+        recorded_warnings() as caught,
+        wandb_modprof.profile(model) as prof,
+        torch.inference_mode(),
+    ):
+        model(torch.randn(2, 16))
+    assert ours(caught) == []
+    (structure,) = prof.structures()
+    edges = {(e.src_key, e.dst_key) for e in structure.edges if e.view_key == "<root>#0"}
+    assert ("<root>#0|in:x", "left#0") in edges
+    assert prof.num_samples == 1

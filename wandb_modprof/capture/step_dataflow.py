@@ -88,7 +88,7 @@ class StepDataflow:
             for t in tensors:
                 old = frame.get(id(t))
                 sources = frozenset({node}) if old is None else old[2] | {node}
-                frame[id(t)] = (weakref.ref(t), t._version, sources)
+                frame[id(t)] = (weakref.ref(t), _version(t), sources)
                 grad_fn = t.grad_fn
                 if grad_fn is not None:
                     seqs.setdefault(ap.node_sequence_nr(grad_fn), set()).add(node)
@@ -111,7 +111,7 @@ class StepDataflow:
             parent = self._frames[-1]
             produced = frozenset({inv.key})  # what leaves a call is that call's output
             for t in tensors_in(result):
-                parent[id(t)] = (weakref.ref(t), t._version, produced)
+                parent[id(t)] = (weakref.ref(t), _version(t), produced)
 
     def _source(
         self, view: int, view_key: str, frame: dict[int, _Entry], t: torch.Tensor, dst: str
@@ -125,7 +125,11 @@ class StepDataflow:
             entry = frame.get(id(seen))
         # The same object, unmodified since it crossed a boundary (an in-place op by the view's
         # own code bumps the version: then autograd knows everything it was computed from).
-        if entry is not None and entry[0]() is seen and (entry[1] == t._version or grad_fn is None):
+        if (
+            entry is not None
+            and entry[0]() is seen
+            and (entry[1] == _version(t) or grad_fn is None)
+        ):
             for src in entry[2]:
                 self._edges.add(DataEdge(view_key, src, dst))
         elif grad_fn is not None:
@@ -193,6 +197,12 @@ class StepDataflow:
                 continue
             todo.extend(self.adjacency.get(s, ()))  # the view's own op: look at what it read
         return found
+
+
+def _version(t: torch.Tensor) -> int:
+    """The version counter; inference tensors (`torch.inference_mode`) have none and are never
+    written in place outside it, so one constant stands for all of them."""
+    return -1 if t.is_inference() else t._version
 
 
 def _child_of(idx: int, view: int, invocations: Sequence[Invocation]) -> int:
