@@ -90,8 +90,8 @@ def check_logged_tables(files: Sequence[Path], columns: Sequence[str]) -> None:
 
 
 def profiled(model: nn.Module, x: torch.Tensor, steps: int = 3) -> Any:
-    """A `wandb_modprof.profile` of `steps` forward + backward steps (the first is the
-    structure pass)."""
+    """A `wandb_modprof.profile` of `steps` forward + backward steps (the first is timed and
+    derives the graph, the second is the structure pass)."""
     import wandb_modprof
 
     with wandb_modprof.profile(model) as prof:

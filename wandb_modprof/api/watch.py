@@ -235,7 +235,10 @@ def watch(
         norms: measure parameter and gradient norms per module.
         structure: capture the module graph (dataflow between calls) and FLOPs on the first
             training step, and again after a sampled step that called a new sequence of
-            modules. That step is never timed (if it was due for sampling, it is skipped).
+            modules. That step is never timed (if it was due for sampling, it is skipped),
+            except when the first sampled step comes before any graph (`log_freq=1`): that
+            step is timed and derives the graph (no FLOPs) from its own forward, and the
+            structure pass takes the next step.
         nvtx: on sampled steps, emit NVTX ranges `<module>.forward` / `<module>.backward` for
             Nsight Systems (needs a CUDA build of torch).
         default_mode: what the panel colours nodes by when opened: one of
