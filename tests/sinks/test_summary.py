@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from typing import Any
 
 import pytest
 import torch
@@ -81,6 +82,14 @@ def test_the_summary_writes_numbers_as_units_does(big: ProfileData) -> None:
 
 
 # ---- mode_values: the statistics read directly equal the table's module rows ---------------
+
+
+def _missing(row: dict[str, Any], column: str) -> bool:
+    """Whether the table row names `column` as missing ("*": every missable column)."""
+    missing = str(row["missing"])
+    return missing == "*" or column in missing.split(",")
+
+
 def _table_values(data: ProfileData, key: str) -> ModeValues:
     """`mode_values` as it was computed before: from the full table (with every view laid
     out), reading the module node rows with `Mode.value` and the mode's meta row."""
@@ -96,7 +105,7 @@ def _table_values(data: ProfileData, key: str) -> ModeValues:
             str(r["module_type"]),
             calls[str(r["module_name"])],
             m.value(r),
-            None if "gc_samples" in str(r["missing"]).split(",") else int(r["gc_samples"]),
+            None if _missing(r, "gc_samples") else int(r["gc_samples"]),
         )
         for r in nodes
     )
