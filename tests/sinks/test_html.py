@@ -247,6 +247,26 @@ def test_to_png_has_the_requested_size(resnet: wandb_modprof.Profile, tmp_path: 
     assert (tmp_path / "p.png").read_bytes() == png
 
 
+def test_to_wandb_image_logs_the_picture_to_an_offline_run(
+    resnet: wandb_modprof.Profile, tmp_path: Path
+) -> None:
+    # wandb.Image refuses PNG bytes (it wants a path, PIL image or array) and needs Pillow for
+    # any picture: the documented use is prof.to_wandb_image(), logged as an image file.
+    image = resnet.to_wandb_image(mode="bwd", width=500, height=300, scale_factor=1.0, caption="c")
+    assert isinstance(image, wandb.Image)
+    assert (image._width, image._height) == (500, 300)
+    run = wandb.init(project="picture", dir=str(tmp_path), mode="offline")
+    try:
+        run.log({"modprof/graph": image})
+    finally:
+        run.finish()
+    files = list(Path(run.settings.files_dir).rglob("modprof/graph_*.png"))
+    assert len(files) == 1
+    assert struct.unpack(">II", files[0].read_bytes()[16:24]) == (500, 300)
+    with pytest.raises(ModProfError, match="caption expected a str"):
+        resnet.to_wandb_image(caption=3)  # type: ignore[arg-type]
+
+
 def test_picture_options_are_checked(resnet: wandb_modprof.Profile) -> None:
     with pytest.raises(
         ModProfError, match=r"view expected one of the drawn views of ResNet \("

@@ -2,7 +2,11 @@
 
 >>> prof.to_svg("layer2.svg", mode="bwd", view="layer2#0")          # doctest: +SKIP
 >>> png = prof.to_png(mode="act", scale="log")                       # doctest: +SKIP
->>> run.log({"modprof/picture": wandb.Image(io.BytesIO(png))})       # doctest: +SKIP
+>>> run.log({"modprof/picture": prof.to_wandb_image(mode="bwd")})     # doctest: +SKIP
+
+`wandb.Image` takes a path, a PIL image or an array, not PNG bytes (`wandb.Image(png)` and
+`wandb.Image(io.BytesIO(png))` raise): `to_wandb_image` opens the PNG with Pillow (a
+dependency, which `wandb.Image` itself needs for any picture) and hands W&B the PIL image.
 
 The picture is the panel itself, rendered by vl-convert (Vega in Deno, no browser): the same
 spec with the profile's rows inline, opened in the chosen mode, scale and view, at
@@ -135,3 +139,21 @@ def to_png(
     if path is not None:
         write_file(path, png, "to_png()")
     return png
+
+
+def to_wandb_image(png: bytes, caption: str | None = None) -> object:
+    """`wandb.Image` of the PNG bytes `png` (from `to_png`), for `run.log`."""
+    if caption is not None and not isinstance(caption, str):
+        raise ModProfError(f"caption expected a str or None; got {caption!r}")
+    try:
+        import io
+
+        import wandb
+        from PIL import Image
+    except ImportError as error:
+        raise ModProfError(
+            f"to_wandb_image() needs wandb and Pillow ({error}): pip install wandb pillow"
+        ) from None
+    picture = Image.open(io.BytesIO(png))
+    picture.load()  # decode now: W&B reads the pixels later, after the bytes are gone
+    return wandb.Image(picture, caption=caption)
