@@ -240,6 +240,17 @@ def test_to_svg_draws_the_chosen_view(resnet: wandb_modprof.Profile, tmp_path: P
     assert ids.sub("", same) == ids.sub("", inner)
 
 
+def test_pictures_carry_no_interactive_hints(resnet: wandb_modprof.Profile) -> None:
+    # the interactive panel has them (so hiding them below is not vacuous) ...
+    page_spec = json.dumps(_html.report_spec())
+    for hint in ("ANALYSIS MODE (click)", "drag to pan", '"Fit"'):
+        assert hint in page_spec
+    # ... a static picture has none: no pan/zoom hint, no Fit button, no "(click)"
+    svg = resnet.to_svg(width=1100, height=640)
+    assert "drag to pan" not in svg and "(click)" not in svg and ">Fit</text>" not in svg
+    assert ">ANALYSIS MODE</text>" in svg and ">conv1</text>" in svg  # the rest is drawn
+
+
 def test_to_png_has_the_requested_size(resnet: wandb_modprof.Profile, tmp_path: Path) -> None:
     png = resnet.to_png(tmp_path / "p.png", mode="act", width=600, height=400, scale_factor=1.5)
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
