@@ -122,7 +122,8 @@ def test_with_a_key_but_no_answer_the_cli_fails_within_the_bound_naming_the_enti
         f"wandb-modprof: error: could not register the chart preset 'my-team/{_spec.CHART_NAME}'"
     )
     assert f"each request waits at most {_chart.TIMEOUT_S} s" in proc.stderr
-    assert elapsed < 3 * _chart.TIMEOUT_S + 10  # the SDK's default took 20-27 s per request
+    # the SDK's default took 20-27 s, and W&B's exit handler then waited a minute or more
+    assert elapsed < 3 * _chart.TIMEOUT_S + 6
 
 
 def test_a_failure_before_the_entity_is_known_says_which_entity_was_meant(monkeypatch):

@@ -309,8 +309,21 @@ def _compare(args: argparse.Namespace) -> int:
 def _register_chart(args: argparse.Namespace) -> int:
     from wandb_modprof.sinks.chart import register_chart
 
-    _write(f"{register_chart(args.entity, name=args.name, public=args.public)}\n")
+    try:
+        name = register_chart(args.entity, name=args.name, public=args.public)
+    except ModProfError:
+        _ABANDON_WANDB_SERVICE[0] = True
+        raise
+    _write(f"{name}\n")
     return EXIT_OK
+
+
+# Without network, W&B's background service (wandb-core) goes on retrying after our request
+# gave up, and W&B's exit handler waits for it: `register-chart` printed its error after ~9 s,
+# then the process sat there for a minute or more (2 runs in 5 here). A command process that
+# failed in register-chart has nothing left to save, so it ends without that wait (the service
+# exits with its parent). Set by `_register_chart`; acted on by `main()` run as the command.
+_ABANDON_WANDB_SERVICE = [False]
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -335,12 +348,18 @@ def _error(text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns the exit status (see EPILOG) instead of exiting."""
+    """Run one command; returns the exit status (see EPILOG) instead of exiting (except for a
+    failed register-chart run as the command itself, argv None: see _ABANDON_WANDB_SERVICE)."""
     try:
-        return _run(argv)
+        status = _run(argv)
     except KeyboardInterrupt:  # from the first line on: building the parser, parsing, imports
         _error("interrupted")
         return EXIT_INTERRUPTED
+    if argv is None and _ABANDON_WANDB_SERVICE[0]:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
 
 
 def _run(argv: list[str] | None) -> int:
