@@ -42,7 +42,6 @@ def test_demo_trains_and_prints_top_modules(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "2 sampled step(s)" in out
-    assert "Top modules by backward time" in out
     assert out.count("(sampled)") == 2
     assert out.count("(structure pass)") == 1
     assert f"Profile written to {saved}" in out
@@ -61,9 +60,30 @@ def test_demo_trains_and_prints_top_modules(tmp_path):
     text = page.read_text(encoding="utf-8")
     assert text.startswith("<!doctype html>") and "<title>GPT2LMHeadModel profile</title>" in text
     assert '"node_kind"' in text and "transformer.h.0#0" in text  # the table rows are inlined
-    # the top modules: the summary's tables
-    assert "Top modules by forward time" in out
-    assert "Top modules by activation memory" in out
+    # the top modules: each table is, to the byte, what the command printed above it gives
+    for key, what in _demo.DEMO_MODES:
+        command = f"`wandb-modprof summary {saved} --mode {key}`"
+        assert f"{what}: {command}\n" in out
+        table = out.split(f"{what}: {command}\n")[1].split("\n\n")[0] + "\n"
+        cli = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "wandb_modprof",
+                "summary",
+                str(saved),
+                "--mode",
+                key,
+                "--top",
+                "3",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        assert table == cli.stdout
+        assert f"mode {key} (" in table  # labelled in both: the mode and its label
     trace = saved.with_name("demo.trace.json")
     assert f"Trace of the last sampled step written to {trace}" in out
     events = json.loads(trace.read_text())["traceEvents"]

@@ -340,6 +340,9 @@ def test_an_unknown_mode_lists_the_valid_ones(files, capsys):
 def test_usage_errors_exit_2(capsys, argv, message):
     err = _fails(argv, capsys)
     assert message in err and err.startswith("usage: wandb-modprof")
+    # the usage, then one line in the README's form, from a subcommand too
+    (line,) = [text for text in err.splitlines() if "error:" in text]
+    assert line.startswith("wandb-modprof: error: ") and message in line
 
 
 def test_unwritable_outputs_fail_before_any_work(files, tmp_path, capsys):
@@ -411,8 +414,14 @@ def test_help_documents_the_exit_status(capsys):
         assert command in out
     assert "exit status:" in out and "130  interrupted" in out
     assert ", ".join(MODE_KEYS) in out
-    assert _cli.main(["compare", "--help"]) == 0
-    assert "exit status:" in capsys.readouterr().out
+    for command in ("report", "summary", "compare"):  # the commands that take --mode
+        assert _cli.main([command, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert "exit status:" in out and f"analysis modes (--mode): {', '.join(MODE_KEYS)}" in out
+    for command in ("demo", "register-chart"):  # no --mode: no list of modes
+        assert _cli.main([command, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert "exit status:" in out and "--mode" not in out and "analysis modes" not in out
 
 
 # ---- as a user runs it ----------------------------------------------------------------------

@@ -121,6 +121,31 @@ def test_kwargs_inputs_dict_and_dataclass_outputs() -> None:
     }
 
 
+def test_one_tensor_under_two_names_is_one_input_node_with_all_its_edges() -> None:
+    pytest.importorskip("transformers")
+    from models import gpt2_from_config
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 512, (2, 16))
+    # as transformers' docs, the demo and the notebook call it: one tensor, two names
+    s = structure_of(gpt2_from_config(), input_ids=ids, labels=ids)
+    root = {c.key: c for c in s.calls}[ROOT]
+    assert root.inputs == ("input_ids = labels",)
+    shared = {dst for src, dst in edges(s) if src == "in:input_ids = labels"}
+    assert shared == {"transformer#0", "out:loss"}  # the embedding; the loss (in forward)
+    (graph,) = [g for g in view_graphs(merge([s])) if g.view_key == ROOT]
+    inputs = [n.label for n in graph.nodes if n.kind == "input"]
+    assert inputs == ["input_ids = labels"]
+
+    # two different tensors keep two nodes, each with its own edges only
+    s = structure_of(gpt2_from_config(), input_ids=ids, labels=ids.clone())
+    assert {c.key: c for c in s.calls}[ROOT].inputs == ("input_ids", "labels")
+    assert ("in:input_ids", "transformer#0") in edges(s)
+    assert ("in:labels", "transformer#0") not in edges(s)
+    assert ("in:labels", "out:loss") in edges(s)
+    assert ("in:input_ids", "out:loss") not in edges(s)
+
+
 TINY_GPT_ROOT = {
     ("in:idx", "wte#0"),  # `wpe` reads positions made by `arange`: no edge into it
     ("wte#0", "blocks.0#0"),

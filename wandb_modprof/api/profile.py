@@ -244,7 +244,9 @@ class Profile:
         """The panel as PNG bytes of `width * scale_factor` x `height * scale_factor` pixels
         (written to `path` too when given); arguments as `to_svg`.
 
-        >>> run.log({"graph": wandb.Image(io.BytesIO(prof.to_png()))})  # doctest: +SKIP
+        >>> open("graph.png", "wb").write(prof.to_png(scale="log"))  # doctest: +SKIP
+
+        For W&B use `to_wandb_image` (`wandb.Image` does not take PNG bytes).
         """
         from wandb_modprof.sinks.images import to_png
 
@@ -258,6 +260,33 @@ class Profile:
             height=height,
             scale_factor=scale_factor,
         )
+
+    def to_wandb_image(
+        self,
+        *,
+        mode: str = DEFAULT_MODE,
+        scale: str = DEFAULT_SCALE,
+        view: str | None = None,
+        width: int = 1100,
+        height: int = 640,
+        scale_factor: float = 2.0,
+        caption: str | None = None,
+    ) -> Any:
+        """The panel as a `wandb.Image` (the PNG of `to_png`, opened with Pillow), to log.
+
+        >>> run.log({"modprof/graph": prof.to_wandb_image(mode="bwd")})  # doctest: +SKIP
+        """
+        from wandb_modprof.sinks.images import to_wandb_image
+
+        png = self.to_png(
+            mode=mode,
+            scale=scale,
+            view=view,
+            width=width,
+            height=height,
+            scale_factor=scale_factor,
+        )
+        return to_wandb_image(png, caption)
 
     def __str__(self) -> str:
         return self.summary()

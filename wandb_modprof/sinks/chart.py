@@ -23,12 +23,16 @@ from wandb_modprof._errors import ModProfError
 from wandb_modprof._validate import check_preset_part
 from wandb_modprof.sinks import spec as _spec
 
+# Each W&B request waits at most this long. The SDK's own default (20 s, and more with its
+# retries) made `register-chart` with an API key but no network sit for 20-27 s before failing.
+TIMEOUT_S = 8
+
 
 def _new_api() -> Any:
     """`wandb.Api()` (the factory tests and the CLI tests replace: creating needs network)."""
     import wandb
 
-    return wandb.Api()
+    return wandb.Api(timeout=TIMEOUT_S)
 
 
 def register_chart(
@@ -53,7 +57,8 @@ def register_chart(
         public: "public" access instead of "private" (only the entity's members can use it).
         api: a `wandb.Api` to use (default: a new one).
 
-    Raises ModProfError when no API key is configured, the entity is unknown, or W&B refuses.
+    Raises ModProfError when no API key is configured, the entity is unknown, W&B refuses, or
+    W&B does not answer within `TIMEOUT_S` (8 s) per request (no network).
     """
     if entity is not None:
         check_preset_part("entity", entity)
@@ -67,7 +72,7 @@ def register_chart(
             api = _new_api()
         owner = entity or api.default_entity
     except Exception as error:
-        raise ModProfError(_failure("", name, error)) from None
+        raise ModProfError(_failure(entity or "", name, error)) from None
     if not owner:
         raise ModProfError(
             "register_chart() could not find a default W&B entity for this API key; "
@@ -88,8 +93,15 @@ def register_chart(
 
 
 def _failure(entity: str, name: str, error: Exception) -> str:
-    what = f"the chart preset '{entity}/{name}'" if entity else f"the chart preset '{name}'"
-    text = f"could not register {what} with W&B ({type(error).__name__}: {error})"
+    what = (
+        f"the chart preset '{entity}/{name}'"
+        if entity
+        else f"the chart preset '{name}' for the default entity of your API key (not read)"
+    )
+    text = (
+        f"could not register {what} with W&B ({type(error).__name__}: {error}; each request "
+        f"waits at most {TIMEOUT_S} s)"
+    )
     if "api key" in str(error).lower():
         return f"{text}; log in first: run `wandb login` or set WANDB_API_KEY"
     return (
