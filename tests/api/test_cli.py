@@ -55,7 +55,7 @@ def test_demo_trains_and_prints_top_modules(tmp_path):
     prof = wandb_modprof.load(saved)
     assert prof.num_samples == 2
     assert len(prof.structures()) == 1
-    assert any(r["node_kind"] == "self" for r in prof.table().records())
+    assert any(r["node_kind"] == "self" for r in prof.table().resolved())
     page = saved.with_name("demo.html")
     assert f"HTML report written to {page}" in out
     text = page.read_text(encoding="utf-8")

@@ -222,7 +222,7 @@ def test_watch_ddp_names_modules_as_the_user_knows_them(one_rank_group):
     assert stats["<root>#0"].mean("param_bytes") == (8 * 16 + 16 + 16 * 4 + 4) * 4
     table = prof.table()
     check_table(table)
-    meta = _meta(table.records())
+    meta = _meta(table.resolved())
     assert meta["ranks"]["missing"] == "meta_number"  # world size 1: no per-rank data
 
 
@@ -231,7 +231,7 @@ def test_table_without_distributed_data_lists_rank_columns_as_missing():
     with wandb_modprof.profile(model) as prof:
         for _ in range(3):
             model(torch.randn(4, 8)).sum().backward()
-    records = prof.table().records()
+    records = prof.table().resolved()
     for row in records:
         if row["row_kind"] == "node" and row["node_kind"] == "module":
             assert set(RANK_COLUMNS) <= set(row["missing"].split(","))
@@ -267,7 +267,7 @@ def test_compact_stats_round_trip_and_fold_into_the_table():
     prof.accumulator.set_ranks(fold(3, [mine, slow]))
     table = prof.table()
     check_table(table)
-    records = table.records()
+    records = table.resolved()
     rows = {r["node_key"]: r for r in records if r["node_kind"] == "module"}
     assert rows["fc2#0"]["rank_slowest"] == 1 and rows["fc2#0"]["rank_count"] == 2
     assert rows["fc2#0"]["rank_imbalance"] == pytest.approx(10 / 5.5)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import vl_convert as vlc
+from browser import stored
 from panel import (
     as_run,
     color_distance,
@@ -43,7 +44,7 @@ def render(rows: list[dict[str, Any]], width: int = 960, height: int = 600, **fi
     spec = wandb_patched(_spec.filled(fields), width, height)
     for data in spec["data"]:
         if data["name"] == "wandb":
-            data["values"] = rows
+            data["values"] = stored(rows)
     return vlc.vega_to_scenegraph(spec)
 
 
@@ -216,6 +217,38 @@ def test_no_rows_shows_loading_message() -> None:
     assert marks(scene, "node_rect") == []
 
 
+def _with_version(rows: list[dict[str, Any]], version: float) -> list[dict[str, Any]]:
+    out = [dict(r) for r in rows]
+    for r in out:
+        if r["meta_key"] == "table_format":
+            r["meta_number"] = version
+    return out
+
+
+def test_a_table_of_another_format_version_is_refused_with_a_message(resnet: ProfileTable) -> None:
+    rows = records(resnet)
+    assert next(r["meta_number"] for r in rows if r["meta_key"] == "table_format") == 2.0
+    newer = render(_with_version(rows, 3.0))
+    assert texts(newer, "message") == [
+        "This table was written by a newer wandb_modprof (table format v3); this panel reads v2"
+    ]
+    # a format-1 table (every row held its view's key and path; no view rows) as logged
+    # before: refused with a message, not drawn wrong
+    v1 = [
+        {k: v for k, v in r.items() if k not in ("view_id", "view_parent", "view_last")}
+        for r in _with_version(rows, 1.0)
+        if r["row_kind"] != "view"
+    ]
+    spec = wandb_patched(_spec.filled({}), 960, 600)
+    spec["data"][0]["values"] = v1
+    older = vlc.vega_to_scenegraph(spec)
+    assert texts(older, "message") == [
+        "This table was written by an older wandb_modprof (table format v1); this panel reads "
+        "v2: log the profile again with this version"
+    ]
+    assert marks(older, "node_rect") == []
+
+
 def test_foreign_rows_are_named() -> None:
     scene = render([{"a": 1, "b": "x"}])
     assert texts(scene, "message") == [
@@ -270,7 +303,7 @@ def _with_signal(rows: list[dict[str, Any]], **values: Any) -> Any:
     for signal in spec["signals"]:
         if signal["name"] in values:
             signal["value"] = values[signal["name"]]
-    spec["data"][0]["values"] = rows
+    spec["data"][0]["values"] = stored(rows)
     return vlc.vega_to_scenegraph(spec)
 
 
