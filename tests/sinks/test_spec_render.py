@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import vl_convert as vlc
 from browser import stored
 from panel import (
@@ -26,7 +27,9 @@ from panel import (
     vega_turbo,
     wandb_patched,
 )
+from torch import nn
 
+import wandb_modprof
 from wandb_modprof.records.modes import MODES, mode
 from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.view.table import COLUMNS, ProfileTable
@@ -286,14 +289,30 @@ def test_ranked_list_is_sorted_by_the_mode(resnet: ProfileTable) -> None:
         (
             (m.value(r), r["node_key"], r["module_name"])
             for r in rows
-            if r["row_kind"] == "node"
-            and r["node_kind"] in ("module", "group")
-            and m.value(r) is not None
+            if r["row_kind"] == "node" and r["node_kind"] == "module" and m.value(r) is not None
         ),
         key=lambda x: (-x[0], x[1]),
     )
     assert listed
     assert listed == [f"{i + 1}. {name}" for i, (_, _, name) in enumerate(ranked[: len(listed)])]
+
+
+def test_ranked_list_leaves_out_a_merged_group() -> None:
+    """A view too big for the table merges its cheapest modules into one group node, whose
+    sum over them would rank it first, above every module (parameter bytes: deterministic)."""
+    model = nn.Sequential(*(nn.Linear(8, 8) for _ in range(150)))
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(2):
+            model(torch.randn(4, 8)).sum().backward()
+    rows = records(prof.table(max_rows=120))
+    (group,) = [r for r in rows if r["node_kind"] == "group"]
+    m = mode("param")
+    modules = [r for r in rows if r["node_kind"] == "module"]
+    assert m.value(group) > max(m.value(r) for r in modules)  # it would have ranked first
+    listed = texts(render(rows, mode="param"), "top_label")
+    listed.sort(key=lambda t: int(t.split(".")[0]))
+    assert listed and not any("more modules" in t for t in listed)
+    assert listed[0].startswith("1. ") and listed[0][3:] in {r["module_name"] for r in modules}
 
 
 def _with_signal(rows: list[dict[str, Any]], **values: Any) -> Any:

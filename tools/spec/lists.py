@@ -122,7 +122,9 @@ def _top() -> Data:
         "name": "top",
         "source": "nodes_all",
         "transform": [
-            _filter("datum.node_kind === 'module' || datum.node_kind === 'group'"),
+            # modules only: a group node ("7804 more modules") holds the sum of many and would
+            # rank first, above the modules it is not
+            _filter("datum.node_kind === 'module'"),
             _formula("v", "datum['v_' + mode]"),
             _filter("isValid(datum.v)"),
             {
