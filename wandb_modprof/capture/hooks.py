@@ -218,6 +218,12 @@ class Capture:
             if self.structures.stale:
                 self.structures.pop_stale()
             step = self._should_sample(module)
+            if ap.functorch_active():
+                # `torch.func.vmap(grad(functional_call(model, ...)))`: wrapper tensors without
+                # storage. A step, counted, but neither sampled nor a structure pass (still due).
+                if self._child_handles:
+                    self._maybe_detach_children()
+                return
             if self.structures.due and self.structures.can_start(module):
                 # A structure pass is never timed: this step's sample (if it was one) is skipped.
                 self.structures.start(module, args, kwargs)
