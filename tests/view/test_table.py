@@ -27,6 +27,7 @@ import wandb_modprof
 from wandb_modprof import ModuleStats, Profile, RunningStat, Structure
 from wandb_modprof.records.calls import CallInfo, DataEdge, input_key, output_key
 from wandb_modprof.records.snapshot import ProfileData
+from wandb_modprof.view.refs import from_ref, to_ref
 from wandb_modprof.view.table import (
     MAX_ROWS,
     NUMBER_COLUMNS,
@@ -455,7 +456,29 @@ def test_a_parent_cycle_does_not_hang_the_table(parents: dict[str, str]) -> None
     assert set(parents) <= set(views)
 
 
-@pytest.mark.parametrize("stage", ["columns", "meta", "ranks", "reduce", "rows", "values"])
+@given(
+    full=st.text(alphabet="=|.~#ab\\", max_size=8),
+    view_name=st.text(alphabet="=|.~#ab", max_size=4),
+    index=st.integers(0, 2),
+)
+def test_a_ref_reads_back_as_what_it_stands_for(full: str, view_name: str, index: int) -> None:
+    """Any string, names starting with a ref's own marks included (a loaded file may hold
+    anything), relative to any view."""
+    view_key = f"{view_name}#{index}"
+    for s in (full, view_key + full, view_name + full, view_name):
+        ref = to_ref(s, view_key, view_name)
+        assert from_ref(ref, view_key, view_name) == s, (s, ref)
+        assert len(ref) <= len(s) + 1
+
+
+def test_refs_are_short_in_a_nested_view() -> None:
+    assert to_ref("a.b.c#0", "a.b#0", "a.b") == ".c#0"
+    assert to_ref("a.b#0|out:y", "a.b#0", "a.b") == "|out:y"
+    assert to_ref("a.b", "a.b#0", "a.b") == "="
+    assert to_ref("other#1", "a.b#0", "a.b") == "other#1"  # a shared module called from here
+
+
+@pytest.mark.parametrize("stage", ["columns", "meta", "ranks", "reduce", "refs", "rows", "values"])
 def test_docstring_examples(stage: str) -> None:
     result = doctest.testmod(importlib.import_module(f"wandb_modprof.view.{stage}"))
     assert result.attempted > 0 and result.failed == 0
