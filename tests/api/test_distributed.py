@@ -28,7 +28,7 @@ from wandb_modprof.api import distributed as _distributed
 from wandb_modprof.api.distributed import RankChannel, RankInfo, compact_stats
 from wandb_modprof.records import modes as _modes
 from wandb_modprof.records.ranks import decode, encode, fold
-from wandb_modprof.view.table import RANK_COLUMNS
+from wandb_modprof.view.table import RANK_COLUMNS, ProfileTable
 
 WORKER = Path(__file__).resolve().parents[1] / "dist_worker.py"
 HARD_TIMEOUT_S = 120
@@ -96,7 +96,9 @@ def _last_table(out: Path) -> list[dict[str, Any]]:
         return int(match.group(1))
 
     data = json.loads(max(files, key=step).read_text())
-    return [dict(zip(data["columns"], row, strict=True)) for row in data["data"]]
+    # read back with full keys, as the panel does
+    table = ProfileTable(tuple(data["columns"]), tuple(map(tuple, data["data"])), "")
+    return table.resolved()
 
 
 def _meta(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
