@@ -218,7 +218,7 @@ class Capture:
             if self.structures.stale:
                 self.structures.pop_stale()
             step = self._should_sample(module)
-            if ap.functorch_active():
+            if (step is not None or self.structures.due) and ap.functorch_active():
                 # `torch.func.vmap(grad(functional_call(model, ...)))`: wrapper tensors without
                 # storage. A step, counted, but neither sampled nor a structure pass (still due).
                 if self._child_handles:
