@@ -58,12 +58,12 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _module_rows(path: Path) -> list[dict[str, Any]]:
     """The node rows of kind module of a profile's table, computed here without the CLI."""
-    records = wandb_modprof.load(path).table().records()
+    records = wandb_modprof.load(path).table().resolved()
     return [r for r in records if r["row_kind"] == "node" and r["node_kind"] == "module"]
 
 
 def _total(path: Path, meta_key: str) -> float:
-    records = wandb_modprof.load(path).table().records()
+    records = wandb_modprof.load(path).table().resolved()
     (row,) = [r for r in records if r["row_kind"] == "meta" and r["meta_key"] == meta_key]
     return float(row["meta_number"])
 

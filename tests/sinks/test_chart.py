@@ -65,7 +65,7 @@ def test_register_chart_failures_are_mod_prof_errors():
     with pytest.raises(ModProfError) as raised:
         wandb_modprof.register_chart("team", api=api)
     text = str(raised.value)
-    assert "could not register the chart preset 'team/wandb-modprof-v1'" in text
+    assert "could not register the chart preset 'team/wandb-modprof-v2'" in text
     assert "RuntimeError: permission denied" in text and "wandb login" in text
     for bad in ("a/b", "", "has space"):
         with pytest.raises(ModProfError, match=r"entity expected a W&B name"):

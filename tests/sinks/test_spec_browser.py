@@ -256,7 +256,8 @@ def _profile(model: nn.Module, x: torch.Tensor) -> wandb_modprof.Profile:
 
 
 def _rows(table: ProfileTable) -> list[dict[str, Any]]:
-    return [dict(zip(table.columns, row, strict=True)) for row in table.rows]
+    # full keys to compare with; the panel gets the rows as stored (`browser.stored`)
+    return table.resolved()
 
 
 @pytest.fixture(scope="module")

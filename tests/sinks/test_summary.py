@@ -94,7 +94,7 @@ def _table_values(data: ProfileData, key: str) -> ModeValues:
     """`mode_values` as it was computed before: from the full table (with every view laid
     out), reading the module node rows with `Mode.value` and the mode's meta row."""
     m = mode(key)
-    records = build_table(data, 1 << 40).records()
+    records = build_table(data, 1 << 40).resolved()
     meta = {str(r["meta_key"]): r for r in records if r["row_kind"] == "meta"}
     nodes = [r for r in records if r["row_kind"] == "node" and r["node_kind"] == "module"]
     calls = Counter(str(r["module_name"]) for r in nodes)

@@ -103,13 +103,15 @@ def _card() -> Data:
 def _crumbs() -> Data:
     return {
         "name": "crumbs",
-        "source": "vnodes",
+        # the current view and its ancestors: views are numbered depth first, so they are the
+        # views whose interval [view_id, view_last] holds the current view's id
+        "source": "cur_views",
         "transform": [
-            {"type": "window", "ops": ["row_number"], "as": ["first"]},
-            _filter("datum.first === 1"),
-            _formula("keys", "split(datum.view_path, ' / ')"),
-            _formula("labels", "split(datum.view_labels, ' / ')"),
-            {"type": "flatten", "fields": ["keys", "labels"], "as": ["key", "text"], "index": "i"},
+            _filter("datum.view_id <= view_now_id && view_now_id <= datum.view_last"),
+            _formula("key", "datum.view_key"),
+            _formula("text", "datum.label"),
+            {"type": "window", "sort": {"field": "view_id"}, "ops": ["row_number"], "as": ["n"]},
+            _formula("i", "datum.n - 1"),
             _formula("w", f"length(datum.text) * {CRUMB_CHAR_W_PX} + 22"),
             {
                 "type": "window",
@@ -129,7 +131,9 @@ def _top() -> Data:
         "name": "top",
         "source": "nodes_all",
         "transform": [
-            _filter("datum.node_kind === 'module' || datum.node_kind === 'group'"),
+            # modules only: a group node ("7804 more modules") holds the sum of many and would
+            # rank first, above the modules it is not
+            _filter("datum.node_kind === 'module'"),
             _formula("v", "datum['v_' + mode]"),
             _filter("isValid(datum.v)"),
             {
@@ -251,6 +255,9 @@ def _message() -> str:
         "format_version === 0 ? 'These rows are not a wandb_modprof table (no table_format row)' : "
         f"format_version > {SPEC_VERSION} ? 'This table was written by a newer wandb_modprof "
         f"(table format v' + format_version + '); this panel reads v{SPEC_VERSION}' : "
+        f"format_version < {SPEC_VERSION} ? 'This table was written by an older wandb_modprof "
+        f"(table format v' + format_version + '); this panel reads v{SPEC_VERSION}: log the "
+        "profile again with this version' : "
         "length(data('vnodes')) === 0 ? "
         "'No module graph in this profile (no structure pass ran)' : "
         "!(avail['v_' + mode] > 0) ? mode_label + ' was not measured in this run' : ''"

@@ -117,6 +117,7 @@ def _views() -> list[Signal]:
             "update": "indexof(pluck(data('views'), 'view_key'), view_pick) >= 0 ? view_pick : "
             "root_view",
         },
+        {"name": "view_now_id", "update": _first("view_at", "view_id", "-1")},
         {
             "name": "focus_key",
             "value": "",

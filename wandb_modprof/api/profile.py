@@ -123,7 +123,7 @@ class Profile:
         }
 
     def table(self, max_rows: int = 10_000) -> ProfileTable:
-        """The flat table every view draws: node / edge / meta rows, at most `max_rows`.
+        """The flat table every view draws: view / node / edge / meta rows, at most `max_rows`.
 
         >>> table = prof.table()                                       # doctest: +SKIP
         >>> [r for r in table.records() if r["row_kind"] == "meta"]   # doctest: +SKIP

@@ -219,6 +219,12 @@ class Capture:
             if self.structures.stale:
                 self.structures.pop_stale()
             step = self._should_sample(module)
+            if (step is not None or self.structures.due) and ap.functorch_active():
+                # `torch.func.vmap(grad(functional_call(model, ...)))`: wrapper tensors without
+                # storage. A step, counted, but neither sampled nor a structure pass (still due).
+                if self._child_handles:
+                    self._maybe_detach_children()
+                return
             # A sampled step while no graph was captured yet derives the graph from its own
             # forward (`step_dataflow`): one forward + backward gives the whole profile.
             derive = step is not None and self.structures.derive_from_sample()

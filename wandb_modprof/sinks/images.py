@@ -64,7 +64,7 @@ def _resolve_view(prof: ProfileData, view: str | None, rows: Sequence[Mapping[st
         return ""
     if not isinstance(view, str):
         raise ModProfError(f"view expected a view key str such as 'layer2#0'; got {view!r}")
-    keys = list(dict.fromkeys(str(r["view_key"]) for r in rows if r["row_kind"] == "node"))
+    keys = [str(r["view_key"]) for r in rows if r["row_kind"] == "view"]
     for candidate in (view, f"{view}#0"):
         if candidate in keys:
             return candidate

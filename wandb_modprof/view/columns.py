@@ -3,7 +3,7 @@ of cell they hold. Takes nothing; gives the constants that the row writer, the W
 `wandb.Table` column types) and the tests read. `wandb_modprof.view.table` re-exports them.
 
 >>> from wandb_modprof.view.columns import COLUMNS, TEXT_COLUMNS
->>> COLUMNS[:3] == TEXT_COLUMNS[:3] == ("row_kind", "view_key", "view_path")
+>>> COLUMNS[:3] == TEXT_COLUMNS[:3] == ("row_kind", "view_key", "node_ref")
 True
 """
 
@@ -12,7 +12,10 @@ from __future__ import annotations
 from wandb_modprof.records.sample import METRICS
 
 TABLE_FORMAT = "wandb_modprof.table"
-TABLE_VERSION = 1
+# 2: views are rows of their own (`view_id`, `view_parent`, `view_last`) and node / edge rows
+# refer to them, with keys and names relative to the view (`view/refs.py`); 1 repeated every
+# ancestor's key on every row (`view_path`, `view_labels`).
+TABLE_VERSION = 2
 # A metric's column holds its colour statistic (`RunningStat.typical`: the median over the
 # samples, the mean for a version-1 file; the `statistic` meta row says which). These metrics
 # also get their spread: mean, std, min, max and last value over the samples.
@@ -26,16 +29,14 @@ FLOP_COLUMNS = ("fwd_flops", "fwd_self_flops", "fwd_flop_per_s")
 TEXT_COLUMNS = (
     "row_kind",
     "view_key",
-    "view_path",
-    "view_labels",
-    "node_key",
+    "node_ref",
     "node_kind",
     "label",
     "sublabel",
-    "module_name",
+    "name_ref",
     "module_type",
-    "src_key",
-    "dst_key",
+    "src_ref",
+    "dst_ref",
     "edge_path",
     "meta_key",
     "meta_value",
@@ -53,7 +54,18 @@ RANK_COLUMNS = (
     "rank_slowest",
     "rank_imbalance",
 )
-INT_COLUMNS = ("view_depth", "call_index", "group_count", "samples", *RANK_INT_COLUMNS)
+# What `ProfileTable.resolved()` adds to each record: the refs read back against their view.
+RESOLVED_COLUMNS = ("node_key", "module_name", "src_key", "dst_key")
+INT_COLUMNS = (
+    "view_id",
+    "view_parent",
+    "view_last",
+    "view_depth",
+    "call_index",
+    "group_count",
+    "samples",
+    *RANK_INT_COLUMNS,
+)
 BOOL_COLUMNS = ("has_view",)
 LAYOUT_COLUMNS = ("x_px", "y_px", "w_px", "h_px", "view_w_px", "view_h_px")
 METRIC_COLUMNS = (
