@@ -179,7 +179,7 @@ def main() -> int:
         for name in ("nested", "flat"):
             case = fitted(name, args.quick)
             table = case.prof.table(MAX_ROWS)
-            views = len({r["view_key"] for r in table.records() if r["row_kind"] == "node"})
+            views = len({r["view_key"] for r in table.resolved() if r["row_kind"] == "node"})
             path = Path(tmp) / f"{name}.html"
             started = time.perf_counter()
             case.prof.to_html(path)

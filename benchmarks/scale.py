@@ -282,11 +282,11 @@ def views_of(table: Any) -> tuple[int, tuple[str, int], tuple[str, int]]:
     """Number of views drawn, the largest (key, nodes) and the deepest (key, depth)."""
     nodes: dict[str, int] = {}
     depth: dict[str, int] = {}
-    for record in table.records():
+    for record in table.resolved():
         if record["row_kind"] == "node":
             key = record["view_key"]
             nodes[key] = nodes.get(key, 0) + 1
-            depth[key] = str(record["view_path"]).count("/")
+            depth[key] = int(record["view_depth"])
     largest = max(nodes, key=lambda k: (nodes[k], k))
     deepest = max(depth, key=lambda k: (depth[k], k))
     return len(nodes), (largest, nodes[largest]), (deepest, depth[deepest])

@@ -11,6 +11,13 @@ What is measured, side by side in one run (ratios, not absolute seconds: the mac
   counting FLOPs, module hooks), over the same step without any hooks. This is the one-off
   cost `watch` pays on the first training step, and again after the call sequence changes.
   Steps alternate plain / structure so drift affects both alike; medians over the repeats.
+* ``sampled`` / ``derived step ms``: a one-step `profile` block (a sampled step, every hook)
+  with ``structure=False``, and the same with the default ``structure=True``, where that first
+  sample also derives the module graph from its own forward (`capture/step_dataflow`: input
+  and output slots and identity maps at every call boundary, each hooked node's inputs, edges
+  resolved when the root returns). ``root fwd ms``: the root's reported forward in each, i.e.
+  how much of that bookkeeping lands inside the timed window (in parents' self time).
+  Alternating with the plain step; medians over the repeats.
 * ``table ms``: `prof.table()` for the same model: merge, view graphs, layout of every view,
   rows. Also for a 2,000-invocation transformer (TinyGPT with 200 blocks), the issue's layout
   target ("well under a second").
@@ -110,6 +117,38 @@ def structure_step_ratio(
     return p, s, s / p
 
 
+def derived_step_cost(
+    model: nn.Module, forward: Callable[[nn.Module], object], repeats: int
+) -> tuple[float, float, float, float]:
+    """Median step ms of a one-step `profile` block without / with the graph derivation, and
+    the median root forward ms each reports."""
+
+    def one_step(structure: bool) -> tuple[float, float]:
+        with wandb_modprof.profile(model, structure=structure) as prof:
+            step_ms = _time(lambda: _loss(forward(model)).backward())
+        model.zero_grad(set_to_none=True)
+        assert len(prof.structures()) == (1 if structure else 0)
+        root_ms = prof.invocations()[0].fwd_ms
+        assert root_ms is not None
+        return step_ms, root_ms
+
+    for _ in range(2):  # warm-up
+        one_step(False)
+        one_step(True)
+    plain: list[tuple[float, float]] = []
+    derived: list[tuple[float, float]] = []
+    for _ in range(repeats):
+        plain.append(one_step(False))
+        derived.append(one_step(True))
+    med = statistics.median
+    return (
+        med(p[0] for p in plain),
+        med(d[0] for d in derived),
+        med(p[1] for p in plain),
+        med(d[1] for d in derived),
+    )
+
+
 def table_ms(
     model: nn.Module, forward: Callable[[nn.Module], object], repeats: int
 ) -> tuple[int, int, float]:
@@ -133,18 +172,26 @@ def main() -> None:
     torch.set_num_threads(1)
     repeats = 2 if args.quick else 15
     print(f"torch {torch.__version__}, 1 thread, {repeats} repeats, medians\n")
-    header = "model, plain step ms, structure step ms, ratio, invocations, table rows, table ms"
+    header = (
+        "model, plain step ms, structure step ms, ratio, sampled step ms, derived step ms, "
+        "root fwd ms sampled / derived, invocations, table rows, table ms"
+    )
     print("| " + " | ".join(header.split(", ")) + " |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, model, forward in _models(args.quick):
         p, s, ratio = structure_step_ratio(model, forward, repeats)
+        sampled, derived, root_s, root_d = derived_step_cost(model, forward, repeats)
         calls, rows, t_ms = table_ms(model, forward, repeats)
-        print(f"| {name} | {p:.1f} | {s:.1f} | {ratio:.2f}x | {calls} | {rows} | {t_ms:.1f} |")
+        print(
+            f"| {name} | {p:.1f} | {s:.1f} | {ratio:.2f}x | {sampled:.1f} | "
+            f"{derived:.1f} ({derived / sampled:.2f}x) | {root_s:.2f} / {root_d:.2f} | "
+            f"{calls} | {rows} | {t_ms:.1f} |"
+        )
     layers = 8 if args.quick else 200  # 10 invocations per block: ~2,000 invocations in all
     big = TinyGPT(dim=32, heads=2, layers=layers)
     big_x = gpt_input(2, 16)
     calls, rows, t_ms = table_ms(big, lambda m: m(big_x), 3 if args.quick else 5)
-    print(f"| TinyGPT ({layers} blocks) | - | - | - | {calls} | {rows} | {t_ms:.1f} |")
+    print(f"| TinyGPT ({layers} blocks) | - | - | - | - | - | - | {calls} | {rows} | {t_ms:.1f} |")
 
 
 if __name__ == "__main__":

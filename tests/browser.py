@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wandb_modprof.view.columns import RESOLVED_COLUMNS
+
 VEGA_VERSION = "5.33.0"
 VEGA_JS = Path(__file__).parent / ".vendor" / f"vega-{VEGA_VERSION}.min.js"
 CHROMIUM = Path(os.environ.get("MODPROF_CHROMIUM", "/usr/bin/chromium"))
@@ -50,6 +52,18 @@ CHROMIUM_ARGS = (
 )
 MARGIN_PX = 16  # the panel sits off the page origin so that offsets are really summed
 TIMEOUT_MS = 15_000
+
+
+def stored(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`rows` as the table stores them: without what `ProfileTable.resolved()` adds (tests
+    read full keys; the panel must find them itself from the refs, as in W&B)."""
+    out = []
+    for row in rows:
+        kept = {k: v for k, v in row.items() if k not in RESOLVED_COLUMNS}
+        if row.get("row_kind") in ("node", "edge"):
+            kept["view_key"] = ""
+        out.append(kept)
+    return out
 
 
 class BrowserUnavailableError(RuntimeError):
@@ -359,7 +373,7 @@ class Panel:
     def set_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Replace the `wandb` rows, as W&B does when new data arrives."""
         # as JSON text: playwright's per-value serialisation takes seconds for 10,000 rows
-        self.page.evaluate("(rows) => __mp.setRows(JSON.parse(rows))", json.dumps(list(rows)))
+        self.page.evaluate("(rows) => __mp.setRows(JSON.parse(rows))", json.dumps(stored(rows)))
         self.settle()
 
     def settle(self) -> None:
@@ -507,7 +521,7 @@ class Browser:
                 height,
                 renderer,
                 rows is not None,
-                json.dumps(list(rows or [])),
+                json.dumps(stored(rows or [])),
             ],
         )
         return panel

@@ -88,7 +88,7 @@ def _steps(model: nn.Module, steps: int, run: Any) -> None:
 
 
 def _table(handle: wandb_modprof.WatchHandle) -> list[dict[str, Any]]:
-    return [dict(r) for r in handle.profile().table().records()]
+    return [dict(r) for r in handle.profile().table().resolved()]
 
 
 def straggler(rank: int, out: Path) -> dict[str, Any]:

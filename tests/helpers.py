@@ -90,8 +90,8 @@ def check_logged_tables(files: Sequence[Path], columns: Sequence[str]) -> None:
 
 
 def profiled(model: nn.Module, x: torch.Tensor, steps: int = 3) -> Any:
-    """A `wandb_modprof.profile` of `steps` forward + backward steps (the first is the
-    structure pass)."""
+    """A `wandb_modprof.profile` of `steps` forward + backward steps (the first is timed and
+    derives the graph, the second is the structure pass)."""
     import wandb_modprof
 
     with wandb_modprof.profile(model) as prof:
@@ -126,16 +126,17 @@ def check_table(table: ProfileTable, max_rows: int = MAX_ROWS) -> None:
     assert len(table.rows) <= max_rows
     kinds = dict.fromkeys(TEXT_COLUMNS, str) | dict.fromkeys(INT_COLUMNS, int)
     kinds |= dict.fromkeys(BOOL_COLUMNS, bool) | dict.fromkeys(NUMBER_COLUMNS, float)
-    records = table.records()
-    for row in records:
+    for row in table.records():
         for column, value in row.items():
             assert type(value) is kinds[column], (column, value)  # no None, no int/float mix
             if isinstance(value, float):
                 assert math.isfinite(value), (column, row)
+    records = table.resolved()
     meta = {r["meta_key"]: r for r in records if r["row_kind"] == "meta"}
     assert meta["table_format"]["meta_value"] == "wandb_modprof.table"
     assert meta["reduced"]["meta_value"] == table.reduced
     views = {r["view_key"] for r in records if r["row_kind"] != "meta"}
+    check_view_rows(records)
     nodes = {(r["view_key"], r["node_key"]): r for r in records if r["row_kind"] == "node"}
     assert len(nodes) == sum(1 for r in records if r["row_kind"] == "node")  # keys unique
     for r in nodes.values():
@@ -157,6 +158,37 @@ def check_table(table: ProfileTable, max_rows: int = MAX_ROWS) -> None:
     # every drawn view but the top one is reachable from a node of its parent view
     for view in views - {meta["root_view"]["meta_value"]}:
         assert any(key == view for (_, key) in nodes), view
+
+
+def check_view_rows(records: list[dict[str, Any]]) -> None:
+    """One `view` row per drawn view, numbered depth first: its `view_parent` is the view of
+    its parent call, its subtree is the interval `[view_id, view_last]` (what the panel's
+    breadcrumbs read), and every node and edge row names a view that has a row."""
+    views = {r["view_id"]: r for r in records if r["row_kind"] == "view"}
+    assert sorted(views) == list(range(len(views)))  # unique, dense
+    assert len({r["view_key"] for r in views.values()}) == len(views)
+    for vid, r in views.items():
+        assert r["view_id"] <= r["view_last"] < len(views)
+        parent = r["view_parent"]
+        if parent == -1:
+            continue
+        up = views[parent]
+        assert up["view_id"] < vid <= up["view_last"]  # inside its parent's interval
+        assert r["view_last"] <= up["view_last"]
+        assert r["view_depth"] > up["view_depth"]
+    for r in records:
+        if r["row_kind"] in ("node", "edge"):
+            assert r["view_id"] in views
+            assert r["view_key"] == views[r["view_id"]]["view_key"]
+
+
+def crumbs(records: list[dict[str, Any]], view_key: str) -> list[str]:
+    """The breadcrumb keys of `view_key` as the panel finds them (by interval), outermost
+    first."""
+    views = [r for r in records if r["row_kind"] == "view"]
+    now = next(r["view_id"] for r in views if r["view_key"] == view_key)
+    inside = [r for r in views if r["view_id"] <= now <= r["view_last"]]
+    return [r["view_key"] for r in sorted(inside, key=lambda r: r["view_id"])]
 
 
 # ---- watching a model's hooks ------------------------------------------------------------
@@ -222,3 +254,34 @@ def reused_layer_profile() -> Any:
             return self.head(self.big(self.big(x)))
 
     return profiled(Twice(), torch.randn(4, 64))
+
+
+def gc_paused_profile(steps: int = 5, paused_step: int = 2) -> tuple[Any, list[Any]]:
+    """A profile of `models.PausedStack` where the middle module runs a full garbage collection
+    on step `paused_step` only, and every sample as it was resolved (to compare the statistics
+    with the clean samples). Live container objects make the collection take tens of ms, far
+    above the module's own ~0.1 ms."""
+    from models import PausedStack
+
+    import wandb_modprof
+
+    torch.manual_seed(0)
+    model = PausedStack()
+    x = torch.randn(8, 64)
+    junk = [[i] for i in range(400_000)]  # tracked objects a full collection must walk
+    samples: list[Any] = []
+    # One torch thread: on a loaded machine idle intra-op threads add ms of noise to 0.1 ms ops
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with wandb_modprof.profile(model) as prof:
+            for step in range(steps):
+                model.middle.collect_next = step == paused_step
+                model(x).pow(2).mean().backward()
+                last = prof.last_sample
+                if last is not None and (not samples or samples[-1] is not last):
+                    samples.append(last)
+    finally:
+        torch.set_num_threads(threads)
+    del junk
+    return prof, samples

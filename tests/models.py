@@ -306,3 +306,36 @@ def gpt2_from_config(vocab: int = 512, ctx: int = 64, dim: int = 128, layers: in
         embd_pdrop=0.0,
     )
     return transformers.GPT2LMHeadModel(config)
+
+
+# ---- a pause inside one call on one step (issue 15: one pause must not paint a module red) --
+class Pausing(nn.Module):
+    """A Linear whose forward runs a full `gc.collect()` when `collect_next` is set (then
+    clears it): the pause a Python garbage collection puts into whichever call it lands in."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.collect_next = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.collect_next:
+            self.collect_next = False
+            import gc
+
+            gc.collect()
+        return self.fc(x)
+
+
+class PausedStack(nn.Module):
+    """Three Linears of one size in a row, the middle one `Pausing`: its peers do the same
+    work, so a colour statistic that a pause does not move matches theirs."""
+
+    def __init__(self, dim: int = 64) -> None:
+        super().__init__()
+        self.first = nn.Linear(dim, dim)
+        self.middle = Pausing(dim)
+        self.last = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.last(torch.relu(self.middle(torch.relu(self.first(x)))))

@@ -9,7 +9,7 @@ writes `layout_gpt2.png` (GPT-2 from a random-weight config: the top view, `tran
 backward time (`bwd_ms`) with the Turbo colormap, normalised over the view's nodes (red = most
 expensive); inputs and outputs are grey; a node whose `bwd_ms` was not measured is white
 with a dashed border. The SVG is ours; `vl-convert-python` turns it into PNG (no browser, no
-system cairo). A tool, not part of the package: it reads only `prof.table().records()`.
+system cairo). A tool, not part of the package: it reads only `prof.table().resolved()`.
 """
 
 from __future__ import annotations
@@ -94,7 +94,11 @@ def render_view(rows: Sequence[Record], view_key: str, dx: float) -> tuple[str, 
     costs = [c for c in map(_bwd_ms, nodes) if c is not None]
     lo, hi = (min(costs), max(costs)) if costs else (0.0, 0.0)
     out = [f'<g transform="translate({dx:.1f},0)">']
-    caption = str(nodes[0]["view_labels"])
+    # the breadcrumbs, as the panel finds them: the views whose subtree holds this one
+    views = [r for r in rows if r["row_kind"] == "view"]
+    now = next(int(r["view_id"]) for r in views if r["view_key"] == view_key)
+    path = [r for r in views if int(r["view_id"]) <= now <= int(r["view_last"])]
+    caption = " / ".join(str(r["label"]) for r in sorted(path, key=lambda r: int(r["view_id"])))
     out.append(
         f'<text x="0" y="16" font-size="{CAPTION_FONT_PX}" font-weight="bold">'
         f"{escape(caption)}</text>"
@@ -173,7 +177,7 @@ def profile_table(model: torch.nn.Module, step: Callable[[], torch.Tensor]) -> l
     with wandb_modprof.profile(model) as prof:
         for _ in range(3):
             step().backward()  # type: ignore[no-untyped-call]  # torch leaves it untyped
-    return prof.table().records()
+    return prof.table().resolved()
 
 
 def gpt2_table() -> list[Record]:

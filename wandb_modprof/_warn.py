@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import warnings
 
 _LOG = logging.getLogger("wandb_modprof")
@@ -24,3 +25,51 @@ def warn_safely(message: str, category: type[Warning], stacklevel: int = 1) -> N
         # the user with, and raising would break training.
         with contextlib.suppress(Exception):
             _LOG.warning("%s", message)
+
+
+# Code that calls ours on the user's behalf: a warning about how the user set things up is
+# reported at the first frame outside these (the user's `watch(...)`, `unwatch()`,
+# `trainer.fit(...)` or `trainer.train()` line), not at our own or a framework's line.
+_NOT_THE_USER = (
+    "wandb_modprof",
+    "torch",
+    "lightning",
+    "pytorch_lightning",
+    "lightning_fabric",
+    "transformers",
+    "accelerate",
+)
+
+
+def _package(frame: object) -> str:
+    name = getattr(frame, "f_globals", {}).get("__name__", "")
+    return name.split(".")[0] if isinstance(name, str) else ""
+
+
+_CALLBACK_MODULES = (
+    "wandb_modprof.integrations.lightning",
+    "wandb_modprof.integrations.huggingface",
+)
+
+
+def entry_point() -> str:
+    """Which of our entry points the current call came through: "lightning" or "huggingface"
+    (the framework callbacks, `wandb_modprof.integrations.*`), else "watch"."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = str(frame.f_globals.get("__name__", ""))
+        if name in _CALLBACK_MODULES:
+            return name.rsplit(".", 1)[1]
+        frame = frame.f_back  # type: ignore[assignment]
+    return "watch"
+
+
+def warn_at_user(message: str, category: type[Warning]) -> None:
+    """`warn_safely` reported at the user's line: the first frame outside wandb_modprof and the
+    frameworks that call it (`_NOT_THE_USER`)."""
+    level = 1  # 1: this function's own frame, as warnings.warn counts from its caller
+    frame = sys._getframe(0)
+    while frame.f_back is not None and _package(frame) in _NOT_THE_USER:
+        frame = frame.f_back
+        level += 1
+    warn_safely(message, category, stacklevel=level)

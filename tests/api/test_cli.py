@@ -5,8 +5,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -42,7 +46,6 @@ def test_demo_trains_and_prints_top_modules(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "2 sampled step(s)" in out
-    assert "Top modules by backward time" in out
     assert out.count("(sampled)") == 2
     assert out.count("(structure pass)") == 1
     assert f"Profile written to {saved}" in out
@@ -55,15 +58,36 @@ def test_demo_trains_and_prints_top_modules(tmp_path):
     prof = wandb_modprof.load(saved)
     assert prof.num_samples == 2
     assert len(prof.structures()) == 1
-    assert any(r["node_kind"] == "self" for r in prof.table().records())
+    assert any(r["node_kind"] == "self" for r in prof.table().resolved())
     page = saved.with_name("demo.html")
     assert f"HTML report written to {page}" in out
     text = page.read_text(encoding="utf-8")
     assert text.startswith("<!doctype html>") and "<title>GPT2LMHeadModel profile</title>" in text
     assert '"node_kind"' in text and "transformer.h.0#0" in text  # the table rows are inlined
-    # the top modules: the summary's tables
-    assert "Top modules by forward time" in out
-    assert "Top modules by activation memory" in out
+    # the top modules: each table is, to the byte, what the command printed above it gives
+    for key, what in _demo.DEMO_MODES:
+        command = f"`wandb-modprof summary {saved} --mode {key}`"
+        assert f"{what}: {command}\n" in out
+        table = out.split(f"{what}: {command}\n")[1].split("\n\n")[0] + "\n"
+        cli = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "wandb_modprof",
+                "summary",
+                str(saved),
+                "--mode",
+                key,
+                "--top",
+                "3",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        assert table == cli.stdout
+        assert f"mode {key} (" in table  # labelled in both: the mode and its label
     trace = saved.with_name("demo.trace.json")
     assert f"Trace of the last sampled step written to {trace}" in out
     events = json.loads(trace.read_text())["traceEvents"]
@@ -153,3 +177,46 @@ def test_a_fifo_given_as_the_profile_fails_at_once(tmp_path, capsys):
         f"wandb-modprof: error: cannot load {str(fifo)!r}: it is a FIFO (named pipe); "
         "expected a regular file\n"
     )
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _console(
+    argv: list[str], entry: str, interrupt_after_s: float
+) -> subprocess.CompletedProcess[str]:
+    """Run `entry` (`module:function`) as the console script does, Ctrl-C after a while."""
+    module, function = entry.split(":")
+    code = f"import sys; from {module} import {function} as f; sys.exit(f())"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *argv],
+        env=env,
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(interrupt_after_s)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_an_interrupt_while_torch_imports_is_one_line_and_130():
+    """The console script's module imports nothing heavy: a Ctrl-C during `import wandb_modprof`
+    (torch: seconds) is caught there. Importing the CLI first (`wandb_modprof.api.cli:main`, the
+    entry point before) printed a traceback from inside torch."""
+    # (tomllib is Python 3.11+; the package supports 3.10)
+    pyproject = (ROOT / "pyproject.toml").read_text("utf-8")
+    (entry,) = re.findall(r'^wandb-modprof = "([^"]+)"$', pyproject, re.MULTILINE)
+    assert entry == "wandb_modprof_cli:main"
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import sys"], check=True)
+    python_s = time.perf_counter() - started  # the interpreter's own start-up, here
+    done = _console(["--help"], entry, interrupt_after_s=python_s + 0.5)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        130,
+        "",
+        "wandb-modprof: error: interrupted\n",
+    ), done.stderr[-800:]

@@ -28,7 +28,7 @@ from wandb_modprof.sinks.compare import compare
 
 
 def _profile(model: nn.Module, x: torch.Tensor, steps: int = 3) -> wandb_modprof.Profile:
-    """A `profile` block around `steps` training steps (the first is the structure pass)."""
+    """A `profile` block around `steps` training steps (the second is the structure pass)."""
     with wandb_modprof.profile(model) as prof:
         for _ in range(steps):
             model(x).float().pow(2).mean().backward()
@@ -48,19 +48,22 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "gpt2": _profile(TinyGPT(layers=2), gpt_input()),
         "gpt3": _profile(TinyGPT(layers=3), gpt_input()),
     }
-    with pytest.warns(RuntimeWarning, match="the block ran one forward"):
-        made["empty"] = _profile(TinyGPT(layers=2), gpt_input(), steps=1)  # no sample
+    empty = TinyGPT(layers=2)
+    with wandb_modprof.profile(empty) as prof:
+        empty(gpt_input())  # no sample: its backward never ran inside the block; a graph
+    assert prof.num_samples == 0 and prof.structures()
+    made["empty"] = prof
     return {name: prof.save(folder / f"{name}.modprof.json") for name, prof in made.items()}
 
 
 def _module_rows(path: Path) -> list[dict[str, Any]]:
     """The node rows of kind module of a profile's table, computed here without the CLI."""
-    records = wandb_modprof.load(path).table().records()
+    records = wandb_modprof.load(path).table().resolved()
     return [r for r in records if r["row_kind"] == "node" and r["node_kind"] == "module"]
 
 
 def _total(path: Path, meta_key: str) -> float:
-    records = wandb_modprof.load(path).table().records()
+    records = wandb_modprof.load(path).table().resolved()
     (row,) = [r for r in records if r["row_kind"] == "meta" and r["meta_key"] == meta_key]
     return float(row["meta_number"])
 
@@ -337,6 +340,9 @@ def test_an_unknown_mode_lists_the_valid_ones(files, capsys):
 def test_usage_errors_exit_2(capsys, argv, message):
     err = _fails(argv, capsys)
     assert message in err and err.startswith("usage: wandb-modprof")
+    # the usage, then one line in the README's form, from a subcommand too
+    (line,) = [text for text in err.splitlines() if "error:" in text]
+    assert line.startswith("wandb-modprof: error: ") and message in line
 
 
 def test_unwritable_outputs_fail_before_any_work(files, tmp_path, capsys):
@@ -408,8 +414,14 @@ def test_help_documents_the_exit_status(capsys):
         assert command in out
     assert "exit status:" in out and "130  interrupted" in out
     assert ", ".join(MODE_KEYS) in out
-    assert _cli.main(["compare", "--help"]) == 0
-    assert "exit status:" in capsys.readouterr().out
+    for command in ("report", "summary", "compare"):  # the commands that take --mode
+        assert _cli.main([command, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert "exit status:" in out and f"analysis modes (--mode): {', '.join(MODE_KEYS)}" in out
+    for command in ("demo", "register-chart"):  # no --mode: no list of modes
+        assert _cli.main([command, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert "exit status:" in out and "--mode" not in out and "analysis modes" not in out
 
 
 # ---- as a user runs it ----------------------------------------------------------------------

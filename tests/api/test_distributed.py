@@ -28,7 +28,7 @@ from wandb_modprof.api import distributed as _distributed
 from wandb_modprof.api.distributed import RankChannel, RankInfo, compact_stats
 from wandb_modprof.records import modes as _modes
 from wandb_modprof.records.ranks import decode, encode, fold
-from wandb_modprof.view.table import RANK_COLUMNS
+from wandb_modprof.view.table import RANK_COLUMNS, ProfileTable
 
 WORKER = Path(__file__).resolve().parents[1] / "dist_worker.py"
 HARD_TIMEOUT_S = 120
@@ -96,7 +96,9 @@ def _last_table(out: Path) -> list[dict[str, Any]]:
         return int(match.group(1))
 
     data = json.loads(max(files, key=step).read_text())
-    return [dict(zip(data["columns"], row, strict=True)) for row in data["data"]]
+    # read back with full keys, as the panel does
+    table = ProfileTable(tuple(data["columns"]), tuple(map(tuple, data["data"])), "")
+    return table.resolved()
 
 
 def _meta(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -222,7 +224,7 @@ def test_watch_ddp_names_modules_as_the_user_knows_them(one_rank_group):
     assert stats["<root>#0"].mean("param_bytes") == (8 * 16 + 16 + 16 * 4 + 4) * 4
     table = prof.table()
     check_table(table)
-    meta = _meta(table.records())
+    meta = _meta(table.resolved())
     assert meta["ranks"]["missing"] == "meta_number"  # world size 1: no per-rank data
 
 
@@ -231,7 +233,7 @@ def test_table_without_distributed_data_lists_rank_columns_as_missing():
     with wandb_modprof.profile(model) as prof:
         for _ in range(3):
             model(torch.randn(4, 8)).sum().backward()
-    records = prof.table().records()
+    records = prof.table().resolved()
     for row in records:
         if row["row_kind"] == "node" and row["node_kind"] == "module":
             assert set(RANK_COLUMNS) <= set(row["missing"].split(","))
@@ -267,7 +269,7 @@ def test_compact_stats_round_trip_and_fold_into_the_table():
     prof.accumulator.set_ranks(fold(3, [mine, slow]))
     table = prof.table()
     check_table(table)
-    records = table.records()
+    records = table.resolved()
     rows = {r["node_key"]: r for r in records if r["node_kind"] == "module"}
     assert rows["fc2#0"]["rank_slowest"] == 1 and rows["fc2#0"]["rank_count"] == 2
     assert rows["fc2#0"]["rank_imbalance"] == pytest.approx(10 / 5.5)

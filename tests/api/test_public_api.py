@@ -59,6 +59,28 @@ def test_summary_lists_top_modules_and_totals():
     assert str(prof) == prof.summary()
 
 
+def test_top_records_have_a_one_line_repr():
+    _, prof = _profiled()
+    rows = prof.top("fwd_ms", n=3)
+    text = repr(rows)
+    assert "\n" not in text and len(text) < 3 * 200  # was ~4 KB for 3 rows
+    first = rows[0]
+    assert repr(first).startswith(f"<ModuleStats {first.key} {first.module_type} fwd_ms=")
+    assert f"fwd_ms={first.typical('fwd_ms'):.4g}" in repr(first)
+    assert "(medians of 1 sample(s); .metrics has " in repr(first)
+    assert first.metrics["fwd_ms"].count == 1  # the data is all still there
+
+
+def test_summary_of_a_small_model_picks_units():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    with wandb_modprof.profile(model, structure=False) as prof:
+        model(torch.randn(4, 8)).sum().backward()
+    text = prof.summary()
+    assert "0.00" not in text and "MiB" not in text
+    assert "128 B" in text  # Linear(8, 8)'s saved 4x8 fp32 input, in bytes, not 0.00 MiB
+    assert " µs" in text or " ms" in text
+
+
 def test_top_rejects_unknown_metric_and_bad_n():
     _, prof = _profiled()
     with pytest.raises(ModProfError, match=r"metric must be one of .*got 'time'"):

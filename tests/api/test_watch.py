@@ -342,7 +342,10 @@ def test_unwatch_between_sampled_forward_and_backward():
         prof = handle.unwatch()
         assert hook_counts(model) == no_hooks(model)
         loss.backward()  # the abandoned sample's node hooks must stay inert
-    assert ours(caught) == []
+    (notice,) = ours(caught)  # no internal error: only unwatch() saying nothing was measured
+    assert "1 training step(s) with log_freq=1 and no sample completed (a sample" in str(
+        notice.message
+    )
     assert prof.num_samples == 0
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         assert torch.equal(p.grad, q.grad)
@@ -360,3 +363,50 @@ def test_unwatch_all():
     wandb_modprof.watch(b, log_freq=1, structure=False, run=disabled_run())
     wandb_modprof.unwatch()
     assert hook_counts(a) == no_hooks(a) and hook_counts(b) == no_hooks(b)
+
+
+# ---- a watch that ends before any sample says so at unwatch() ---------------------------------
+def test_unwatch_before_any_sample_warns_at_the_callers_line_with_what_to_change():
+    model = Probed()
+    handle = wandb_modprof.watch(model, log_freq=100, run=disabled_run())
+    for _ in range(7):
+        train_step(model, torch.randn(4, 16))
+    with recorded_warnings() as caught:
+        handle.unwatch()
+    (notice,) = ours(caught)
+    assert notice.filename == __file__  # this line's unwatch(), not ours
+    assert str(notice.message) == (
+        "wandb_modprof: Probed was watched for 7 training step(s) with log_freq=100: steps "
+        "100, 200, ... are sampled, so none was, nothing logged.\n"
+        "To measure a run this short, pass a log_freq below its length, e.g. "
+        "watch(model, log_freq=2)."
+    )
+    with recorded_warnings() as caught:
+        handle.unwatch()  # already removed: said once
+    assert ours(caught) == []
+
+
+def test_unwatch_without_training_steps_says_what_a_step_is():
+    model = Probed()
+    handle = wandb_modprof.watch(model, log_freq=4, run=disabled_run())
+    with torch.no_grad():
+        model(torch.randn(4, 16))  # not a training step
+    with recorded_warnings() as caught:
+        wandb_modprof.unwatch(model)
+    (notice,) = ours(caught)
+    assert notice.filename == __file__
+    assert "watched for 0 training step(s) with log_freq=4 and no sample was taken: no " in str(
+        notice.message
+    )
+    assert "a forward in training mode with grad enabled" in str(notice.message)
+    assert handle.profile().num_samples == 0
+
+
+def test_unwatch_after_a_sample_says_nothing():
+    model = Probed()
+    handle = wandb_modprof.watch(model, log_freq=2, run=disabled_run())
+    for _ in range(4):
+        train_step(model, torch.randn(4, 16))
+    with recorded_warnings() as caught:
+        prof = handle.unwatch()
+    assert prof.num_samples >= 1 and ours(caught) == []

@@ -59,3 +59,21 @@ def test_saved_tensors_hooks_detection():
     with torch.autograd.graph.save_on_cpu():
         assert ap.saved_tensors_hooks_active()
     assert not ap.saved_tensors_hooks_active()
+
+
+def test_functorch_detection() -> None:
+    """Not required by `check()`, but present on the tested versions: without it a
+    `torch.func` transform over a watched model would warn an internal error again."""
+    from torch.func import vmap
+
+    assert ap._PEEK_FUNCTORCH is not None
+    assert not ap.functorch_active()
+    seen: list[bool] = []
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        seen.append(ap.functorch_active())
+        return x * 2
+
+    vmap(f)(torch.ones(3, 2))
+    assert seen == [True]
+    assert not ap.functorch_active()

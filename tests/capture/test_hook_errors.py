@@ -320,3 +320,45 @@ def test_internal_error_that_keeps_raising_warns_once(where, monkeypatch):
     keys = by_key(prof.invocations())
     assert keys["lin#0"].bwd_ms > 0 and keys["out#0"].bwd_ms > 0
     assert hook_counts(model) == root_only(model)
+
+
+@pytest.mark.parametrize("how", ["watch", "profile"])
+def test_functorch_transforms_pass_through_quietly_and_are_not_sampled(how: str) -> None:
+    """`vmap(grad(functional_call(model, ...)))` (per-sample gradients) runs the forward on
+    functorch wrapper tensors without storage: it used to warn "internal error ... Cannot access
+    data pointer of Tensor that doesn't have storage". Now such a step is passed through
+    unmeasured, results bitwise unchanged, and the ordinary steps after it are measured."""
+    from torch.func import functional_call, grad, vmap
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = functional_call(model, p, (x.unsqueeze(0),))
+        return out.pow(2).sum()
+
+    x = torch.randn(5, 4)
+    per_sample = vmap(grad(loss), in_dims=(None, 0))
+    expected = per_sample(params, x)
+    with recorded_warnings() as caught:
+        if how == "watch":
+            handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
+            got = [per_sample(params, x) for _ in range(3)]
+            for _ in range(3):
+                train_step(model, x)
+            prof = handle.unwatch()
+            assert handle.steps == 6  # counted as steps, never sampled
+        else:
+            with wandb_modprof.profile(model) as prof:
+                got = [per_sample(params, x) for _ in range(3)]
+                for _ in range(3):
+                    train_step(model, x)
+    assert [str(w.message) for w in ours(caught)] == []
+    for out in got:
+        assert all(torch.equal(out[k], expected[k]) for k in expected)
+    # the structure pass waited for an ordinary step; the ones after it are measured
+    assert {r.key for r in prof.invocations()} == {"<root>#0", "0#0", "1#0", "2#0"}
+    assert prof.structures()  # the graph came from an ordinary step
+    assert prof.stats()["0#0"].metrics["fwd_ms"].count == 2
+    assert no_hooks(model) == hook_counts(model)

@@ -502,6 +502,11 @@ def test_example_script_traces_only_layer3s_backward(tmp_path: Path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "aten::convolution_backward" in done.stdout  # the printed table
+    trace_path = tmp_path / "layer3_backward.json"
+    assert done.stdout.rstrip().endswith(
+        f"Trace of layer3's backward on step 3 written to {trace_path} "
+        "(open it in ui.perfetto.dev)."
+    )
 
     # The same model, built in this process: layer3's nodes as offsets from its first one.
     spec = importlib.util.spec_from_file_location("layer_backward", script)
@@ -515,7 +520,7 @@ def test_example_script_traces_only_layer3s_backward(tmp_path: Path):
     nodes = nodes_in_range(into.pop("root"), into["seq0"], into["seq1"])
     want = {(seq - into["seq0"], name) for seq, name in nodes.items()}
 
-    trace = json.loads((tmp_path / "layer3_backward.json").read_text())
+    trace = json.loads(trace_path.read_text())
     traced = {
         (e["args"]["Sequence number"], e["name"].removeprefix(EVALUATE))
         for e in trace["traceEvents"]

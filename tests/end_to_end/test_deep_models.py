@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 import wandb_modprof
-from tests.helpers import disabled_run
+from tests.helpers import check_table, crumbs, disabled_run
+from wandb_modprof.view.table import ProfileTable
 
 DEFAULT_LIMIT = 1000
 
@@ -117,3 +120,63 @@ def test_deep_chain_trains_and_measures_every_level(how: str) -> None:
         for got, want in zip(losses, expected, strict=True):
             assert torch.equal(got, want), depth
     assert sys.getrecursionlimit() == DEFAULT_LIMIT  # the raised limit was put back
+
+
+# ---- the table of a deep model: linear in the calls it shows -----------------------------------
+def profiled_chain(depth: int) -> wandb_modprof.Profile:
+    return profiled_chain_of(chain(depth))
+
+
+def stored_bytes(table: ProfileTable) -> int:
+    """The table as W&B and the report store it: one list of column names, rows as lists."""
+    return len(json.dumps({"columns": list(table.columns), "data": [list(r) for r in table.rows]}))
+
+
+def chain_keys(depth: int) -> list[str]:
+    return ["<root>#0"] + [".".join(["inner"] * d) + "#0" for d in range(1, depth)]
+
+
+def test_table_size_grows_linearly_with_depth() -> None:
+    """Every row used to repeat its ancestors' keys (`view_path`): 1.9 / 10.4 / 70.8 MB of
+    `records()` JSON at depth 50 / 100 / 200, depth cubed. Views are rows now, referred to by
+    number, with keys relative to their view."""
+    sizes = {}
+    for depth in (50, 100, 200):
+        table = profiled_chain(depth).table()
+        check_table(table)
+        assert not table.reduced  # every level drawn
+        records = table.resolved()
+        views = [r for r in records if r["row_kind"] == "view"]
+        assert [r["view_key"] for r in views] == chain_keys(depth)  # one view per Chain
+        # the deepest view's breadcrumbs, found as the panel finds them, are the whole chain
+        assert crumbs(records, chain_keys(depth)[-1]) == chain_keys(depth)
+        sizes[depth] = len(json.dumps(table.records()))
+    assert sizes[200] < 4_000_000, sizes
+    # linear: x2 per doubling (quadratic: x4, cubic: x8; before: x5.4 and x6.8)
+    assert sizes[100] / sizes[50] < 2.3 and sizes[200] / sizes[100] < 2.3, sizes
+
+
+def test_a_500_deep_model_profiles_with_a_table_of_a_few_megabytes(tmp_path: Path) -> None:
+    """Before: three ~1 GB table files and a 1 GB report. A 500-deep chain needs a recursion
+    limit above Python's default even unwatched; the user's limit is kept, ours added on top."""
+    limit = 5 * DEFAULT_LIMIT
+    model = chain(500)
+    sys.setrecursionlimit(limit)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prof = profiled_chain_of(model)
+    assert sys.getrecursionlimit() == limit
+    assert len(prof.invocations()) == 1000  # every Chain and every Linear
+    table = prof.table()
+    check_table(table)
+    assert not table.reduced
+    assert stored_bytes(table) < 4_000_000
+    report = tmp_path / "deep.html"
+    prof.to_html(report)
+    assert report.stat().st_size < 5_000_000
+
+
+def profiled_chain_of(model: nn.Module) -> wandb_modprof.Profile:
+    with wandb_modprof.profile(model) as prof:
+        train(model, steps=2)
+    return prof

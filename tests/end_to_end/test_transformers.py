@@ -111,7 +111,7 @@ def test_gpt2_graph_from_kwargs_to_model_output_fields():
     } <= block
     table = prof.table()
     assert not table.reduced
-    attn = next(r for r in table.records() if r["node_key"] == "transformer.h.0.attn#0")
+    attn = next(r for r in table.resolved() if r["node_key"] == "transformer.h.0.attn#0")
     assert attn["fwd_flops"] > 0 and attn["has_view"]
 
 

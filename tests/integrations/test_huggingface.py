@@ -13,10 +13,18 @@ from typing import Any
 import pytest
 import torch
 import wandb
-from helpers import check_logged_tables, disabled_run, hook_counts, strict_json
+from helpers import (
+    check_logged_tables,
+    disabled_run,
+    hook_counts,
+    ours,
+    recorded_warnings,
+    strict_json,
+)
 from models import gpt2_from_config
 
 from wandb_modprof import ModProfError
+from wandb_modprof.sinks import wandb_log as _wandb_log
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # transformers.Trainer needs it
@@ -130,6 +138,34 @@ def test_options_pass_through_and_run_overrides_wandb_run(tmp_path):
     assert callback.handle.profile().num_samples == 2  # no structure pass: steps 1 and 2
     chart = run.summary["modprof/GPT2LMHeadModel"]
     assert chart.spec.string_fields == {"mode": "bwd", "scale": "linear"}
+
+
+def test_a_short_offline_train_says_at_the_train_line_what_it_logged_and_what_to_change(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(_wandb_log, "_NOTICES", set())  # the offline notice is once per process
+    monkeypatch.delenv("WANDB_ENTITY", raising=False)
+    model = gpt2_from_config()
+    callback = ModProfCallback(log_freq=100)  # the README's value, in a 3-step run
+    args = _args(tmp_path, max_steps=3, gradient_accumulation_steps=1)
+    trainer = transformers.Trainer(
+        model=model, args=args, train_dataset=_dataset(), callbacks=[callback]
+    )
+    with recorded_warnings() as caught:
+        trainer.train()
+    entity, empty = ours(caught)
+    # both at the user's train() line, not at the callback's or transformers' own lines
+    assert entity.filename == empty.filename == __file__
+    assert str(entity.message).splitlines()[1] == (
+        "For the panel: WANDB_ENTITY=E in the environment (report_to='wandb' reads it), then "
+        "register the preset once: `wandb-modprof register-chart --entity E`."
+    )
+    assert str(empty.message) == (
+        "wandb_modprof: GPT2LMHeadModel was watched for 3 optimizer step(s) with log_freq=100: "
+        "steps 100, 200, ... are sampled, so none was, nothing logged.\n"
+        "To measure a run this short, pass a log_freq below its length, e.g. "
+        "ModProfCallback(log_freq=1)."
+    )
 
 
 def test_no_wandb_run_is_a_clear_error_before_training(tmp_path, monkeypatch):

@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 import torch
 import wandb
-from helpers import check_logged_tables, disabled_run, hook_counts, strict_json
+from helpers import (
+    check_logged_tables,
+    disabled_run,
+    hook_counts,
+    ours,
+    recorded_warnings,
+    strict_json,
+)
 from models import TinyGPT
 from torch import nn
 from torch.nn import functional as F  # noqa: N812  (the PyTorch convention)
@@ -20,6 +27,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import wandb_modprof
 from wandb_modprof import ModProfError
+from wandb_modprof.sinks import wandb_log as _wandb_log
 
 L = pytest.importorskip("lightning.pytorch")
 from lightning.pytorch.loggers import WandbLogger  # noqa: E402  (after the importorskip)
@@ -169,9 +177,10 @@ def test_a_resumed_fit_counts_on_from_the_checkpoint_global_step(tmp_path):
     second = _trainer(False, callback, max_steps=8)
     second.fit(lit, _loader(), ckpt_path=tmp_path / "step3.ckpt")
     assert second.global_step == callback.handle.steps == 8  # type: ignore[union-attr]
-    # step 4 is the first after resuming (the structure pass), so step 8 is the only sample
+    # step 4, the first after resuming, is sampled before any graph: it is timed and derives
+    # the graph; step 5 is the structure pass; step 8 the next sample
     assert callback.handle.profile().last_sample.step == 8  # type: ignore[union-attr]
-    assert callback.handle.profile().num_samples == 1  # type: ignore[union-attr]
+    assert callback.handle.profile().num_samples == 2  # type: ignore[union-attr]
 
 
 def test_start_at_step_offsets_the_optimizer_step_count():
@@ -184,6 +193,31 @@ def test_start_at_step_offsets_the_optimizer_step_count():
         opt.step()
     assert handle.steps == 6
     assert handle.unwatch().last_sample.step == 6  # type: ignore[union-attr]
+
+
+def test_a_short_offline_fit_says_at_the_fit_line_what_it_logged_and_what_to_change(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(_wandb_log, "_NOTICES", set())  # the offline notice is once per process
+    monkeypatch.delenv("WANDB_ENTITY", raising=False)
+    logger = WandbLogger(project="modprof-test", save_dir=str(tmp_path), offline=True)
+    callback = ModProfCallback(log_freq=100)  # the README's value, in a 4-step fit
+    with recorded_warnings() as caught:
+        _trainer(logger, callback, max_steps=4).fit(LitGPT(), _loader())
+    entity, empty = ours(caught)
+    # both at the user's fit() line, not at the callback's or Lightning's own lines
+    assert entity.filename == empty.filename == __file__
+    assert str(entity.message).splitlines()[1] == (
+        "For the panel: WandbLogger(entity=E) or WANDB_ENTITY=E, then register the preset "
+        "once: `wandb-modprof register-chart --entity E`."
+    )
+    assert str(empty.message) == (
+        "wandb_modprof: LitGPT was watched for 4 optimizer step(s) with log_freq=100: steps "
+        "100, 200, ... are sampled, so none was, nothing logged.\n"
+        "To measure a run this short, pass a log_freq below its length, e.g. "
+        "ModProfCallback(log_freq=1)."
+    )
+    assert callback.handle is not None and callback.handle.profile().num_samples == 0
 
 
 def test_no_wandb_run_is_a_clear_error_before_training(monkeypatch):

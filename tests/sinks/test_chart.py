@@ -6,6 +6,10 @@ replaced here (by a recording fake); the no-API-key path runs the real SDK."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from typing import Any
 
 import pytest
@@ -61,7 +65,7 @@ def test_register_chart_failures_are_mod_prof_errors():
     with pytest.raises(ModProfError) as raised:
         wandb_modprof.register_chart("team", api=api)
     text = str(raised.value)
-    assert "could not register the chart preset 'team/wandb-modprof-v1'" in text
+    assert "could not register the chart preset 'team/wandb-modprof-v2'" in text
     assert "RuntimeError: permission denied" in text and "wandb login" in text
     for bad in ("a/b", "", "has space"):
         with pytest.raises(ModProfError, match=r"entity expected a W&B name"):
@@ -96,3 +100,38 @@ def test_cli_register_chart_failure_exits_2(monkeypatch, capsys):
     assert captured.out == ""
     assert captured.err.startswith("wandb-modprof: error: could not register the chart preset")
     assert "HTTP 403" in captured.err
+
+
+def test_with_a_key_but_no_answer_the_cli_fails_within_the_bound_naming_the_entity(tmp_path):
+    # A syntactically valid key and no W&B server to reach (this machine has no network; where
+    # one exists, the fake key is refused): the real SDK, each request bounded by TIMEOUT_S.
+    env = dict(os.environ, WANDB_API_KEY="a" * 40, NETRC=str(tmp_path / "no-netrc"))
+    env.pop("WANDB_MODE", None)
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "wandb_modprof", "register-chart", "--entity", "my-team"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(
+        f"wandb-modprof: error: could not register the chart preset 'my-team/{_spec.CHART_NAME}'"
+    )
+    assert f"each request waits at most {_chart.TIMEOUT_S} s" in proc.stderr
+    # the SDK's default took 20-27 s, and W&B's exit handler then waited a minute or more
+    assert elapsed < 3 * _chart.TIMEOUT_S + 6
+
+
+def test_a_failure_before_the_entity_is_known_says_which_entity_was_meant(monkeypatch):
+    def no_api() -> Any:
+        raise RuntimeError("no answer")
+
+    monkeypatch.setattr(_chart, "_new_api", no_api)
+    with pytest.raises(ModProfError, match=r"preset 'team/wandb-modprof-v1' with W&B \("):
+        wandb_modprof.register_chart("team")
+    with pytest.raises(ModProfError, match=r"for the default entity of your API key"):
+        wandb_modprof.register_chart()

@@ -130,7 +130,8 @@ def test_hostile_names_are_text(tmp_path: Path) -> None:
     assert XSS in " ".join(page.text)  # the title, as text
     rows = json.loads(page.scripts[ROWS_ID])
     records = [dict(zip(rows["columns"], r, strict=True)) for r in rows["data"]]
-    assert any(r["module_name"] == XSS and r["module_type"] == XSS for r in records)
+    # stored relative to the view: the root view's own child keeps its full name
+    assert any(r["name_ref"] == XSS and r["module_type"] == XSS for r in records)
     wrapped = resnet_like = prof._repr_html_()
     assert resnet_like.startswith('<iframe srcdoc="') and 'sandbox="allow-scripts"' in wrapped
     assert "<script" not in wrapped and "<img" not in wrapped
@@ -221,7 +222,7 @@ def test_to_svg_draws_the_chosen_view(resnet: wandb_modprof.Profile, tmp_path: P
     svg = resnet.to_svg(tmp_path / "root.svg", mode="bwd")
     assert svg.startswith("<svg") and (tmp_path / "root.svg").read_text("utf-8") == svg
     assert 'width="1100" height="640"' in svg
-    records = resnet.table().records()
+    records = resnet.table().resolved()
 
     def labels(view: str) -> list[str]:
         return [
@@ -240,11 +241,42 @@ def test_to_svg_draws_the_chosen_view(resnet: wandb_modprof.Profile, tmp_path: P
     assert ids.sub("", same) == ids.sub("", inner)
 
 
+def test_pictures_carry_no_interactive_hints(resnet: wandb_modprof.Profile) -> None:
+    # the interactive panel has them (so hiding them below is not vacuous) ...
+    page_spec = json.dumps(_html.report_spec())
+    for hint in ("ANALYSIS MODE (click)", "drag to pan", '"Fit"'):
+        assert hint in page_spec
+    # ... a static picture has none: no pan/zoom hint, no Fit button, no "(click)"
+    svg = resnet.to_svg(width=1100, height=640)
+    assert "drag to pan" not in svg and "(click)" not in svg and ">Fit</text>" not in svg
+    assert ">ANALYSIS MODE</text>" in svg and ">conv1</text>" in svg  # the rest is drawn
+
+
 def test_to_png_has_the_requested_size(resnet: wandb_modprof.Profile, tmp_path: Path) -> None:
     png = resnet.to_png(tmp_path / "p.png", mode="act", width=600, height=400, scale_factor=1.5)
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", png[16:24]) == (900, 600)
     assert (tmp_path / "p.png").read_bytes() == png
+
+
+def test_to_wandb_image_logs_the_picture_to_an_offline_run(
+    resnet: wandb_modprof.Profile, tmp_path: Path
+) -> None:
+    # wandb.Image refuses PNG bytes (it wants a path, PIL image or array) and needs Pillow for
+    # any picture: the documented use is prof.to_wandb_image(), logged as an image file.
+    image = resnet.to_wandb_image(mode="bwd", width=500, height=300, scale_factor=1.0, caption="c")
+    assert isinstance(image, wandb.Image)
+    assert (image._width, image._height) == (500, 300)
+    run = wandb.init(project="picture", dir=str(tmp_path), mode="offline")
+    try:
+        run.log({"modprof/graph": image})
+    finally:
+        run.finish()
+    files = list(Path(run.settings.files_dir).rglob("modprof/graph_*.png"))
+    assert len(files) == 1
+    assert struct.unpack(">II", files[0].read_bytes()[16:24]) == (500, 300)
+    with pytest.raises(ModProfError, match="caption expected a str"):
+        resnet.to_wandb_image(caption=3)  # type: ignore[arg-type]
 
 
 def test_picture_options_are_checked(resnet: wandb_modprof.Profile) -> None:

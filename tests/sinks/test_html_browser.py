@@ -56,7 +56,7 @@ def test_report_draws_from_file_with_the_network_cut(
         assert report.warnings() == []
         assert report.signal("mode") == _modes.DEFAULT_MODE
         assert report.signal("view_now") == ROOT
-        table = resnet_prof.table().records()
+        table = resnet_prof.table().resolved()
         want = sorted(
             r["node_key"] for r in table if r["row_kind"] == "node" and r["view_key"] == ROOT
         )

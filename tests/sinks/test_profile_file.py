@@ -201,7 +201,7 @@ def test_file_header_paths_and_determinism(tmp_path: Path) -> None:
     assert written == tmp_path / "run.json" and sorted(os.listdir(tmp_path)) == ["run.json"]
     doc = json.loads(written.read_text(encoding="utf-8"))
     assert list(doc)[:3] == ["format", "version", "wandb_modprof_version"]
-    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 1
+    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 2
     assert doc["wandb_modprof_version"] == wandb_modprof.__version__
     assert set(doc) - {"format", "version", "wandb_modprof_version"} == {
         "model_name",
@@ -277,7 +277,7 @@ _EDGE = ("structures", 0, "edges", 0)
 _STATS_ROOT = re.escape('stats["<root>#0"]')
 _MEAN_NON_FINITE = _STATS_ROOT + re.escape('.metrics["fwd_ms"].mean: a non-finite number literal')
 _VERSION = re.escape(wandb_modprof.__version__)
-_STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.0}
+_STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.0, "median": 1.0}
 
 
 @pytest.mark.parametrize(
@@ -288,9 +288,9 @@ _STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.
         (
             ("version",),
             999,
-            rf"version 999 \(written by wandb_modprof {_VERSION}\); .* reads version 1; upgrade",
+            rf"version 999 \(written by wandb_modprof {_VERSION}\); .* reads version 1, 2; upgrade",
         ),
-        (("version",), 0, r"unsupported file format version 0 .*reads version 1$"),
+        (("version",), 0, r"unsupported file format version 0 .*reads version 1, 2$"),
         (("version",), True, r"version: expected an integer, got true"),
         (("version",), "1", r'version: expected an integer, got "1"'),
         (("wandb_modprof_version",), 1, r"wandb_modprof_version: expected a string, got 1"),
@@ -473,14 +473,17 @@ _strs = st.text(max_size=8) | st.sampled_from(["nan", "-inf", "__class__", "a|in
 @st.composite
 def _stat(draw: st.DrawFn, metric: str) -> RunningStat:
     """Any statistic the schema's range rules allow (std >= 0, min <= max, min >= 0 for
-    a byte or count metric; NaN passes every rule)."""
+    a byte or count metric, a median within [min, max]; NaN passes every rule)."""
     low, high = draw(_floats), draw(_floats)
     if metric in NON_NEGATIVE_METRICS:
         low, high = abs(low), abs(high)
     low, high = (high, low) if low > high else (low, high)
     std = draw(_floats)
     count = draw(st.integers(0, 2**63 - 1))
-    return RunningStat(count, draw(_floats), abs(std), low, high, draw(_floats))
+    # the median lies in [min, max] (any value where either is not finite), or is unknown
+    bounded = all(map(math.isfinite, (low, high)))
+    median = draw(st.none() | (st.floats(low, high) if bounded else _floats))
+    return RunningStat(count, draw(_floats), abs(std), low, high, draw(_floats), median)
 
 
 def _builds(cls: type, **given: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -582,3 +585,64 @@ def test_any_values_round_trip(
     prof = Profile.from_data(ProfileData(name, num_samples, stats, last, tuple(structures)))
     with tempfile.TemporaryDirectory() as tmp:
         _assert_round_trip(prof, Path(tmp), summary=False)
+
+
+# ---- version 1 (before medians and collections) ------------------------------------------
+V1_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_gpt.v1.modprof.json"
+
+
+def test_a_version_1_file_loads_without_invented_medians(tmp_path: Path) -> None:
+    """The fixture was written by the version-1 writer (TinyGPT, 3 samples) before the bump."""
+    raw = json.loads(V1_FIXTURE.read_text(encoding="ascii"))
+    assert raw["version"] == 1
+    prof = wandb_modprof.load(V1_FIXTURE)
+    data = prof.snapshot()
+    assert data.num_samples == raw["num_samples"] == 3
+    assert list(data.stats) == list(raw["stats"])
+    for key, stats in data.stats.items():
+        assert stats.gc_samples is None  # not watched then: never a made-up 0
+        assert set(stats.metrics) == set(raw["stats"][key]["metrics"])
+        for metric, stat in stats.metrics.items():
+            old = raw["stats"][key]["metrics"][metric]
+            assert (stat.count, stat.mean, stat.min, stat.max) == (
+                old["count"],
+                float(old["mean"]),
+                float(old["min"]),
+                float(old["max"]),
+            )
+            assert stat.median is None and stat.typical == stat.mean  # coloured by the mean
+    assert data.last is not None and all(i.gc_ms is None for i in data.last.invocations)
+    assert all(i.fwd_wall_ms is None for i in data.last.invocations)  # not invented
+    # ... and says so: the profile, the table's meta row, the summary
+    assert data.statistic == "mean"
+    table = prof.table()
+    meta = {r["meta_key"]: r for r in table.records() if r["row_kind"] == "meta"}
+    assert meta["statistic"]["meta_value"] == "mean"
+    node = next(r for r in table.records() if r["node_key"] == "blocks.0#0")
+    assert node["fwd_ms"] == data.stats["blocks.0#0"].metrics["fwd_ms"].mean
+    assert {"gc_samples", "gc_ms_max"} <= set(node["missing"].split(","))
+    assert "means: this profile file (version 1) kept no medians" in prof.summary()
+    # saved again: version 2, the unknowns kept as null, and it reads back the same
+    again = prof.save(tmp_path / "again.modprof.json")
+    doc = json.loads(again.read_text(encoding="ascii"))
+    assert doc["version"] == 2
+    first = next(iter(doc["stats"].values()))
+    assert first["gc_samples"] is None and first["metrics"]["fwd_ms"]["median"] is None
+    assert _same(wandb_modprof.load(again).snapshot().stats, data.stats)
+
+
+def test_a_version_1_file_with_a_version_2_field_is_refused(tmp_path: Path) -> None:
+    doc = json.loads(V1_FIXTURE.read_text(encoding="ascii"))
+    doc["stats"][ROOT]["metrics"]["fwd_ms"]["median"] = 1.0
+    message = re.escape('.metrics["fwd_ms"]: unknown field "median" (in a version 1 file)')
+    with pytest.raises(ModProfError, match=message):
+        _load_text(tmp_path, json.dumps(doc))
+
+
+def test_a_version_2_median_outside_min_max_is_refused(saved_text: str, tmp_path: Path) -> None:
+    doc = json.loads(saved_text)
+    stat = doc["stats"][ROOT]["metrics"]["fwd_ms"]
+    assert stat["min"] <= stat["median"] <= stat["max"]
+    stat["median"] = stat["max"] * 2 + 1
+    with pytest.raises(ModProfError, match=r'\.metrics\["fwd_ms"\]\.median: expected within'):
+        _load_text(tmp_path, json.dumps(doc))

@@ -121,8 +121,8 @@ def test_values_at_the_edge_of_the_rules_load_and_one_step_beyond_fail(
     inv["seq_start"] = -1  # "none", as the profiler writes it
     inv["fwd_mem_delta_bytes"] = -4096  # memory freed: any sign
     _stat(doc, "fwd_ms").update(std="nan", min="nan", max=1.0)  # NaN passes every rule
-    _stat(doc, "fwd_self_ms").update(min=-1.0, max=-1.0, mean=-1.0, last=-1.0)  # times may be < 0
-    _stat(doc, "act_bytes").update(min=0.0, max=0.0, std=0.0)
+    _stat(doc, "fwd_self_ms").update(min=-1.0, max=-1.0, mean=-1.0, last=-1.0, median=-1.0)
+    _stat(doc, "act_bytes").update(min=0.0, max=0.0, std=0.0, median=0.0)
     _load(tmp_path, json.dumps(doc))
     for node, name, beyond in [
         (doc, "num_samples", -1),

@@ -256,7 +256,8 @@ def _profile(model: nn.Module, x: torch.Tensor) -> wandb_modprof.Profile:
 
 
 def _rows(table: ProfileTable) -> list[dict[str, Any]]:
-    return [dict(zip(table.columns, row, strict=True)) for row in table.rows]
+    # full keys to compare with; the panel gets the rows as stored (`browser.stored`)
+    return table.resolved()
 
 
 @pytest.fixture(scope="module")
@@ -775,3 +776,83 @@ def test_spec_writes_no_null(spec: dict[str, Any]) -> None:
                 yield from nulls(x, f"{path}[{i}]")
 
     assert list(nulls(spec, "spec")) == []
+
+
+# ---- the colour statistic (issue 15 item 3) and the card's spread (issue 22 item 7) ---------
+@pytest.fixture(scope="module")
+def paused_rows() -> tuple[list[dict[str, Any]], wandb_modprof.Profile]:
+    from helpers import gc_paused_profile
+
+    prof, _ = gc_paused_profile()
+    return _rows(prof.table()), prof
+
+
+@RENDERERS
+def test_a_paused_sample_does_not_colour_its_module_and_the_card_says_so(
+    open_panel: OpenPanel,
+    spec: dict[str, Any],
+    paused_rows: tuple[list[dict[str, Any]], wandb_modprof.Profile],
+    shot: Shot,
+    renderer: str,
+) -> None:
+    rows, prof = paused_rows
+    paused = "middle#0"
+    stat = prof.stats()[paused].metrics["fwd_ms"]
+    assert stat.mean > 2 * stat.median  # the pause is in the mean, not in the median
+    panel = open_panel(spec, rows, renderer=renderer)
+    # Self time: the collection ran in the paused module's own code (before its child), so
+    # coloured by the mean it would be the view's maximum, at Turbo's end; by the median it
+    # shows its own small work (a wrapper around one Linear).
+    panel.click("mode_entry", lambda i: i.datum["key"] == "self")
+    assert_turbo(panel, rows, "self", "linear")  # by the table's columns: the medians
+    nodes = view_nodes(rows, ROOT)
+    by_mean = {
+        k: r["fwd_self_ms_mean"] + r["bwd_self_ms_mean"]
+        for k, r in nodes.items()
+        if r["node_kind"] == "module"
+    }
+    assert max(by_mean, key=lambda k: by_mean[k]) == paused  # what the mean would have shown
+    turbo_end = browser.parse_color(panel.scale("turbo", 1))
+    assert browser.parse_color(fills(panel)[paused]) != turbo_end
+    headings = [str(i.text) for i in panel.items("totals_heading")]
+    assert headings == ["PER STEP (median over samples)"], headings
+
+    panel.hover("node_rect", lambda i: i.datum["node_key"] == paused)
+    items = sorted(panel.items("card_text"), key=lambda i: i.y)
+    lines = [str(i.text) for i in items]
+    n = prof.num_samples
+    ms = r"[\d.]+ (µs|ms|s)"
+    assert any(re.fullmatch(f"Forward range: {ms} – {ms}", line) for line in lines), lines
+    assert any(re.fullmatch(rf"mean {ms}, {n} samples", line) for line in lines), lines
+    assert any(re.fullmatch(rf"GC in 1 of {n} samples \({ms}\)", line) for line in lines), lines
+    # no note is cut at the card's edge (the spread note was: "... over 3 sa...")
+    limit = _card_text_limit(spec)
+    for item in items[1:]:
+        assert item.width < limit - 4, (item.text, item.width, limit)
+    shot(panel, "paused-card")
+    assert panel.errors() == []
+
+
+def _card_text_limit(spec: Mapping[str, Any]) -> float:
+    """The card text mark's `limit` (px) in the generated spec."""
+
+    def walk(marks: Sequence[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+        for mark in marks:
+            yield mark
+            yield from walk(mark.get("marks", []))
+
+    card = next(m for m in walk(spec["marks"]) if m.get("name") == "card_text")
+    encode = card["encode"]
+    return float({**encode.get("enter", {}), **encode.get("update", {})}["limit"]["value"])
+
+
+def test_a_version_1_profile_is_coloured_by_the_mean_and_says_so(
+    open_panel: OpenPanel, spec: dict[str, Any]
+) -> None:
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_gpt.v1.modprof.json"
+    rows = _rows(wandb_modprof.load(fixture).table())
+    panel = open_panel(spec, rows)
+    headings = [str(i.text) for i in panel.items("totals_heading")]
+    assert headings == ["PER STEP (mean: no medians kept)"], headings
+    assert_turbo(panel, rows, _modes.DEFAULT_MODE, "linear")
+    assert panel.errors() == []

@@ -23,7 +23,7 @@ def test_wheel_ships_the_spec_and_its_loader_reads_it(tmp_path: Path) -> None:
     # Build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "wandb_modprof_cli.py"):
         shutil.copy(ROOT / name, src / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for folder in ("wandb_modprof", "vega_specs"):
@@ -37,6 +37,10 @@ def test_wheel_ships_the_spec_and_its_loader_reads_it(tmp_path: Path) -> None:
     (wheel,) = dist.glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
         assert "wandb_modprof/vega_specs/modprof.vg.json" in zf.namelist()
+        # the console command's module, outside the package (tests/api/test_cli.py)
+        assert "wandb_modprof_cli.py" in zf.namelist()
+        (points,) = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]
+        assert "wandb-modprof = wandb_modprof_cli:main" in zf.read(points).decode()
     target = tmp_path / "target"
     _run(
         sys.executable,

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import vl_convert as vlc
+from browser import stored
 from panel import (
     as_run,
     color_distance,
@@ -25,7 +27,9 @@ from panel import (
     vega_turbo,
     wandb_patched,
 )
+from torch import nn
 
+import wandb_modprof
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODES, mode
 from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.view.table import COLUMNS, ProfileTable
@@ -43,7 +47,7 @@ def render(rows: list[dict[str, Any]], width: int = 960, height: int = 600, **fi
     spec = wandb_patched(_spec.filled(fields), width, height)
     for data in spec["data"]:
         if data["name"] == "wandb":
-            data["values"] = rows
+            data["values"] = stored(rows)
     return vlc.vega_to_scenegraph(spec)
 
 
@@ -216,6 +220,38 @@ def test_no_rows_shows_loading_message() -> None:
     assert marks(scene, "node_rect") == []
 
 
+def _with_version(rows: list[dict[str, Any]], version: float) -> list[dict[str, Any]]:
+    out = [dict(r) for r in rows]
+    for r in out:
+        if r["meta_key"] == "table_format":
+            r["meta_number"] = version
+    return out
+
+
+def test_a_table_of_another_format_version_is_refused_with_a_message(resnet: ProfileTable) -> None:
+    rows = records(resnet)
+    assert next(r["meta_number"] for r in rows if r["meta_key"] == "table_format") == 2.0
+    newer = render(_with_version(rows, 3.0))
+    assert texts(newer, "message") == [
+        "This table was written by a newer wandb_modprof (table format v3); this panel reads v2"
+    ]
+    # a format-1 table (every row held its view's key and path; no view rows) as logged
+    # before: refused with a message, not drawn wrong
+    v1 = [
+        {k: v for k, v in r.items() if k not in ("view_id", "view_parent", "view_last")}
+        for r in _with_version(rows, 1.0)
+        if r["row_kind"] != "view"
+    ]
+    spec = wandb_patched(_spec.filled({}), 960, 600)
+    spec["data"][0]["values"] = v1
+    older = vlc.vega_to_scenegraph(spec)
+    assert texts(older, "message") == [
+        "This table was written by an older wandb_modprof (table format v1); this panel reads "
+        "v2: log the profile again with this version"
+    ]
+    assert marks(older, "node_rect") == []
+
+
 def test_foreign_rows_are_named() -> None:
     scene = render([{"a": 1, "b": "x"}])
     assert texts(scene, "message") == [
@@ -253,14 +289,30 @@ def test_ranked_list_is_sorted_by_the_mode(resnet: ProfileTable) -> None:
         (
             (m.value(r), r["node_key"], r["module_name"])
             for r in rows
-            if r["row_kind"] == "node"
-            and r["node_kind"] in ("module", "group")
-            and m.value(r) is not None
+            if r["row_kind"] == "node" and r["node_kind"] == "module" and m.value(r) is not None
         ),
         key=lambda x: (-x[0], x[1]),
     )
     assert listed
     assert listed == [f"{i + 1}. {name}" for i, (_, _, name) in enumerate(ranked[: len(listed)])]
+
+
+def test_ranked_list_leaves_out_a_merged_group() -> None:
+    """A view too big for the table merges its cheapest modules into one group node, whose
+    sum over them would rank it first, above every module (parameter bytes: deterministic)."""
+    model = nn.Sequential(*(nn.Linear(8, 8) for _ in range(150)))
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(2):
+            model(torch.randn(4, 8)).sum().backward()
+    rows = records(prof.table(max_rows=120))
+    (group,) = [r for r in rows if r["node_kind"] == "group"]
+    m = mode("param")
+    modules = [r for r in rows if r["node_kind"] == "module"]
+    assert m.value(group) > max(m.value(r) for r in modules)  # it would have ranked first
+    listed = texts(render(rows, mode="param"), "top_label")
+    listed.sort(key=lambda t: int(t.split(".")[0]))
+    assert listed and not any("more modules" in t for t in listed)
+    assert listed[0].startswith("1. ") and listed[0][3:] in {r["module_name"] for r in modules}
 
 
 def _with_signal(rows: list[dict[str, Any]], **values: Any) -> Any:
@@ -270,7 +322,7 @@ def _with_signal(rows: list[dict[str, Any]], **values: Any) -> Any:
     for signal in spec["signals"]:
         if signal["name"] in values:
             signal["value"] = values[signal["name"]]
-    spec["data"][0]["values"] = rows
+    spec["data"][0]["values"] = stored(rows)
     return vlc.vega_to_scenegraph(spec)
 
 

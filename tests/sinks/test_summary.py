@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from typing import Any
 
 import pytest
 import torch
@@ -81,11 +82,19 @@ def test_the_summary_writes_numbers_as_units_does(big: ProfileData) -> None:
 
 
 # ---- mode_values: the statistics read directly equal the table's module rows ---------------
+
+
+def _missing(row: dict[str, Any], column: str) -> bool:
+    """Whether the table row names `column` as missing ("*": every missable column)."""
+    missing = str(row["missing"])
+    return missing == "*" or column in missing.split(",")
+
+
 def _table_values(data: ProfileData, key: str) -> ModeValues:
     """`mode_values` as it was computed before: from the full table (with every view laid
     out), reading the module node rows with `Mode.value` and the mode's meta row."""
     m = mode(key)
-    records = build_table(data, 1 << 40).records()
+    records = build_table(data, 1 << 40).resolved()
     meta = {str(r["meta_key"]): r for r in records if r["row_kind"] == "meta"}
     nodes = [r for r in records if r["row_kind"] == "node" and r["node_kind"] == "module"]
     calls = Counter(str(r["module_name"]) for r in nodes)
@@ -96,6 +105,7 @@ def _table_values(data: ProfileData, key: str) -> ModeValues:
             str(r["module_type"]),
             calls[str(r["module_name"])],
             m.value(r),
+            None if _missing(r, "gc_samples") else int(r["gc_samples"]),
         )
         for r in nodes
     )
@@ -103,7 +113,8 @@ def _table_values(data: ProfileData, key: str) -> ModeValues:
     total = None
     if row is not None and row["missing"] != "meta_number":
         total = float(row["meta_number"])
-    return ModeValues(data.model_name, data.num_samples, m, modules, total)
+    statistic = str(meta["statistic"]["meta_value"])
+    return ModeValues(data.model_name, data.num_samples, m, modules, total, statistic)
 
 
 def _gpt2() -> ProfileData:
@@ -162,8 +173,12 @@ def profiles() -> dict[str, ProfileData]:
         for _ in range(3):
             gpt(gpt_input()).sum().backward()
     out["no_structure"] = prof.snapshot()
-    with pytest.warns(RuntimeWarning, match="the block ran one forward"):
-        out["no_samples"] = profiled(TinyGPT(), gpt_input(), steps=1).snapshot()
+    # A graph but no sample: one forward whose backward never ran inside the block.
+    tiny = TinyGPT()
+    with wandb_modprof.profile(tiny) as prof:
+        tiny(gpt_input())
+    out["no_samples"] = prof.snapshot()
+    assert out["no_samples"].num_samples == 0 and out["no_samples"].structures
     out["ranks"] = _with_ranks(out["tiny_gpt"])
     out["odd_numbers"] = _with_odd_numbers(out["resnet"])
     return out

@@ -83,8 +83,13 @@ def test_offline_run_without_entity_logs_tables_and_says_how_to_get_the_panel(tm
         handle = wandb_modprof.watch(model, log_freq=1, run=run, structure=False)
     (notice,) = [w for w in caught if "wandb_modprof" in str(w.message)]
     text = str(notice.message)
-    assert "has no W&B entity" in text and "modprof/ResNet_table" in text
-    assert "WANDB_ENTITY" in text and "wandb-modprof register-chart --entity E" in text
+    assert notice.filename == __file__  # at the user's watch() line, not ours
+    assert text == (
+        f"wandb_modprof: run {run.id} is offline and has no W&B entity, so modprof/ResNet is "
+        "logged as its table alone (modprof/ResNet_table), without the panel.\n"
+        "For the panel: wandb.init(entity=E) or WANDB_ENTITY=E, then register the preset once: "
+        "`wandb-modprof register-chart --entity E`."
+    )
     assert handle.chart is None
     for _ in range(2):
         train_step(model, x)
@@ -106,13 +111,12 @@ def test_offline_notice_is_emitted_once_per_process_with_the_command(tmp_path):
         third = wandb_modprof.watch(TinyGPT(), run=run, structure=False, chart="x/other-v2")
         third.unwatch()
     run.finish()
-    records = [w for w in caught if "wandb_modprof" in str(w.message)]
+    records = [w for w in caught if "is offline" in str(w.message)]
     notices = [str(w.message) for w in records]
     assert notices == [
         f"wandb_modprof: run {run.id} is offline; its modprof panels use the W&B chart preset "
-        f"'my-team/{_spec.CHART_NAME}'. Before `wandb sync`, register the preset once: "
-        "`wandb-modprof register-chart --entity my-team` (or `python -m wandb_modprof "
-        "register-chart --entity my-team`)."
+        f"'my-team/{_spec.CHART_NAME}'.\n"
+        "Before `wandb sync`, register it once: `wandb-modprof register-chart --entity my-team`."
     ]
     assert records[0].filename == __file__  # points at the watch() call
 

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wandb_modprof.stats.running import _Welford
+from wandb_modprof.stats.running import MEDIAN_WINDOW, _Welford
 
 
 @settings(max_examples=200, deadline=None)
@@ -48,3 +48,36 @@ def test_profile_stats_fold_every_sample():
     assert math.isclose(root.mean, float(np.mean(fwd)), rel_tol=1e-9)
     assert math.isclose(root.std, float(np.std(fwd)), rel_tol=1e-6, abs_tol=1e-9)
     assert root.last == fwd[-1] and root.max == max(fwd) and root.min == min(fwd)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.sampled_from([0.0, 1.0, 2.5]), st.floats(-1e6, 1e6, allow_nan=False)),
+        min_size=1,
+        max_size=3 * MEDIAN_WINDOW,
+    )
+)
+def test_running_median_is_exact_up_to_the_window_then_of_the_latest(values):
+    acc = _Welford()
+    for v in values:
+        acc.add(v)
+    kept = values[-MEDIAN_WINDOW:]  # every value while there are fewer than the window
+    assert acc.freeze().median == np.median(np.asarray(kept, dtype=np.float64))
+
+
+def test_a_constant_metric_keeps_no_window_and_a_varying_one_at_most_the_bound():
+    constant, varying = _Welford(), _Welford()
+    for i in range(5 * MEDIAN_WINDOW):
+        constant.add(4096.0)
+        varying.add(float(i % 7))
+    assert constant.window is None and constant.freeze().median == 4096.0
+    assert varying.window is not None and len(varying.window) == MEDIAN_WINDOW
+    assert varying.window.itemsize == 8  # C doubles, not Python floats
+
+
+def test_a_metric_that_starts_varying_late_counts_its_constant_past():
+    acc = _Welford()
+    for v in [3.0] * 10 + [100.0] * 3:
+        acc.add(v)
+    assert acc.freeze().median == 3.0  # ten 3.0 and three 100.0: not the median of [3, 100]

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.spec.expressions import missing, value_expr
+from tools.spec.expressions import missing, resolve_ref, value_expr
 from tools.spec.theme import NO_VALUE_FILL, PORT_FILL
 from wandb_modprof.records.modes import MODES
-from wandb_modprof.sinks.spec import DATASET
+from wandb_modprof.sinks.spec import DATASET, SPEC_VERSION
 
 Data = dict[str, Any]
 PORT = "datum.node_kind === 'input' || datum.node_kind === 'output'"
@@ -59,6 +59,47 @@ def _runs() -> list[Data]:
             ],
         },
         {"name": "cur", "source": "rows", "transform": [_filter("datum.run === run_now")]},
+        {
+            # one row per drawn view (table format 2): its key and module name, written once,
+            # which node and edge rows refer to by `view_id` (see `_in_view`)
+            "name": "view_rows",
+            "source": "rows",
+            "transform": [
+                _filter("datum.row_kind === 'view'"),
+                _formula("vref", "datum.run + '/' + datum.view_id"),
+            ],
+        },
+        {
+            "name": "cur_views",
+            "source": "view_rows",
+            "transform": [_filter("datum.run === run_now")],
+        },
+        {
+            "name": "view_at",
+            "source": "cur_views",
+            "transform": [_filter("datum.view_key === view_now")],
+        },
+    ]
+
+
+def _in_view(*refs: tuple[str, str]) -> list[dict[str, Any]]:
+    """Transforms giving a node or edge row its view's `view_key` and each `(field, ref
+    column)` the full string: the table stores them relative to the view. Every field written
+    is new or derived from other fields only, so re-running a transform never resolves twice."""
+    lookup = {
+        "type": "lookup",
+        "from": "view_rows",
+        "key": "vref",
+        "fields": ["vref"],
+        "values": ["view_key", "name_ref"],
+        "as": ["vk", "vn"],
+        "default": "",
+    }
+    return [
+        _formula("vref", "datum.run + '/' + datum.view_id"),
+        lookup,
+        _formula("view_key", "datum.vk"),
+        *(_formula(field, resolve_ref(f"datum.{ref}")) for field, ref in refs),
     ]
 
 
@@ -85,6 +126,7 @@ def _meta() -> list[Data]:
                 ("model", "model_name"),
                 ("reduced", "reduced"),
                 ("format", "table_format"),
+                ("statistic", "statistic"),
             )
         ],
     ]
@@ -109,7 +151,10 @@ def _nodes() -> list[Data]:
             "name": "nodes_every",
             "source": "rows",
             "transform": [
-                _filter("datum.row_kind === 'node'"),
+                # a table of another format is not drawn (a message says why, `lists._message`):
+                # read with this version's columns its nodes would all land in one view
+                _filter(f"datum.row_kind === 'node' && format_version === {SPEC_VERSION}"),
+                *_in_view(("node_key", "node_ref"), ("module_name", "name_ref")),
                 *(_formula(f"v_{m.key}", value_expr(m)) for m in MODES),
             ],
         },
@@ -209,7 +254,11 @@ def _drawn() -> list[Data]:
         {
             "name": "vedges",
             "source": "cur",
-            "transform": [_filter("datum.row_kind === 'edge' && datum.view_key === view_now")],
+            "transform": [
+                _filter("datum.row_kind === 'edge'"),
+                *_in_view(("src_key", "src_ref"), ("dst_key", "dst_ref")),
+                _filter("datum.view_key === view_now"),
+            ],
         },
         {
             "name": "focus",

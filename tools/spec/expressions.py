@@ -124,3 +124,13 @@ def heading_rows() -> list[tuple[str, int, int]]:
 
 def legend_rows() -> int:
     return 1 + max(mode_cell(m)[1] for m in MODES)
+
+
+# ---- refs (the table's keys and names relative to their view, `wandb_modprof/view/refs.py`) --
+def resolve_ref(ref: str, vk: str = "datum.vk", vn: str = "datum.vn") -> str:
+    """The string the ref `ref` stands for, in the view with key `vk` and module name `vn`."""
+    head = f"slice({ref}, 0, 1)"
+    return (
+        f"({ref} === '=' ? {vn} : {head} === '|' ? {vk} + {ref} : {head} === '.' ? {vn} + {ref} "
+        f": {head} === '~' ? slice({ref}, 1) : {ref})"
+    )

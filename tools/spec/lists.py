@@ -40,15 +40,24 @@ def lists() -> list[Data]:
 def _card_line() -> str:
     """Line `datum.line_i` of the hover card: the node, its value in every mode, then notes."""
     v = "datum.mv"
+    spread = "datum.samples > 0 && isValid(datum.fwd_ms_std) && datum.node_kind === 'module'"
     value = (
         f"isValid({v}) ? datum.ml + ': ' + ({fmt('datum.mu', v)}) + ({share('datum.mt', v)}) : ''"
     )
     notes = [
         "cmp ? (isValid(datum.bv) && datum.bv > 0 && isValid(datum.v) ? 'vs baseline: ' + "
         f"({fmt_ratio('datum.v / datum.bv')}) : 'not in the baseline run') : ''",
-        "datum.samples > 0 && isValid(datum.fwd_ms_std) && datum.node_kind === 'module' ? "
-        f"'Forward spread: ' + ({fmt_ms('datum.fwd_ms_min')}) + ' – ' + "
-        f"({fmt_ms('datum.fwd_ms_max')}) + ' over ' + datum.samples + ' samples' : ''",
+        # The spread, split over two short lines: one line of it ("Forward spread: ... over 3
+        # samples") did not fit the card and was cut. The values above are the medians
+        # (`statistic`), so the mean is said here, beside the range.
+        f"{spread} ? 'Forward range: ' + ({fmt_ms('datum.fwd_ms_min')}) + ' – ' + "
+        f"({fmt_ms('datum.fwd_ms_max')}) : ''",
+        f"{spread} ? (statistic === 'median' ? 'mean ' + ({fmt_ms('datum.fwd_ms_mean')}) + ', ' "
+        ": '') + datum.samples + (datum.samples === 1 ? ' sample' : ' samples') : ''",
+        # A sample that held a garbage collection (`capture/gc_watch.py`): its values include
+        # the pause, which the median leaves out while the other samples outnumber it.
+        f"!{missing('gc_samples')} && datum.gc_samples > 0 ? 'GC in ' + datum.gc_samples + "
+        f"' of ' + datum.samples + ' samples (' + ({fmt_ms('datum.gc_ms_max')}) + ')' : ''",
         f"!{missing('rank_slowest')} && datum.rank_count > 1 ? 'Slowest rank: ' + "
         "datum.rank_slowest + ' of ' + datum.rank_count : ''",
         "datum.has_view ? 'Click to open' : ''",
@@ -62,7 +71,7 @@ def _card_line() -> str:
 
 
 def _card() -> Data:
-    lines = N + 6  # the header, one per mode, five notes
+    lines = N + 8  # the header, one per mode, seven notes
     per_mode = [
         _formula(
             f"m{field}",
@@ -94,13 +103,15 @@ def _card() -> Data:
 def _crumbs() -> Data:
     return {
         "name": "crumbs",
-        "source": "vnodes",
+        # the current view and its ancestors: views are numbered depth first, so they are the
+        # views whose interval [view_id, view_last] holds the current view's id
+        "source": "cur_views",
         "transform": [
-            {"type": "window", "ops": ["row_number"], "as": ["first"]},
-            _filter("datum.first === 1"),
-            _formula("keys", "split(datum.view_path, ' / ')"),
-            _formula("labels", "split(datum.view_labels, ' / ')"),
-            {"type": "flatten", "fields": ["keys", "labels"], "as": ["key", "text"], "index": "i"},
+            _filter("datum.view_id <= view_now_id && view_now_id <= datum.view_last"),
+            _formula("key", "datum.view_key"),
+            _formula("text", "datum.label"),
+            {"type": "window", "sort": {"field": "view_id"}, "ops": ["row_number"], "as": ["n"]},
+            _formula("i", "datum.n - 1"),
             _formula("w", f"length(datum.text) * {CRUMB_CHAR_W_PX} + 22"),
             {
                 "type": "window",
@@ -120,7 +131,9 @@ def _top() -> Data:
         "name": "top",
         "source": "nodes_all",
         "transform": [
-            _filter("datum.node_kind === 'module' || datum.node_kind === 'group'"),
+            # modules only: a group node ("7804 more modules") holds the sum of many and would
+            # rank first, above the modules it is not
+            _filter("datum.node_kind === 'module'"),
             _formula("v", "datum['v_' + mode]"),
             _filter("isValid(datum.v)"),
             {
@@ -242,6 +255,9 @@ def _message() -> str:
         "format_version === 0 ? 'These rows are not a wandb_modprof table (no table_format row)' : "
         f"format_version > {SPEC_VERSION} ? 'This table was written by a newer wandb_modprof "
         f"(table format v' + format_version + '); this panel reads v{SPEC_VERSION}' : "
+        f"format_version < {SPEC_VERSION} ? 'This table was written by an older wandb_modprof "
+        f"(table format v' + format_version + '); this panel reads v{SPEC_VERSION}: log the "
+        "profile again with this version' : "
         "length(data('vnodes')) === 0 ? "
         "'No module graph in this profile (no structure pass ran)' : "
         "!(avail['v_' + mode] > 0) ? mode_label + ' was not measured in this run' : ''"

@@ -28,7 +28,10 @@ def totals_and_top() -> list[Mark]:
             {
                 "x": {"value": 0},
                 "y": {"signal": "totals_y + 10"},
-                "text": {"value": "PER STEP (mean over samples)"},
+                "text": {
+                    "signal": "statistic === 'median' ? 'PER STEP (median over samples)' : "
+                    "'PER STEP (mean: no medians kept)'"
+                },
             }
             | HEADING,
         ),

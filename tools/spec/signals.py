@@ -117,6 +117,7 @@ def _views() -> list[Signal]:
             "update": "indexof(pluck(data('views'), 'view_key'), view_pick) >= 0 ? view_pick : "
             "root_view",
         },
+        {"name": "view_now_id", "update": _first("view_at", "view_id", "-1")},
         {
             "name": "focus_key",
             "value": "",
@@ -144,6 +145,9 @@ def _meta() -> list[Signal]:
         {"name": "model_name", "update": _first("m_model", "meta_value", "''")},
         {"name": "reduced_text", "update": _first("m_reduced", "meta_value", "''")},
         {"name": "format_version", "update": _first("m_format", "meta_number", "0")},
+        # what the metric columns hold: "median", or "mean" (a version-1 profile file, or a
+        # table written before the row existed, whose columns were means)
+        {"name": "statistic", "update": _first("m_statistic", "meta_value", "'mean'")},
         {"name": "banner_h", "update": "reduced_text ? 22 : 0"},
         {"name": "gw", "update": f"max(60, width - {GX0})"},
         {"name": "gh", "update": f"max(60, height - {GY0} - banner_h)"},

@@ -15,7 +15,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODE_KEYS, SCALES
@@ -41,9 +41,20 @@ exit status:
        is missing, not JSON or not a wandb_modprof profile, an output path whose directory
        does not exist or that is a directory, a W&B request that failed (register-chart)
   130  interrupted (Ctrl-C)
-Errors are one line on stderr: "wandb-modprof: error: ...".
+Errors are one line on stderr: "wandb-modprof: error: ..."."""
+# only where a --mode is taken (report, summary, compare) and in the overview
+MODES_EPILOG = EPILOG + "\n\nanalysis modes (--mode): " + ", ".join(MODE_KEYS)
 
-analysis modes (--mode): """ + ", ".join(MODE_KEYS)
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as the README states them, from subcommands too: the usage, then
+    `wandb-modprof: error: ...` (argparse would write `wandb-modprof summary: error: ...`)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        _error(message)
+        sys.exit(EXIT_INPUT)
+
 
 PROFILE_SUFFIX = ".modprof.json"
 
@@ -76,8 +87,8 @@ def _add_top(parser: argparse.ArgumentParser, default: int, what: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="wandb-modprof", description=__doc__, epilog=EPILOG, formatter_class=formatter
+    parser: argparse.ArgumentParser = _Parser(
+        prog="wandb-modprof", description=__doc__, epilog=MODES_EPILOG, formatter_class=formatter
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_demo_parser, _report_parser, _summary_parser, _compare_parser, _chart_parser):
@@ -119,7 +130,7 @@ def _report_parser(sub: _Commands) -> None:
         help="profile file -> self-contained HTML report",
         description="Write the HTML report of a saved profile (works offline: no server, no "
         "CDN) and print its path.",
-        epilog=EPILOG,
+        epilog=MODES_EPILOG,
         formatter_class=formatter,
     )
     report.add_argument("profile", metavar="PROFILE", help="a *.modprof.json file")
@@ -147,10 +158,10 @@ def _summary_parser(sub: _Commands) -> None:
         "summary",
         help="profile file -> the top modules in one analysis mode",
         description="Print the top module calls of a saved profile in one analysis mode: value "
-        "(mean over the sampled steps, with its unit), share of the model total where the mode "
+        "(median over the sampled steps, with its unit), share of the model total where the mode "
         "has one, module type and how many times the module is called per step. One row per "
         "call (`name#index`); the root is the model total.",
-        epilog=EPILOG,
+        epilog=MODES_EPILOG,
         formatter_class=formatter,
     )
     summary.add_argument("profile", metavar="PROFILE", help="a *.modprof.json file")
@@ -167,7 +178,7 @@ def _compare_parser(sub: _Commands) -> None:
         description="Match the module calls of two saved profiles by call key and print the "
         "ratio B / A of each in one analysis mode, largest change (|log ratio|) first, then the "
         "calls found in one profile only, and the ratio of the model totals.",
-        epilog=EPILOG,
+        epilog=MODES_EPILOG,
         formatter_class=formatter,
     )
     compare.add_argument("a", metavar="A", help="baseline *.modprof.json file")
@@ -298,8 +309,21 @@ def _compare(args: argparse.Namespace) -> int:
 def _register_chart(args: argparse.Namespace) -> int:
     from wandb_modprof.sinks.chart import register_chart
 
-    _write(f"{register_chart(args.entity, name=args.name, public=args.public)}\n")
+    try:
+        name = register_chart(args.entity, name=args.name, public=args.public)
+    except ModProfError:
+        _ABANDON_WANDB_SERVICE[0] = True
+        raise
+    _write(f"{name}\n")
     return EXIT_OK
+
+
+# Without network, W&B's background service (wandb-core) goes on retrying after our request
+# gave up, and W&B's exit handler waits for it: `register-chart` printed its error after ~9 s,
+# then the process sat there for a minute or more (2 runs in 5 here). A command process that
+# failed in register-chart has nothing left to save, so it ends without that wait (the service
+# exits with its parent). Set by `_register_chart`; acted on by `main()` run as the command.
+_ABANDON_WANDB_SERVICE = [False]
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -324,12 +348,18 @@ def _error(text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns the exit status (see EPILOG) instead of exiting."""
+    """Run one command; returns the exit status (see EPILOG) instead of exiting (except for a
+    failed register-chart run as the command itself, argv None: see _ABANDON_WANDB_SERVICE)."""
     try:
-        return _run(argv)
+        status = _run(argv)
     except KeyboardInterrupt:  # from the first line on: building the parser, parsing, imports
         _error("interrupted")
         return EXIT_INTERRUPTED
+    if argv is None and _ABANDON_WANDB_SERVICE[0]:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
 
 
 def _run(argv: list[str] | None) -> int:

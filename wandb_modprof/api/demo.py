@@ -13,6 +13,15 @@ import torch
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.api.profile import Profile
 from wandb_modprof.api.watch import WatchHandle, watch
+from wandb_modprof.sinks.summary import format_mode_summary
+from wandb_modprof.sinks.values import mode_values
+
+# The demo's tables: (analysis mode, what its ranking says)
+DEMO_MODES = (
+    ("self", "Top modules by their own work (self time, forward + backward; no children)"),
+    ("bwd", "Top module calls by backward time (inclusive: a container includes its children)"),
+    ("act", "Top module calls by activation memory (inclusive)"),
+)
 
 
 def _gpt2(layers: int, dim: int) -> tuple[torch.nn.Module, int]:
@@ -136,15 +145,20 @@ def _train(
 def _write_outputs(
     handle: WatchHandle, profile: Profile, run: Any, top: int, save: str, out: TextIO
 ) -> None:
-    """The summary, the profile file, the report, the trace, and where the W&B run went."""
-    print(profile.summary(n=top), file=out)
+    """The top modules, the profile file, the report, the trace, and where the W&B run went."""
     target = Path(save)
     target.parent.mkdir(parents=True, exist_ok=True)
     stem = target.name.split(".")[0]
     path = profile.save(target)
+    data = profile.snapshot()
+    # The tables `wandb-modprof summary PROFILE --mode M` prints, so the demo and the command
+    # it suggests rank alike: `self` by each module's own work, `bwd` and `act` inclusive.
+    for key, what in DEMO_MODES:
+        print(f"{what}: `wandb-modprof summary {path} --mode {key}`", file=out)
+        print(format_mode_summary(mode_values(data, key), top), file=out)
     print(
-        f"Profile written to {path} (load it with wandb_modprof.load({str(path)!r}), or "
-        f"`wandb-modprof summary {path} --mode bwd`).",
+        f"Profile written to {path} (load it with wandb_modprof.load({str(path)!r}); the tables "
+        "above are `wandb-modprof summary` of it, one --mode each).",
         file=out,
     )
     html = profile.to_html(target.with_name(stem + ".html"))

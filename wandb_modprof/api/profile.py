@@ -85,7 +85,8 @@ class Profile:
     def top(
         self, metric: str = "bwd_self_ms", n: int = 10, include_root: bool = False
     ) -> list[ModuleStats]:
-        """The `n` call keys with the largest mean `metric`."""
+        """The `n` call keys with the largest `metric`: its median over the samples (the mean
+        for a profile read from a version-1 file; `RunningStat.typical`)."""
         if metric not in METRICS:
             raise ModProfError(f"metric must be one of {', '.join(METRICS)}; got {metric!r}")
         if not isinstance(n, int) or n < 1:
@@ -93,9 +94,9 @@ class Profile:
         rows = [
             s
             for s in self.stats().values()
-            if s.mean(metric) is not None and (include_root or s.parent_key is not None)
+            if s.typical(metric) is not None and (include_root or s.parent_key is not None)
         ]
-        rows.sort(key=lambda s: s.mean(metric) or 0.0, reverse=True)
+        rows.sort(key=lambda s: s.typical(metric) or 0.0, reverse=True)
         return rows[:n]
 
     def summary(self, n: int = 10) -> str:
@@ -122,7 +123,7 @@ class Profile:
         }
 
     def table(self, max_rows: int = 10_000) -> ProfileTable:
-        """The flat table every view draws: node / edge / meta rows, at most `max_rows`.
+        """The flat table every view draws: view / node / edge / meta rows, at most `max_rows`.
 
         >>> table = prof.table()                                       # doctest: +SKIP
         >>> [r for r in table.records() if r["row_kind"] == "meta"]   # doctest: +SKIP
@@ -243,7 +244,9 @@ class Profile:
         """The panel as PNG bytes of `width * scale_factor` x `height * scale_factor` pixels
         (written to `path` too when given); arguments as `to_svg`.
 
-        >>> run.log({"graph": wandb.Image(io.BytesIO(prof.to_png()))})  # doctest: +SKIP
+        >>> open("graph.png", "wb").write(prof.to_png(scale="log"))  # doctest: +SKIP
+
+        For W&B use `to_wandb_image` (`wandb.Image` does not take PNG bytes).
         """
         from wandb_modprof.sinks.images import to_png
 
@@ -257,6 +260,33 @@ class Profile:
             height=height,
             scale_factor=scale_factor,
         )
+
+    def to_wandb_image(
+        self,
+        *,
+        mode: str = DEFAULT_MODE,
+        scale: str = DEFAULT_SCALE,
+        view: str | None = None,
+        width: int = 1100,
+        height: int = 640,
+        scale_factor: float = 2.0,
+        caption: str | None = None,
+    ) -> Any:
+        """The panel as a `wandb.Image` (the PNG of `to_png`, opened with Pillow), to log.
+
+        >>> run.log({"modprof/graph": prof.to_wandb_image(mode="bwd")})  # doctest: +SKIP
+        """
+        from wandb_modprof.sinks.images import to_wandb_image
+
+        png = self.to_png(
+            mode=mode,
+            scale=scale,
+            view=view,
+            width=width,
+            height=height,
+            scale_factor=scale_factor,
+        )
+        return to_wandb_image(png, caption)
 
     def __str__(self) -> str:
         return self.summary()

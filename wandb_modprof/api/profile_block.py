@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from types import TracebackType
 
 import torch
@@ -53,14 +52,6 @@ class ProfileBlock:
     ) -> None:
         self._capture.detach()
         _registry.release(self.model, self)
-        if exc_type is None and 0 < self._forwards <= self._profile.accumulator.num_structures():
-            warnings.warn(
-                "wandb_modprof.profile(): the block ran one forward and it was the structure "
-                "pass (module graph, FLOPs), which is never timed. Run at least two steps "
-                "inside the block, or pass structure=False to time every forward.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
 
 
 def profile(
@@ -82,12 +73,13 @@ def profile(
     Every forward inside the block is one sample, train or eval, with or without grad; its
     backward is measured when it runs inside the block. Options as for `watch`.
 
-    With `structure=True` (the default) the first forward inside the block is a structure
-    pass: it records the module graph and FLOPs and is not timed (it doubles as the warm-up
-    step, which is unrepresentative anyway: lazy initialisation, allocator growth, kernel
-    selection). Run at least two steps inside the block. A later forward that calls a new
-    sequence of modules triggers one more structure pass. `structure=False` times every forward
-    and the graph has no dataflow edges.
+    One step is enough: the first timed forward with no module graph yet derives the graph
+    (calls, dataflow edges) from what it records anyway, so a block of one forward + backward
+    gives times, memory, graph, trace and report (FLOPs not measured: marked so). With
+    `structure=True` (the default) the next forward is a structure pass: untimed, it adds FLOPs
+    and the edges only Python-level tracing sees, and replaces the derived graph. A later
+    forward that calls a new sequence of modules triggers one more structure pass.
+    `structure=False` times every forward and the graph has no dataflow edges.
     """
     check_model(model, "profile()")
     options = parse_options(

@@ -17,6 +17,7 @@ from wandb_modprof._validate import (
     check_optimizer,
     check_run,
 )
+from wandb_modprof._warn import entry_point, warn_at_user
 from wandb_modprof.api.distributed import RankChannel, open_channel, rank_info
 from wandb_modprof.api.profile import Profile
 from wandb_modprof.capture import registry as _registry
@@ -95,6 +96,7 @@ class WatchHandle:
         self._wandb_log: WandbLog | None = None
         self._ranks: RankChannel | None = None  # distributed runs: per-rank statistics
         self._counter = _StepCounter(log_freq, optimizer)
+        self._structure = options.structure  # for the no-sample warning of unwatch()
         self._acc = ProfileAccumulator(type_name(model))
         self._profile = Profile(self._acc.model_name, self._acc)
         try:
@@ -161,6 +163,8 @@ class WatchHandle:
             _registry.release(self.model, self)
             # final: the HTML report joins the last sample's log (`<key>/report`)
             self._log_samples(force=True, final=True)
+            if self._acc.num_samples == 0:
+                warn_at_user(_no_sample_text(self, entry_point()), UserWarning)
         return self._profile
 
     def __repr__(self) -> str:
@@ -169,6 +173,37 @@ class WatchHandle:
             f"<wandb_modprof.WatchHandle {type(self.model).__name__} log_freq={self.log_freq} "
             f"steps={self.steps} samples={self._acc.num_samples} {state}>"
         )
+
+
+def _no_sample_text(handle: WatchHandle, entry: str) -> str:
+    """Why a watch ended with nothing measured, and what to change (two lines)."""
+    model, steps, freq = type(handle.model).__name__, handle.steps, handle.log_freq
+    unit = "optimizer step" if handle._counter._handle is not None else "training step"
+    head = f"wandb_modprof: {model} was watched for {steps} {unit}(s) with log_freq={freq}"
+    if steps == 0:
+        why = (
+            f"{head} and no sample was taken: no {unit} was counted (a step is a forward "
+            "in training mode with grad enabled), so nothing was logged.\n"
+        )
+    elif steps < freq:
+        why = f"{head}: steps {freq}, {2 * freq}, ... are sampled, so none was, nothing logged.\n"
+    else:
+        first = "the first training step is the structure pass; " if handle._structure else ""
+        why = (
+            f"{head} and no sample completed ({first}a sample counts once its backward has "
+            "ended), so nothing was logged.\n"
+        )
+    suggest = max(1, steps // 3)
+    call = {
+        "watch": f"watch(model, log_freq={suggest})",
+        "lightning": f"ModProfCallback(log_freq={suggest})",
+        "huggingface": f"ModProfCallback(log_freq={suggest})",
+    }[entry]
+    return why + (
+        f"To measure a run this short, pass a log_freq below its length, e.g. {call}."
+        if steps > 1
+        else f"Train for more steps (at least 2), or sample more often: {call}."
+    )
 
 
 def count_from(handle: WatchHandle, optimizer_steps: int) -> None:
@@ -235,14 +270,17 @@ def watch(
         norms: measure parameter and gradient norms per module.
         structure: capture the module graph (dataflow between calls) and FLOPs on the first
             training step, and again after a sampled step that called a new sequence of
-            modules. That step is never timed (if it was due for sampling, it is skipped).
+            modules. That step is never timed (if it was due for sampling, it is skipped),
+            except when the first sampled step comes before any graph (`log_freq=1`): that
+            step is timed and derives the graph (no FLOPs) from its own forward, and the
+            structure pass takes the next step.
         nvtx: on sampled steps, emit NVTX ranges `<module>.forward` / `<module>.backward` for
             Nsight Systems (needs a CUDA build of torch).
         default_mode: what the panel colours nodes by when opened: one of
             `records.modes.MODE_KEYS` ("fwd", "bwd", "fwd_bwd", "self", "act", "param", ...).
         default_scale: the panel's initial colour scale, "linear" or "log".
         chart: the W&B chart preset "entity/name" (from `register_chart`); default
-            `<run entity>/wandb-modprof-v1` (`$WANDB_ENTITY` when the run has none). An
+            `<run entity>/wandb-modprof-v2` (`$WANDB_ENTITY` when the run has none). An
             offline run with no entity at all logs the tables without the panel, and says so.
     """
     check_model(model, "watch()")

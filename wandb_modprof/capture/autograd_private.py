@@ -22,6 +22,9 @@ def _lookup(owner: Any, attr: str) -> Any:
 _GET_SEQUENCE_NR = _lookup(torch._C._autograd, "_get_sequence_nr")
 _CURRENT_GRAPH_TASK_ID = _lookup(torch._C, "_current_graph_task_id")
 _TOP_SAVED_TENSORS_HOOKS = _lookup(torch._C._autograd, "_top_saved_tensors_default_hooks")
+# Not required (a torch without it is taken to have no transform running): `check()` leaves
+# it out, `tests/capture/test_autograd_private.py` pins it on the tested versions.
+_PEEK_FUNCTORCH = _lookup(getattr(torch._C, "_functorch", None), "peek_interpreter_stack")
 
 
 def check() -> None:
@@ -145,3 +148,10 @@ def will_engine_execute_node(node: Any) -> bool:
         if is_accumulate_grad(node):
             return False
         raise
+
+
+def functorch_active() -> bool:
+    """True inside a `torch.func` transform (`vmap`, `grad`, `jvp`, `functionalize`): the
+    forward then runs on wrapper tensors with no storage, which nothing here can measure
+    (reading their storage raises), so such a forward is passed through unmeasured."""
+    return _PEEK_FUNCTORCH is not None and _PEEK_FUNCTORCH() is not None

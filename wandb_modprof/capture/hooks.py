@@ -36,6 +36,7 @@ from wandb_modprof.capture.static_memory import (
     gradient_state,
     static_memory,
 )
+from wandb_modprof.capture.step_dataflow import StepDataflow
 from wandb_modprof.capture.step_queue import backward_running, prune_sessions
 from wandb_modprof.capture.structure_driver import StructureDriver
 from wandb_modprof.capture.structure_pass import structure_pass_active
@@ -218,7 +219,16 @@ class Capture:
             if self.structures.stale:
                 self.structures.pop_stale()
             step = self._should_sample(module)
-            if self.structures.due and self.structures.can_start(module):
+            if (step is not None or self.structures.due) and ap.functorch_active():
+                # `torch.func.vmap(grad(functional_call(model, ...)))`: wrapper tensors without
+                # storage. A step, counted, but neither sampled nor a structure pass (still due).
+                if self._child_handles:
+                    self._maybe_detach_children()
+                return
+            # A sampled step while no graph was captured yet derives the graph from its own
+            # forward (`step_dataflow`): one forward + backward gives the whole profile.
+            derive = step is not None and self.structures.derive_from_sample()
+            if not derive and self.structures.due and self.structures.can_start(module):
                 # A structure pass is never timed: this step's sample (if it was one) is skipped.
                 self.structures.start(module, args, kwargs)
                 return
@@ -228,7 +238,7 @@ class Capture:
                 return
             if structure_pass_active():
                 return  # another model's structure pass runs through this forward: not timed
-            self._start(step)
+            self._start(step, module, args, kwargs, derive)
         except Exception as error:
             self._internal_error(ROOT_NAME, error)
 
@@ -248,6 +258,11 @@ class Capture:
             if not session.forward_done:
                 return  # the root was re-entered; its outer call is still open
             self._forward = None
+            if session.structure is not None:
+                self.structures.add_derived(session.structure)
+            elif session.structure_error is not None:
+                self.structures.derive_failed = True  # the next step's pass draws the graph
+                self.warn_once("<module graph>", session.structure_error)
             if not session.closed:
                 self._sessions.append(session)
                 self.structures.check(session)
@@ -293,7 +308,7 @@ class Capture:
             if session is None:
                 return
             name, module_type = self._names.get(id(module), ("?", type(module).__name__))
-            session.enter(id(module), name, module_type)
+            session.enter(id(module), name, module_type, module, args, kwargs)
         except Exception as error:
             self._internal_error(self._name(module), error)
         finally:
@@ -320,7 +335,7 @@ class Capture:
             self.clock.own_leave()
 
     # ---- sessions ----------------------------------------------------------------------
-    def _start(self, step: int) -> None:
+    def _start(self, step: int, module: nn.Module, args: Any, kwargs: Any, derive: bool) -> None:
         index = self.index()  # the one model walk per sample: later stages reuse it
         self.hook_children(index)
         excluded = None
@@ -334,10 +349,11 @@ class Capture:
             on_error=self._session_error,
             on_finish=self._on_finish,
             nvtx=NvtxRanges() if self.options.nvtx else None,
+            dataflow=StepDataflow(module.training) if derive else None,
         )
         self._forward = session
         name, module_type = self._names.get(id(self.model), (ROOT_NAME, type_name(self.model)))
-        session.enter(id(self.model), name, module_type)
+        session.enter(id(self.model), name, module_type, module, args, kwargs)
 
     def set_after_sample(self, fn: Callable[[], bool]) -> None:
         self.after_sample = fn

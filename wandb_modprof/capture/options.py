@@ -22,7 +22,9 @@ class Options:
     activations: bool = True  # saved-tensor hooks during sampled forwards
     norms: bool = True  # parameter and gradient norms per module
     device_memory: bool = True  # allocator deltas and peaks on accelerators
-    structure: bool = True  # a structure pass (graph, FLOPs) on its own, untimed step
+    # a structure pass (graph, FLOPs) on its own, untimed step; before it, a first sample
+    # derives the graph from its own forward (`step_dataflow`)
+    structure: bool = True
     nvtx: bool = False  # NVTX ranges per module forward/backward on sampled steps
 
 

@@ -272,6 +272,7 @@ def _record(
         bwd_mem_peak_bytes=_peak_over(back.peak[i], back.first_alloc[i]),
         param_norm=gradients.param_norm.get(inv.name) if gradients is not None else None,
         grad_norm=gradients.grad_norm.get(inv.name) if gradients is not None else None,
+        gc_ms=session.gc.ms(i),
         fwd_wall_ms=fwd_wall[i],
     )
 

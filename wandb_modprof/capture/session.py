@@ -34,12 +34,15 @@ from wandb_modprof.capture import autograd_private as ap
 from wandb_modprof.capture.activations import ActivationCounter
 from wandb_modprof.capture.clock import Clock
 from wandb_modprof.capture.device_memory import DeviceMemory
+from wandb_modprof.capture.gc_watch import GcWatch
 from wandb_modprof.capture.invocation import Invocation, Recompute, grad_fns
 from wandb_modprof.capture.nodes import NodeTable
 from wandb_modprof.capture.nvtx import NvtxRanges
 from wandb_modprof.capture.recompute import RecomputeTracker
 from wandb_modprof.capture.static_memory import PendingGradientState
+from wandb_modprof.capture.step_dataflow import StepDataflow
 from wandb_modprof.capture.storage import StorageKey
+from wandb_modprof.records.calls import Structure
 
 
 class StepSession:
@@ -54,6 +57,7 @@ class StepSession:
         on_error: Callable[[str, Exception], None],
         on_finish: Callable[[StepSession], None],
         nvtx: NvtxRanges | None = None,
+        dataflow: StepDataflow | None = None,
     ) -> None:
         self.step = step
         self.clock = clock
@@ -97,12 +101,26 @@ class StepSession:
         self.bwd_t_end: Any = None
         self._recompute = RecomputeTracker()  # activation-checkpointing recomputes
         self.gradients: PendingGradientState | None = None
+        self.gc = GcWatch(self._open_calls, lambda e: self.fail("garbage-collection callback", e))
+        # The module graph derived from this forward (`step_dataflow`), when asked for: set
+        # when the root returns, or the error that prevented it.
+        self.dataflow = dataflow
+        self.structure: Structure | None = None
+        self.structure_error: Exception | None = None
 
     # ---- forward -----------------------------------------------------------------------
     def current(self) -> int:
         return self._stack[-1] if self._stack and not self.failed else -1
 
-    def enter(self, module_id: int, name: str, module_type: str) -> None:
+    def enter(
+        self,
+        module_id: int,
+        name: str,
+        module_type: str,
+        module: Any = None,
+        args: tuple[Any, ...] = (),
+        kwargs: Any = None,
+    ) -> None:
         if self.failed:
             return
         call_index = self._calls.get(name, 0)
@@ -112,11 +130,18 @@ class StepSession:
         idx = len(self.invocations)
         self.invocations.append(inv)
         self._by_module.setdefault(module_id, []).append(idx)
+        if self.dataflow is not None and module is not None:
+            # Before the stamps: the bookkeeping lands in the parent's self time, not here.
+            parent_key = self.invocations[parent].key if parent >= 0 else None
+            self._dataflow_step(
+                self.dataflow.enter, idx, inv, parent_key, module, args, kwargs or {}
+            )
         if self.memory is not None:
             self._fold_forward_peak()
             inv.mem_alloc0 = self.memory.allocated()
         if parent == -1:
             self._start_activations()
+            self.gc.start()
         self._stack.append(idx)
         if self.nvtx is not None:
             self.nvtx.forward_enter(name)
@@ -160,6 +185,8 @@ class StepSession:
             # Hook this call's nodes now rather than holding its outputs' graph until the root
             # returns: a forward that discards graphs (truncated BPTT) must not keep them alive.
             self._hook_nodes(grad_fns(result), self.invocations[0].seq0, ap.sequence_nr(), None)
+            if self.dataflow is not None:
+                self._dataflow_step(self.dataflow.exit, idx, inv, result)
         if not self._stack:
             self._end_forward()
 
@@ -225,9 +252,26 @@ class StepSession:
                 self.nodes.owner[slot] = self.nodes.owner[via]
             else:
                 self.nodes.owner[slot] = owners[self.nodes.seq[slot] - root.seq0]
+        if self.dataflow is not None:
+            self._dataflow_step(self._derive_structure, owners)
         if not self.nodes.seq:
             # Nothing in the step can run a backward (all frozen, or no grad): done now.
             self.finish()
+
+    def _derive_structure(self, owners: list[int]) -> None:
+        assert self.dataflow is not None
+        self.structure = self.dataflow.finish(self.invocations, owners)
+        self.dataflow = None
+
+    def _dataflow_step(self, fn: Callable[..., None], *args: Any) -> None:
+        """Derive the graph without risking the sample: a failure only loses the graph (the
+        capture warns once; a later structure pass draws it)."""
+        try:
+            fn(*args)
+        except Exception as error:
+            self.dataflow = None
+            self.structure = None
+            self.structure_error = error
 
     def _hook_nodes(self, roots: Iterable[Any], lo: int, hi: int, owners: list[int] | None) -> int:
         """Hook the not-yet-hooked nodes created in `[lo, hi)` reachable from `roots`, and the
@@ -275,7 +319,10 @@ class StepSession:
                 self._persistent_handles += [pre, post]
             hooked += 1
             if in_range:
-                todo.extend((nxt, slot) for nxt, _ in node.next_functions if nxt is not None)
+                nexts = [nxt for nxt, _ in node.next_functions if nxt is not None]
+                todo.extend((nxt, slot) for nxt in nexts)
+                if self.dataflow is not None and not self.forward_done:
+                    self.dataflow.adjacency[seq] = [ap.node_sequence_nr(n) for n in nexts]
         return hooked
 
     # ---- backward ----------------------------------------------------------------------
@@ -342,6 +389,7 @@ class StepSession:
             if self.bwd_started:
                 self.bwd_t_end = self.clock.stamp()
             self.closed = True
+            self.gc.stop()
             self.release_persistent_hooks()
             if self.nvtx is not None:
                 self.nvtx.backward_end()
@@ -357,6 +405,23 @@ class StepSession:
         for handle in handles:
             handle.remove()
         self._accumulate_params = set()
+
+    def _open_calls(self) -> tuple[int, ...]:
+        """The invocations a garbage collection starting now pauses: the forward's open calls,
+        or in the backward the owners of the nodes running on any thread and their ancestors
+        (`capture.gc_watch`)."""
+        if not self.forward_done:
+            return tuple(self._stack)
+        if self.closed or not self.bwd_started:
+            return ()  # between forward and backward (the loss, the user's code): no call
+        open_calls: set[int] = set()
+        for stack in list(self._exec.values()):
+            for slot in stack:
+                i = self.nodes.owner[slot]
+                while i >= 0 and i not in open_calls:
+                    open_calls.add(i)
+                    i = self.invocations[i].parent
+        return tuple(open_calls)
 
     # ---- activation-checkpointing recomputes ---------------------------------------------
     @property
@@ -390,6 +455,7 @@ class StepSession:
         """Drop the sample. During the forward the remaining exits must still run (to pop the
         saved-tensor hooks), so only a finished forward closes the session right away."""
         self.failed = True
+        self.gc.stop()
         if self.nvtx is not None:
             self.nvtx.backward_end()
         if self.forward_done:

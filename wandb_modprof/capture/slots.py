@@ -67,4 +67,22 @@ def input_slots(
         slots.append((name, list(tensors_in(value))))
     for key, value in kwargs.items():
         slots.append((str(key), list(tensors_in(value))))
-    return [(name, ts) for name, ts in slots if ts]
+    return _same_tensor_once([(name, ts) for name, ts in slots if ts])
+
+
+def _same_tensor_once(
+    slots: list[tuple[str, list[torch.Tensor]]],
+) -> list[tuple[str, list[torch.Tensor]]]:
+    """Arguments that carry the very same tensors as one slot named for all of them:
+    `model(input_ids=ids, labels=ids)` (transformers' own examples do this) is one input node
+    `input_ids = labels` with every edge of that tensor, instead of two nodes that each get
+    both names' edges (`input_ids -> loss`, `labels -> transformer`). Only exact matches merge:
+    an argument sharing some tensors with another keeps its own node."""
+    merged: dict[tuple[int, ...], tuple[list[str], list[torch.Tensor]]] = {}
+    for name, tensors in slots:
+        same = tuple(id(t) for t in tensors)  # the tensors are alive here: ids are unique
+        if same in merged:
+            merged[same][0].append(name)
+        else:
+            merged[same] = ([name], tensors)
+    return [(" = ".join(names), tensors) for names, tensors in merged.values()]

@@ -81,6 +81,8 @@ class StructureDriver:
         self.current: StructurePass | None = None
         self.stale: list[StructurePass] = []
         self.passes = 0
+        self._derived: set[str] = set()  # signatures whose graph no pass has refined yet
+        self.derive_failed = False  # a derivation raised: leave the graph to the passes
         self._warned = False
         self._fastpath: tuple[ModelIndex, bool] | None = None
         if enabled:
@@ -107,6 +109,28 @@ class StructureDriver:
             found = any(isinstance(m, _FASTPATH_TYPES) for _, m in index.modules.values())
             self._fastpath = (index, found)
         return self._fastpath[1]
+
+    def derive_from_sample(self) -> bool:
+        """A sampled step is about to start and no graph was captured yet (not even a failed
+        pass's): that step derives the graph from its own forward instead of the step being
+        given to a structure pass. No modes run, so its numerics and times are untouched."""
+        return (
+            self.enabled
+            and not self.derive_failed
+            and self.sink.num_structures() == 0
+            and not torch.compiler.is_compiling()
+            and not structure_pass_active()
+        )
+
+    def add_derived(self, structure: Structure) -> None:
+        """The graph of a timed step (no FLOPs): kept until a structure pass of the same call
+        sequence replaces it. That pass is asked for on a later eligible step."""
+        if self.sink.has_structure(structure.signature):
+            return
+        self.sink.add_structure(structure)
+        self._derived.add(structure.signature)
+        if self.passes < MAX_PASSES:
+            self.due = True
 
     def start(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         self.due = False
@@ -144,7 +168,9 @@ class StructureDriver:
             error = structure.error or RuntimeError("forward hooks fired out of order")
             self.owner.warn_once("<structure pass>", error)
             return
-        self.sink.add_structure(structure.finish())
+        finished = structure.finish()
+        self._derived.discard(finished.signature)
+        self.sink.add_structure(finished)
 
     def end(self) -> None:
         structure, self.current = self.current, None
@@ -164,8 +190,10 @@ class StructureDriver:
         if not self.enabled or self.due:
             return
         signature = call_signature((inv.name, inv.call_index) for inv in session.invocations)
-        if self.sink.has_structure(signature):
+        if self.sink.has_structure(signature) and signature not in self._derived:
             return
+        if signature in self._derived and self.passes >= MAX_PASSES:
+            return  # the derived graph stays (the warning was given when passes ran out)
         if self.sink.num_structures() < MAX_STRUCTURES and self.passes < MAX_PASSES:
             self.due = True
         else:

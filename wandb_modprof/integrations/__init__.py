@@ -99,7 +99,8 @@ def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer | None:
 def start_at_step(handle: WatchHandle, global_step: int) -> None:
     """Count on from the framework's global step (a resumed run): with `log_freq=100`, a run
     resumed at step 1,000 samples 1,100, 1,200 ..., as the uninterrupted run would have.
-    The first step after the start is still the structure pass."""
+    The first step after the start is still the structure pass (or, if it is sampled, a
+    timed step that derives the graph; the pass then takes the next step)."""
     if global_step > 0:
         count_from(handle, global_step)
 

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, cast
 from torch import nn
 
 from wandb_modprof._errors import ModProfError
-from wandb_modprof._warn import warn_safely
+from wandb_modprof._warn import warn_at_user
 from wandb_modprof.api.watch import WatchHandle, watch
 from wandb_modprof.integrations import (
     check_watch_options,
@@ -139,13 +139,12 @@ class ModProfCallback(_Callback):
             return
         self._checked_forward = True
         if training_forwards(handle) == 0:
-            warn_safely(
+            warn_at_user(
                 f"wandb_modprof: ModProfCallback watches {type(handle.model).__name__}, but the "
                 "first training batch never called it in training mode, so no step is counted "
                 "or measured. If training_step calls a submodule (self.model(x)) rather than "
                 "self(x), watch that one: ModProfCallback(module='model').",
                 UserWarning,
-                stacklevel=2,
             )
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:

@@ -31,7 +31,11 @@ DEVICE_MEMORY_METRICS: tuple[str, ...] = (
     "bwd_mem_peak_bytes",
 )
 HEALTH_METRICS: tuple[str, ...] = ("param_norm", "grad_norm")
-METRICS: tuple[str, ...] = TIME_METRICS + MEMORY_METRICS + DEVICE_MEMORY_METRICS + HEALTH_METRICS
+# Python garbage collections that ran inside the call (see `InvocationRecord.gc_ms`).
+PAUSE_METRICS: tuple[str, ...] = ("gc_ms",)
+METRICS: tuple[str, ...] = (
+    TIME_METRICS + MEMORY_METRICS + DEVICE_MEMORY_METRICS + HEALTH_METRICS + PAUSE_METRICS
+)
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,11 @@ class InvocationRecord:
     # model health
     param_norm: float | None
     grad_norm: float | None
+    # Host milliseconds of Python garbage collections that ran while this call was open in the
+    # forward or one of its backward nodes ran (a collection inside a child counts for every
+    # open ancestor too, as its time does). They are in `fwd_ms` / `bwd_ms`: this says which
+    # samples a pause inflated. None: not watched (a record read from a version-1 file).
+    gc_ms: float | None = None
     # The forward's wall-clock window, our own hook time inside it included (`fwd_ms` is
     # without it: capture/clock.py `CpuClock`). Traces draw this, so spans nest and line up
     # with a profiler's events. None: not kept (a version-1 file, whose `fwd_ms` is this).
@@ -134,7 +143,12 @@ class Sample:
 
 @dataclass(frozen=True)
 class RunningStat:
-    """Running statistics of one metric of one module call key across samples."""
+    """Running statistics of one metric of one module call key across samples.
+
+    `median` is exact over the first `stats.running.MEDIAN_WINDOW` samples, then the median of
+    the latest that many (mean, std, min and max cover every sample). None: not known, in a
+    profile read from a version-1 file, which kept no sample values; `typical` is then the mean.
+    """
 
     count: int
     mean: float
@@ -142,6 +156,17 @@ class RunningStat:
     min: float
     max: float
     last: float
+    median: float | None = None
+
+    @property
+    def typical(self) -> float:
+        """What the profile colours and ranks by: the median, robust to one sample that a
+        pause (a garbage collection, a host hiccup) inflated; the mean where no median is
+        known (version-1 files)."""
+        return self.mean if self.median is None else self.median
+
+
+_REPR_METRICS = ("fwd_ms", "bwd_ms", "act_bytes")  # what `ModuleStats`' one-line repr shows
 
 
 @dataclass(frozen=True)
@@ -156,7 +181,32 @@ class ModuleStats:
     depth: int
     order: int
     metrics: dict[str, RunningStat]
+    # Samples in which garbage collections inside this call took at least 5 % of its time
+    # (`stats.running.held_collection`); None: not watched (a version-1 file).
+    gc_samples: int | None = None
 
     def mean(self, metric: str) -> float | None:
         stat = self.metrics.get(metric)
         return None if stat is None else stat.mean
+
+    def typical(self, metric: str) -> float | None:
+        """The colour and rank statistic of `metric` (`RunningStat.typical`), None if not
+        measured."""
+        stat = self.metrics.get(metric)
+        return None if stat is None else stat.typical
+
+    def __repr__(self) -> str:
+        # One line: the generated repr printed every RunningStat of every metric (~1.7 KB a
+        # module), so `prof.top(...)` of 3 rows filled a screen. The fields stay attributes.
+        shown = [
+            f"{name}={stat.typical:.4g}"
+            for name, stat in self.metrics.items()
+            if name in _REPR_METRICS
+        ]
+        count = max((stat.count for stat in self.metrics.values()), default=0)
+        kept = all(stat.median is not None for stat in self.metrics.values())
+        return (
+            f"<ModuleStats {self.key} {self.module_type} {' '.join(shown)} "
+            f"({'medians' if kept else 'means'} of {count} "
+            f"sample(s); .metrics has {len(self.metrics)})>"
+        )

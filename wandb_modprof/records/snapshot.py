@@ -30,6 +30,13 @@ class ProfileData:
     structures: tuple[Structure, ...]
     ranks: RankData | None = None
 
+    @property
+    def statistic(self) -> str:
+        """What the values are coloured and ranked by: "median", or "mean" where a statistic
+        has no median (a profile read from a version-1 file, which kept no sample values)."""
+        known = all(s.median is not None for m in self.stats.values() for s in m.metrics.values())
+        return "median" if known else "mean"
+
 
 @runtime_checkable
 class SupportsSnapshot(Protocol):

@@ -2,7 +2,11 @@
 
 >>> prof.to_svg("layer2.svg", mode="bwd", view="layer2#0")          # doctest: +SKIP
 >>> png = prof.to_png(mode="act", scale="log")                       # doctest: +SKIP
->>> run.log({"modprof/picture": wandb.Image(io.BytesIO(png))})       # doctest: +SKIP
+>>> run.log({"modprof/picture": prof.to_wandb_image(mode="bwd")})     # doctest: +SKIP
+
+`wandb.Image` takes a path, a PIL image or an array, not PNG bytes (`wandb.Image(png)` and
+`wandb.Image(io.BytesIO(png))` raise): `to_wandb_image` opens the PNG with Pillow (a
+dependency, which `wandb.Image` itself needs for any picture) and hands W&B the PIL image.
 
 The picture is the panel itself, rendered by vl-convert (Vega in Deno, no browser): the same
 spec with the profile's rows inline, opened in the chosen mode, scale and view, at
@@ -21,7 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._validate import check_choice
@@ -60,7 +64,7 @@ def _resolve_view(prof: ProfileData, view: str | None, rows: Sequence[Mapping[st
         return ""
     if not isinstance(view, str):
         raise ModProfError(f"view expected a view key str such as 'layer2#0'; got {view!r}")
-    keys = list(dict.fromkeys(str(r["view_key"]) for r in rows if r["row_kind"] == "node"))
+    keys = [str(r["view_key"]) for r in rows if r["row_kind"] == "view"]
     for candidate in (view, f"{view}#0"):
         if candidate in keys:
             return candidate
@@ -69,6 +73,30 @@ def _resolve_view(prof: ProfileData, view: str | None, rows: Sequence[Mapping[st
         f"view expected one of the drawn views of {escape_text(prof.model_name)} ({len(keys)}: "
         f"{shown or 'none: the profile has no graph'}); got {view!r}"
     )
+
+
+# Marks that only mean something to a pointer (the Fit button, its label, the pan / zoom hint):
+# a static picture hides them; headings lose their "(click)".
+_CONTROL_MARKS = frozenset({"fit_button", "hint"})
+_CONTROL_TEXTS = frozenset({"Fit"})
+_CLICK_SUFFIX = " (click)"
+
+
+def _static(marks: list[Any]) -> None:
+    """Hide the interactive hints in `marks` (nested groups too), in place. The marks stay
+    (the spec's event streams name them), fully transparent and without text."""
+    for mark in marks:
+        encode = mark.setdefault("encode", {})
+        text = encode.get("enter", {}).get("text", {}).get("value")
+        if mark.get("name") in _CONTROL_MARKS or text in _CONTROL_TEXTS:
+            for stage in ("enter", "update"):
+                encode.setdefault(stage, {})["opacity"] = {"value": 0}
+            if mark.get("type") == "text":  # no hidden text in the SVG either
+                encode["update"].pop("text", None)
+                encode["enter"]["text"] = {"value": ""}
+        elif isinstance(text, str) and text.endswith(_CLICK_SUFFIX):
+            encode["enter"]["text"] = {"value": text.removesuffix(_CLICK_SUFFIX)}
+        _static(mark.get("marks", []))
 
 
 def picture_spec(
@@ -92,6 +120,7 @@ def picture_spec(
     view_key = escape_text(_resolve_view(prof, view, table.records()))
     spec = report_spec(mode, scale, view=view_key)
     spec["width"], spec["height"] = width, height
+    _static(spec["marks"])
     # every string cell escaped the same way, so keys still join (node to parent, edge ends)
     rows = [[escape_text(c) if isinstance(c, str) else c for c in row] for row in table.rows]
     return _spec.with_rows(spec, table.columns, rows)
@@ -135,3 +164,21 @@ def to_png(
     if path is not None:
         write_file(path, png, "to_png()")
     return png
+
+
+def to_wandb_image(png: bytes, caption: str | None = None) -> object:
+    """`wandb.Image` of the PNG bytes `png` (from `to_png`), for `run.log`."""
+    if caption is not None and not isinstance(caption, str):
+        raise ModProfError(f"caption expected a str or None; got {caption!r}")
+    try:
+        import io
+
+        import wandb
+        from PIL import Image
+    except ImportError as error:
+        raise ModProfError(
+            f"to_wandb_image() needs wandb and Pillow ({error}): pip install wandb pillow"
+        ) from None
+    picture = Image.open(io.BytesIO(png))
+    picture.load()  # decode now: W&B reads the pixels later, after the bytes are gone
+    return wandb.Image(picture, caption=caption)

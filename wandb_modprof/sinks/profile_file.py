@@ -4,7 +4,7 @@ does the file I/O and the header; `profile_schema.py` turns the records into JSO
 
 The file is one JSON object (UTF-8, in fact pure ASCII):
 
-    {"format": "wandb_modprof.profile", "version": 1, "wandb_modprof_version": "0.1.0",
+    {"format": "wandb_modprof.profile", "version": 2, "wandb_modprof_version": "0.1.0",
      "model_name": ..., "num_samples": ..., "stats": {key: ModuleStats},
      "last_sample": Sample | null, "structures": [Structure]}
 
@@ -27,7 +27,16 @@ key twice in one object, counts, sizes, FLOPs and indices >= 0 (sequence numbers
 a statistic's std >= 0 and min <= max (min >= 0 for byte and count metrics), a backward run of
 kind "node" or "recompute" whose `owner_key` is an invocation of its sample. Loading only
 parses JSON and builds the dataclasses: no code from the file ever runs. The file read must be
-a regular file within the size cap of `sinks/files.py`.
+a regular file within the size cap of `sinks/files.py`. A statistic's median, where not null,
+lies within [min, max].
+
+Version 2 added each statistic's `median` (what the profile colours and ranks by), each
+key's `gc_samples` (samples in which garbage collections took >= 5 % of the call) and each
+invocation's `gc_ms` (and the metric of that name) and `fwd_wall_ms` (the forward's
+wall-clock window; `fwd_ms` is now that less our own hook time inside it). Version-1 files still load: those fields
+read as null, never invented. A profile without medians colours and ranks by the mean, and says
+so (`ProfileData.statistic`, the table's `statistic` meta row, the panel's sidebar heading and
+`summary`); saved again it is written as version 2 with those nulls kept.
 """
 
 from __future__ import annotations
@@ -46,8 +55,8 @@ if TYPE_CHECKING:
     from wandb_modprof.records.snapshot import ProfileData
 
 FORMAT = "wandb_modprof.profile"
-VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)
 
 
 # ---- writing -------------------------------------------------------------------------------
@@ -145,5 +154,36 @@ def _parse(raw: bytes) -> FileData:
         )
     if not isinstance(writer, str):
         raise FileError("wandb_modprof_version", f"expected a string, got {describe(writer)}")
+    if version == 1:
+        _migrate_v1(doc)
     data: FileData = decode(doc, FileData, "")
     return data
+
+
+def _migrate_v1(doc: dict[str, Any]) -> None:
+    """Give a version-1 document the fields version 2 added, as null (not known): a median
+    per statistic, `gc_samples` per key, `gc_ms` per invocation of the last sample. Shapes
+    that are wrong are left for `decode` to report; a v1 file that already has one of these
+    fields is refused as it always was (unknown field)."""
+
+    def fill(obj: Any, name: str, where: str) -> None:
+        if isinstance(obj, dict):
+            if name in obj:
+                raise FileError(where, f"unknown field {json.dumps(name)} (in a version 1 file)")
+            obj[name] = None
+
+    stats = doc.get("stats")
+    if isinstance(stats, dict):
+        for key, stat in stats.items():
+            at = f"stats[{json.dumps(key)}]"
+            fill(stat, "gc_samples", at)
+            metrics = stat.get("metrics") if isinstance(stat, dict) else None
+            if isinstance(metrics, dict):
+                for metric, running in metrics.items():
+                    fill(running, "median", f"{at}.metrics[{json.dumps(metric)}]")
+    last = doc.get("last_sample")
+    invocations = last.get("invocations") if isinstance(last, dict) else None
+    if isinstance(invocations, list):
+        for i, inv in enumerate(invocations):
+            fill(inv, "gc_ms", f"last_sample.invocations[{i}]")
+            fill(inv, "fwd_wall_ms", f"last_sample.invocations[{i}]")

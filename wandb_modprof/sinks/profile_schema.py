@@ -42,7 +42,7 @@ _INT_LIMIT = 2**63
 _COUNTS = dict.fromkeys(("call_index", "order", "depth"), 0)
 AT_LEAST: dict[type, dict[str, int]] = {
     RunningStat: {"count": 0},
-    ModuleStats: _COUNTS,
+    ModuleStats: {**_COUNTS, "gc_samples": 0},
     InvocationRecord: {
         **_COUNTS,
         **dict.fromkeys(("backward_nodes", "param_bytes", "param_count", "buffer_bytes"), 0),
@@ -56,7 +56,7 @@ AT_LEAST: dict[type, dict[str, int]] = {
     CallInfo: {**_COUNTS, "fwd_flops": 0, "fwd_self_flops": 0},
 }
 # Metrics whose every value is >= 0, so their statistics' min is too.
-NON_NEGATIVE_METRICS = (*MEMORY_METRICS, "fwd_mem_peak_bytes", "bwd_mem_peak_bytes")
+NON_NEGATIVE_METRICS = (*MEMORY_METRICS, "fwd_mem_peak_bytes", "bwd_mem_peak_bytes", "gc_ms")
 RUN_KINDS = ("node", "recompute")
 
 
@@ -267,6 +267,10 @@ def _check_stat(stat: RunningStat, prefix: str) -> None:
         raise FileError(prefix + "std", f"expected >= 0 (a standard deviation), got {stat.std!r}")
     if stat.min > stat.max:
         raise FileError(prefix + "min", f"expected <= max ({stat.max!r}), got {stat.min!r}")
+    median = stat.median
+    finite = median is not None and all(map(math.isfinite, (median, stat.min, stat.max)))
+    if finite and not stat.min <= median <= stat.max:  # type: ignore[operator]
+        raise FileError(prefix + "median", f"expected within [min, max], got {median!r}")
 
 
 class _Call(Protocol):

@@ -7,7 +7,7 @@ escaped text."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from wandb_modprof.sinks.escape import escape_text
@@ -26,8 +26,8 @@ def _section(
         [
             r.key,
             r.module_type[:18],
-            format_value(unit, r.mean(self_metric)),
-            format_value(unit, r.mean(incl_metric)),
+            format_value(unit, r.typical(self_metric)),
+            format_value(unit, r.typical(incl_metric)),
         ]
         for r in rows
     ]
@@ -57,11 +57,14 @@ def format_summary(
     children = [s for s in stats.values() if s.parent_key is not None]
 
     def top(metric: str) -> list[ModuleStats]:
-        rows = [s for s in children if s.mean(metric) is not None]
-        rows.sort(key=lambda s: s.mean(metric) or 0.0, reverse=True)
+        rows = [s for s in children if s.typical(metric) is not None]
+        rows.sort(key=lambda s: s.typical(metric) or 0.0, reverse=True)
         return rows[:n]
 
-    lines = [head, totals_line, "(means over samples; self = excluding child modules)", ""]
+    kind = statistic_words(stats.values())
+    lines = [head, totals_line, f"({kind} over samples; self = excluding child modules)"]
+    lines += gc_notes(list(stats.values()), n)
+    lines.append("")
     lines += _section(
         "Top modules by forward time", top("fwd_self_ms"), "fwd_self_ms", "fwd_ms", "ms"
     )
@@ -80,6 +83,35 @@ def format_summary(
             "bytes",
         )
     return "\n".join(lines).rstrip() + "\n"
+
+
+def statistic_words(stats: Iterable[ModuleStats]) -> str:
+    """ "medians", or "means (...)" where a statistic has no median (a version-1 file)."""
+    if all(s.median is not None for m in stats for s in m.metrics.values()):
+        return "medians"
+    return "means: this profile file (version 1) kept no medians"
+
+
+def gc_notes(stats: Sequence[ModuleStats], n: int) -> list[str]:
+    """A line per module call (innermost first, at most `n`) in which a sample held a
+    garbage collection: its time is in that sample's values, which the median leaves out when
+    the other samples outnumber it. A collection inside a child is in its ancestors' times too,
+    so only calls without such a child are named."""
+    held = [s for s in stats if s.gc_samples]
+    parents = {s.parent_key for s in held}
+    innermost = [s for s in held if s.key not in parents]
+    innermost.sort(key=lambda s: -(s.metrics["gc_ms"].max if "gc_ms" in s.metrics else 0.0))
+    lines = []
+    for s in innermost[:n]:
+        count = s.metrics["fwd_ms"].count if "fwd_ms" in s.metrics else 0
+        longest = s.metrics["gc_ms"].max if "gc_ms" in s.metrics else None
+        lines.append(
+            f"garbage collection in {s.gc_samples} of {count} sample(s) of {escape_text(s.key)} "
+            f"(longest {format_value('ms', longest)}): in that sample's times, not the median's"
+        )
+    if len(innermost) > n:
+        lines.append(f"(and {len(innermost) - n} more module calls held a garbage collection)")
+    return lines
 
 
 # ---- one analysis mode: `wandb-modprof summary` ------------------------------------------
@@ -142,7 +174,12 @@ def format_mode_summary(values: ModeValues, n: int) -> str:
             counted.add(v.module_name)
             cells.append("(same)" if repeat else format_percent(values.share(v.value)))
         rows.append(cells)
-    lines = [head, f"top {len(shown)} of {len(measured)} module calls (means over samples)"]
+    kind = "means" if values.statistic == "mean" else "medians"
+    lines = [head, f"top {len(shown)} of {len(measured)} module calls ({kind} over samples)"]
+    held = [v for v in shown if v.gc_samples]
+    if held:
+        calls = ", ".join(f"{v.key} ({v.gc_samples} of {values.num_samples})" for v in held[:n])
+        lines.append(f"(samples holding a garbage collection, left out by the median: {calls})")
     lines += render_columns(header, rows, right)
     if m.total and m.key != "self":
         lines.append("(share: of the model total; a module's value includes its children)")

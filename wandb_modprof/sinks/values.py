@@ -39,6 +39,8 @@ class ModuleValue:
     module_type: str
     calls: int  # calls of this module in a step (a module called 3 times has 3 keys)
     value: float | None
+    # samples in which a garbage collection ran inside this call; None: not watched (v1 file)
+    gc_samples: int | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class ModeValues:
     mode: Mode
     modules: tuple[ModuleValue, ...]
     total: float | None
+    statistic: str = "median"  # what the values are: `ProfileData.statistic`
 
     def share(self, value: float | None) -> float | None:
         """`value` as a fraction of the model total, where the mode has one."""
@@ -67,7 +70,8 @@ def check_mode(key: str) -> Mode:
 
 
 def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValues:
-    """The values the panel colours module nodes by (means over the sampled steps).
+    """The values the panel colours module nodes by (medians over the sampled steps; means
+    for a version-1 file: `ProfileData.statistic`).
 
     Every module call is one node of kind `module` in its parent's view (the root is the view
     of the top level and has no node: its value is the model `total`), so each call appears
@@ -86,21 +90,27 @@ def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValu
             module_type=c.module_type,
             calls=per_module[c.module_name],
             value=_combine(m, _columns(data.stats.get(c.key), c, data.ranks)),
+            gc_samples=_gc_samples(data.stats.get(c.key)),
         )
         for c in order
     )
     root = tree.calls[0] if tree.calls else None
-    return ModeValues(data.model_name, data.num_samples, m, modules, _total(m, data, root))
+    total = _total(m, data, root)
+    return ModeValues(data.model_name, data.num_samples, m, modules, total, data.statistic)
+
+
+def _gc_samples(stats: ModuleStats | None) -> int | None:
+    return None if stats is None else stats.gc_samples
 
 
 # ---- the table's rules (view/table.py), for the columns the modes read ----------------------
 def _columns(stats: ModuleStats | None, call: CallInfo, ranks: RankData | None) -> dict[str, float]:
     """A module row's measured columns (finite values only; the others are `missing`): the
-    means of its metrics, its FLOPs where the structure pass counted them, FLOP/s, and its
-    rank imbalance in a distributed run."""
+    colour statistics of its metrics (`RunningStat.typical`), its FLOPs where the structure
+    pass counted them, FLOP/s, and its rank imbalance in a distributed run."""
     raw: dict[str, float] = {}
     if stats is not None:
-        raw.update({metric: as_float(stat.mean) for metric, stat in stats.metrics.items()})
+        raw.update({metric: as_float(stat.typical) for metric, stat in stats.metrics.items()})
     if call.flops_known:
         raw["fwd_flops"] = as_float(call.fwd_flops)
         raw["fwd_self_flops"] = as_float(call.fwd_self_flops)
@@ -131,7 +141,7 @@ def _combine(m: Mode, measured: Mapping[str, float]) -> float | None:
 
 
 def _total(m: Mode, data: ProfileData, root: CallInfo | None) -> float | None:
-    """The meta number `m.total` of the table: a mean of the root call, fwd + bwd, or the
+    """The meta number `m.total` of the table: a statistic of the root call, fwd + bwd, or the
     root's FLOPs where counted."""
     if not m.total:
         return None
@@ -141,7 +151,7 @@ def _total(m: Mode, data: ProfileData, root: CallInfo | None) -> float | None:
 
     def mean(metric: str) -> float | None:
         stat = root_stats.metrics.get(metric) if root_stats is not None else None
-        return None if stat is None else stat.mean
+        return None if stat is None else stat.typical
 
     if m.total == "total_fwd_bwd_ms":
         fwd, bwd = mean("fwd_ms"), mean("bwd_ms")

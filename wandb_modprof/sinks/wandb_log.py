@@ -34,13 +34,14 @@ sample is logged only once its device events have completed (never a device sync
 the next step asks again. Samples resolved together are logged once (the table aggregates
 them; the totals are the newest sample's). `unwatch()` resolves and logs what is left.
 
-The chart preset: `chart=` if given, else `<entity>/wandb-modprof-v1` with the entity of the
+The chart preset: `chart=` if given, else `<entity>/wandb-modprof-v2` with the entity of the
 run (`run.entity`), else `$WANDB_ENTITY`. The preset must be registered once per entity
 (`wandb-modprof register-chart`, `register_chart()`). An offline run with no entity at all
 cannot name it: its tables are logged alone under `<key>_table` (the same data and key a chart
-would have stored), and a warning says how to get the panel (`wandb.init(entity=...)`,
-`WANDB_ENTITY` or `chart=`). Offline runs warn once per process that the preset must be
-registered before `wandb sync`. Disabled runs (`mode="disabled"`, entity "dummy") log into
+would have stored), and a two-line warning at the user's line says how to get the panel for
+the entry point used (`wandb.init(entity=...)`, `WandbLogger(entity=...)`, `WANDB_ENTITY`).
+Offline runs warn once per process that the preset must be registered before `wandb sync`.
+Disabled runs (`mode="disabled"`, entity "dummy") log into
 the no-op run without a warning.
 
 A failure while building or logging (a finished run, a full disk) warns once per watched
@@ -54,7 +55,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from wandb_modprof._errors import ModProfError
-from wandb_modprof._warn import warn_safely
+from wandb_modprof._warn import entry_point, warn_at_user, warn_safely
 from wandb_modprof.capture.wrappers import type_name
 from wandb_modprof.records.snapshot import SupportsSnapshot, as_data
 from wandb_modprof.sinks import spec as _spec
@@ -81,6 +81,13 @@ _RUN_KEYS: weakref.WeakKeyDictionary[Any, list[tuple[str, weakref.ref[nn.Module]
 )
 # One notice per process per kind ("offline"): it names a command to run once, not per model.
 _NOTICES: set[str] = set()
+# How a user gives the run an entity, by the entry point they came through (`entry_point`):
+# Lightning and Trainer users never call wandb.init themselves.
+_ENTITY_FIX = {
+    "watch": "wandb.init(entity=E) or WANDB_ENTITY=E",
+    "lightning": "WandbLogger(entity=E) or WANDB_ENTITY=E",
+    "huggingface": "WANDB_ENTITY=E in the environment (report_to='wandb' reads it)",
+}
 
 
 def current_run(run: Any) -> Any:
@@ -150,25 +157,23 @@ def chart_name(run: Any, chart: str | None, key: str) -> str | None:
     name = chart or (f"{entity}/{_spec.CHART_NAME}" if entity else None)
     if _flag(run, "offline") and "offline" not in _NOTICES:
         _NOTICES.add("offline")
+        run_id = _run_name(run)
         if name is None:
             text = (
-                f"wandb_modprof: run {_run_name(run)} is offline and has no W&B entity, so "
-                f"its modprof panels cannot name their chart preset: only the tables are "
-                f"logged ({key}_table). For the panel, give the run an entity "
-                "(wandb.init(entity=E) or WANDB_ENTITY=E) or pass "
-                f"watch(..., chart='E/{_spec.CHART_NAME}'), and register the preset once: "
-                "`wandb-modprof register-chart --entity E` (or `python -m wandb_modprof "
-                "register-chart --entity E`)."
+                f"wandb_modprof: run {run_id} is offline and has no W&B entity, so {key} is logged "
+                f"as its table alone ({key}_table), without the panel.\n"
+                f"For the panel: {_ENTITY_FIX[entry_point()]}, then register the preset once: "
+                "`wandb-modprof register-chart --entity E`."
             )
         else:
+            more = "" if name.endswith(f"/{_spec.CHART_NAME}") else f" --name {name.split('/')[1]}"
             text = (
-                f"wandb_modprof: run {_run_name(run)} is offline; its modprof panels use the "
-                f"W&B chart preset '{name}'. Before `wandb sync`, register the preset once: "
-                f"`wandb-modprof register-chart --entity {entity}"
-                + ("" if name.endswith(f"/{_spec.CHART_NAME}") else f" --name {name.split('/')[1]}")
-                + f"` (or `python -m wandb_modprof register-chart --entity {entity}`)."
+                f"wandb_modprof: run {run_id} is offline; its modprof panels use the W&B chart "
+                f"preset '{name}'.\n"
+                f"Before `wandb sync`, register it once: `wandb-modprof register-chart "
+                f"--entity {entity}{more}`."
             )
-        warnings.warn(text, UserWarning, stacklevel=3)  # at the user's watch() call
+        warn_at_user(text, UserWarning)  # at the user's watch() / fit() / train() line
     return name
 
 

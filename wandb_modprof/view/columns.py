@@ -3,7 +3,7 @@ of cell they hold. Takes nothing; gives the constants that the row writer, the W
 `wandb.Table` column types) and the tests read. `wandb_modprof.view.table` re-exports them.
 
 >>> from wandb_modprof.view.columns import COLUMNS, TEXT_COLUMNS
->>> COLUMNS[:3] == TEXT_COLUMNS[:3] == ("row_kind", "view_key", "view_path")
+>>> COLUMNS[:3] == TEXT_COLUMNS[:3] == ("row_kind", "view_key", "node_ref")
 True
 """
 
@@ -12,23 +12,31 @@ from __future__ import annotations
 from wandb_modprof.records.sample import METRICS
 
 TABLE_FORMAT = "wandb_modprof.table"
-TABLE_VERSION = 1
-SPREAD_METRICS = ("fwd_ms", "fwd_self_ms", "bwd_ms", "bwd_self_ms")  # with std/min/max/last
+# 2: views are rows of their own (`view_id`, `view_parent`, `view_last`) and node / edge rows
+# refer to them, with keys and names relative to the view (`view/refs.py`); 1 repeated every
+# ancestor's key on every row (`view_path`, `view_labels`).
+TABLE_VERSION = 2
+# A metric's column holds its colour statistic (`RunningStat.typical`: the median over the
+# samples, the mean for a version-1 file; the `statistic` meta row says which). These metrics
+# also get their spread: mean, std, min, max and last value over the samples.
+SPREAD_METRICS = ("fwd_ms", "fwd_self_ms", "bwd_ms", "bwd_self_ms")
+SPREAD_STATS = ("mean", "std", "min", "max", "last")
+# Garbage collections inside a module call: the longest in any sample (ms), and how many
+# samples held one (`capture/gc_watch.py`); missing for a version-1 file.
+GC_COLUMNS = ("gc_ms_max", "gc_samples")
 FLOP_COLUMNS = ("fwd_flops", "fwd_self_flops", "fwd_flop_per_s")
 
 TEXT_COLUMNS = (
     "row_kind",
     "view_key",
-    "view_path",
-    "view_labels",
-    "node_key",
+    "node_ref",
     "node_kind",
     "label",
     "sublabel",
-    "module_name",
+    "name_ref",
     "module_type",
-    "src_key",
-    "dst_key",
+    "src_ref",
+    "dst_ref",
     "edge_path",
     "meta_key",
     "meta_value",
@@ -46,12 +54,24 @@ RANK_COLUMNS = (
     "rank_slowest",
     "rank_imbalance",
 )
-INT_COLUMNS = ("view_depth", "call_index", "group_count", "samples", *RANK_INT_COLUMNS)
+# What `ProfileTable.resolved()` adds to each record: the refs read back against their view.
+RESOLVED_COLUMNS = ("node_key", "module_name", "src_key", "dst_key")
+INT_COLUMNS = (
+    "view_id",
+    "view_parent",
+    "view_last",
+    "view_depth",
+    "call_index",
+    "group_count",
+    "samples",
+    *RANK_INT_COLUMNS,
+)
 BOOL_COLUMNS = ("has_view",)
 LAYOUT_COLUMNS = ("x_px", "y_px", "w_px", "h_px", "view_w_px", "view_h_px")
 METRIC_COLUMNS = (
     METRICS
-    + tuple(f"{m}_{s}" for m in SPREAD_METRICS for s in ("std", "min", "max", "last"))
+    + tuple(f"{m}_{s}" for m in SPREAD_METRICS for s in SPREAD_STATS)
+    + GC_COLUMNS
     + FLOP_COLUMNS
 )
 NUMBER_COLUMNS = LAYOUT_COLUMNS + METRIC_COLUMNS + RANK_NUMBER_COLUMNS + ("meta_number",)

@@ -25,13 +25,14 @@ _TOTALS = ("fwd_ms", "bwd_ms", "act_bytes", "param_bytes", "grad_bytes", "optim_
 
 def profile_meta(prof: ProfileData, tree: CallTree, has_views: bool) -> list[MetaRow]:
     """Format and version, the model, the root view (if any view is drawn), sample and call
-    counts, the root call's totals (`total_<metric>`) and the rank rows."""
+    counts, the statistic the values are (`ProfileData.statistic`), the root call's totals
+    (`total_<metric>`) and the rank rows."""
     root = tree.calls[0] if tree.calls else None
     root_stats = prof.stats.get(root.key) if root is not None else None
 
     def total(metric: str) -> float | None:
         stat = root_stats.metrics.get(metric) if root_stats is not None else None
-        return None if stat is None else stat.mean
+        return None if stat is None else stat.typical
 
     meta: list[MetaRow] = [
         ("table_format", TABLE_FORMAT, float(TABLE_VERSION)),
@@ -40,6 +41,8 @@ def profile_meta(prof: ProfileData, tree: CallTree, has_views: bool) -> list[Met
         ("num_samples", "", prof.num_samples),
         ("invocations", "", float(len(tree.calls))),
         ("structure_passes", "", float(len(prof.structures))),
+        # what the metric columns hold: "median", or "mean" for a version-1 file
+        ("statistic", prof.statistic, 0.0),
     ]
     meta.extend((f"total_{metric}", "", total(metric)) for metric in _TOTALS)
     fwd, bwd = total("fwd_ms"), total("bwd_ms")

@@ -10,7 +10,6 @@ number or a bool (a value that is not finite is written as 0 and named in `missi
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -30,6 +29,7 @@ from wandb_modprof.view.columns import (
 )
 from wandb_modprof.view.graphs import short_name
 from wandb_modprof.view.ranks import group_rank_values, rank_values
+from wandb_modprof.view.refs import ViewRef, to_ref
 from wandb_modprof.view.values import finite, group_values, module_values, self_values
 
 if TYPE_CHECKING:
@@ -73,48 +73,70 @@ def meta_rows(meta: Sequence[MetaRow]) -> list[Row]:
     return rows
 
 
-def view_rows(graph: ViewGraph, layout: ViewLayout, src: RowSource) -> list[Row]:
-    """The node rows of `graph` (boxes from `layout`, in node order), then its edge rows."""
-    chain = _ancestors(graph.view_key, src.calls)
-    view_cells: dict[str, Cell] = {
-        "view_key": graph.view_key,
-        "view_path": " / ".join(c.key for c in chain),
-        "view_labels": _view_labels(chain),
-        "view_depth": len(chain) - 1,
-        "view_w_px": layout.width_px,
-        "view_h_px": layout.height_px,
-    }
+def view_rows(graph: ViewGraph, layout: ViewLayout, ref: ViewRef, src: RowSource) -> list[Row]:
+    """The `view` row of `graph` (numbered `ref`), its node rows (boxes from `layout`, in node
+    order), then its edge rows. Keys and names in node and edge rows are refs relative to the
+    view (`view/refs.py`), so no row repeats a string that grows with depth."""
+    call = src.calls.get(graph.view_key)
+    parent = src.calls.get(call.parent_key) if call and call.parent_key is not None else None
+    view_name = call.module_name if call is not None else ""
+    depth = call.depth if call is not None else 0
+    ids: dict[str, Cell] = {"view_id": ref.view_id, "view_depth": depth}
+    size: dict[str, Cell] = {"view_w_px": layout.width_px, "view_h_px": layout.height_px}
+    crumb = "" if call is None else call.module_type if parent is None else short_name(call, parent)
+    rows = [
+        _row(
+            {
+                **ids,
+                **size,
+                "row_kind": "view",
+                "view_key": graph.view_key,
+                "view_parent": ref.parent_id,
+                "view_last": ref.last_id,
+                "label": crumb,
+                "name_ref": view_name,
+                "module_type": call.module_type if call is not None else "",
+                "missing": "*",
+            }
+        )
+    ]
+
+    def rel(full: str) -> str:
+        return to_ref(full, graph.view_key, view_name)
+
     kids = [
         src.stats[n.node_key] for n in graph.nodes if n.kind == "module" and n.node_key in src.stats
     ]
-    rows = []
     for node, box in zip(graph.nodes, layout.boxes, strict=True):
-        cells = dict(view_cells)
-        cells.update(
-            row_kind="node",
-            node_key=node.node_key,
-            node_kind=node.kind,
-            label=node.label,
-            sublabel=node.sublabel,
-            x_px=box.x_px,
-            y_px=box.y_px,
-            w_px=box.w_px,
-            h_px=box.h_px,
-        )
+        cells: dict[str, Cell] = {
+            **ids,
+            **size,
+            "row_kind": "node",
+            "node_ref": rel(node.node_key),
+            "node_kind": node.kind,
+            "label": node.label,
+            "sublabel": node.sublabel,
+            "x_px": box.x_px,
+            "y_px": box.y_px,
+            "w_px": box.w_px,
+            "h_px": box.h_px,
+        }
         node_cells, values, count_from = _node_values(node, graph.view_key, kids, src)
+        if "name_ref" in node_cells:
+            node_cells["name_ref"] = rel(str(node_cells["name_ref"]))
         cells.update(node_cells)
         if count_from is not None and "fwd_ms" in count_from.metrics:
             cells["samples"] = count_from.metrics["fwd_ms"].count
         rows.append(_row(cells, values))
     for edge in layout.edges:
-        cells = dict(view_cells)
-        cells.update(
-            row_kind="edge",
-            src_key=edge.src_key,
-            dst_key=edge.dst_key,
-            edge_path=_edge_path(edge.points),
-            missing="*",
-        )
+        cells = {
+            **ids,
+            "row_kind": "edge",
+            "src_ref": rel(edge.src_key),
+            "dst_ref": rel(edge.dst_key),
+            "edge_path": _edge_path(edge.points),
+            "missing": "*",
+        }
         rows.append(_row(cells))
     return rows
 
@@ -128,7 +150,7 @@ def _node_values(
         call = src.calls[node.node_key]
         stats = src.stats.get(call.key)
         cells: dict[str, Cell] = {
-            "module_name": call.module_name,
+            "name_ref": call.module_name,
             "module_type": call.module_type,
             "call_index": call.call_index,
             "has_view": call.key in src.views,
@@ -141,7 +163,7 @@ def _node_values(
     if node.kind == "self":
         view_call = src.calls[view_key]
         stats = src.stats.get(view_key)
-        cells = {"module_name": view_call.module_name, "module_type": view_call.module_type}
+        cells = {"name_ref": view_call.module_name, "module_type": view_call.module_type}
         values = self_values(stats, kids, view_call if view_call.flops_known else None)
         if src.ranks is not None:
             values.update(rank_values(src.ranks.self_ms.get(view_key)))
@@ -173,24 +195,6 @@ def _row(cells: dict[str, Cell], values: dict[str, float] | None = None) -> Row:
         missing = [c for c in MISSABLE_COLUMNS if c not in measured]
         row["missing"] = "*" if len(missing) == len(MISSABLE_COLUMNS) else ",".join(missing)
     return tuple(row[c] for c in COLUMNS)
-
-
-def _ancestors(key: str, calls: Mapping[str, CallInfo]) -> list[CallInfo]:
-    """The call of `key` and its ancestors, outermost first. A parent cycle (only a hand-made
-    profile has one: `load` rejects such files) ends the chain where it repeats."""
-    chain: list[CallInfo] = []
-    seen: set[str] = set()
-    call: CallInfo | None = calls.get(key)
-    while call is not None and call.key not in seen:
-        seen.add(call.key)
-        chain.append(call)
-        call = calls.get(call.parent_key) if call.parent_key is not None else None
-    return chain[::-1]
-
-
-def _view_labels(chain: list[CallInfo]) -> str:
-    labels = [chain[0].module_type] + [short_name(c, p) for p, c in itertools.pairwise(chain)]
-    return " / ".join(labels)
 
 
 def _edge_path(points: Sequence[tuple[float, float]]) -> str:

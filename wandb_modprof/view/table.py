@@ -1,5 +1,14 @@
-"""The flat table every sink consumes (W&B Table, HTML report, tests): rows of kind node / edge
-/ meta, one per node and edge of every drawn view, plus meta rows with totals and notes.
+"""The flat table every sink consumes (W&B Table, HTML report, tests): rows of kind view /
+node / edge / meta: one per drawn view, per node and per edge of it, plus meta rows with totals
+and notes.
+
+The table is linear in the calls it shows: a `view` row holds its view's key and module name
+once, with its number `view_id`, its parent's `view_parent` (-1: the root view) and the last
+number of its subtree `view_last` (views are numbered depth first, so the breadcrumbs of a view
+are the views whose `[view_id, view_last]` holds its id). Node and edge rows name their view by
+`view_id` and hold keys and names relative to it (`node_ref`, `name_ref`, `src_ref`,
+`dst_ref`; see `view/refs.py`); `ProfileTable.resolved()` reads them back as `node_key`,
+`module_name`, `src_key`, `dst_key` and `view_key`.
 
 Takes a `ProfileData`; gives a `ProfileTable`. `build_table` is the pipeline: merge the
 structure passes into one call tree and its views (`graphs`), fit them into the row budget
@@ -52,6 +61,7 @@ from wandb_modprof.view.columns import (
     RANK_COLUMNS,
     RANK_INT_COLUMNS,
     RANK_NUMBER_COLUMNS,
+    RESOLVED_COLUMNS,
     SPREAD_METRICS,
     TABLE_FORMAT,
     TABLE_VERSION,
@@ -62,6 +72,7 @@ from wandb_modprof.view.graphs import merge, view_graphs
 from wandb_modprof.view.layout import layout_view
 from wandb_modprof.view.meta import REDUCTION_META_ROWS, profile_meta, reduction_meta
 from wandb_modprof.view.reduce import MIN_VIEW_ROWS, reduce_views
+from wandb_modprof.view.refs import from_ref, number_views
 from wandb_modprof.view.rows import RowSource, meta_rows, view_rows
 
 if TYPE_CHECKING:
@@ -82,6 +93,7 @@ __all__ = [
     "RANK_COLUMNS",
     "RANK_INT_COLUMNS",
     "RANK_NUMBER_COLUMNS",
+    "RESOLVED_COLUMNS",
     "SPREAD_METRICS",
     "TABLE_FORMAT",
     "TABLE_VERSION",
@@ -108,7 +120,39 @@ class ProfileTable:
     reduced: str
 
     def records(self) -> list[dict[str, Cell]]:
+        """The rows as dicts, as stored: node and edge rows name their view by `view_id` and
+        hold keys and names as refs relative to it (`node_ref`, `name_ref`, ...)."""
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+    def resolved(self) -> list[dict[str, Cell]]:
+        """`records()` with the refs read back: every node and edge row also gets its view's
+        `view_key` and its full `node_key`, `module_name`, `src_key`, `dst_key` (view rows:
+        `module_name`; "" where a row has none). Built in memory for readers in Python; the
+        panel does the same in Vega.
+
+        >>> [r["node_key"] for r in prof.table().resolved() if r["row_kind"] == "node"][:2]
+        ['<root>#0|in:x', 'fc1#0']                                 # doctest: +SKIP
+        """
+        views: dict[int, tuple[str, str]] = {}
+        out = []
+        for record in self.records():
+            kind = record["row_kind"]
+            full: dict[str, Cell] = dict.fromkeys(RESOLVED_COLUMNS, "")
+            if kind == "view":
+                views[int(record["view_id"])] = (str(record["view_key"]), str(record["name_ref"]))
+                full["module_name"] = record["name_ref"]
+            elif kind in ("node", "edge"):
+                vk, vn = views.get(int(record["view_id"]), ("", ""))
+                record["view_key"] = vk
+                for column, ref in zip(RESOLVED_COLUMNS, _REF_COLUMNS, strict=True):
+                    full[column] = from_ref(str(record[ref]), vk, vn)  # "" stays ""
+            record.update(full)
+            out.append(record)
+        return out
+
+
+# the stored column each of `RESOLVED_COLUMNS` is read from
+_REF_COLUMNS = ("node_ref", "name_ref", "src_ref", "dst_ref")
 
 
 def build_table(prof: ProfileData, max_rows: int = MAX_ROWS) -> ProfileTable:
@@ -133,10 +177,11 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS) -> ProfileTable:
         views=frozenset(g.view_key for g in reduction.graphs),
     )
     rows = meta_rows(meta)
-    for graph in reduction.graphs:
+    refs = number_views([g.view_key for g in reduction.graphs], calls)
+    for graph in sorted(reduction.graphs, key=lambda g: refs[g.view_key].view_id):
         # `layout_view` looked up here, at call time: benchmarks/scale.py times the layout by
         # replacing it in this module.
-        rows += view_rows(graph, layout_view(graph), src)
+        rows += view_rows(graph, layout_view(graph), refs[graph.view_key], src)
     # Unreachable: any view reduces to MIN_VIEW_ROWS rows, and the budget holds at least that.
     assert len(rows) <= max_rows, (len(rows), max_rows)
     return ProfileTable(COLUMNS, tuple(rows), reduction.note)

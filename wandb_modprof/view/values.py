@@ -4,10 +4,14 @@ the view's own work (`self` nodes) or summed over merged modules (group nodes). 
 that are not finite (see `wandb_modprof.view.table`).
 
 >>> from wandb_modprof.records.sample import RunningStat
->>> stat = RunningStat(count=1, mean=2.0, std=0.0, min=2.0, max=2.0, last=2.0)
+>>> stat = RunningStat(count=3, mean=3.0, std=1.6, min=2.0, max=5.0, last=2.0, median=2.0)
 >>> stats = ModuleStats("fc#0", "fc", "Linear", 0, None, 1, 0, {"fwd_ms": stat})
->>> module_values(stats, None)["fwd_ms_max"]
-2.0
+>>> values = module_values(stats, None)
+>>> values["fwd_ms"], values["fwd_ms_mean"], values["fwd_ms_max"]
+(2.0, 3.0, 5.0)
+
+A metric's column holds its colour statistic (`RunningStat.typical`: the median; the mean for
+a version-1 file, which kept no medians), the spread columns the rest.
 """
 
 from __future__ import annotations
@@ -60,13 +64,18 @@ def _metric_values(stats: ModuleStats | None) -> dict[str, float]:
         return {}
     out: dict[str, float] = {}
     for metric, stat in stats.metrics.items():
-        out[metric] = as_float(stat.mean)
+        out[metric] = as_float(stat.typical)
         if metric in SPREAD_METRICS:
             _spread(out, metric, stat)
+    gc = stats.metrics.get("gc_ms")
+    if gc is not None and stats.gc_samples is not None:
+        out["gc_ms_max"] = as_float(gc.max)
+        out["gc_samples"] = float(stats.gc_samples)
     return out
 
 
 def _spread(out: dict[str, float], column: str, stat: RunningStat) -> None:
+    out[f"{column}_mean"] = as_float(stat.mean)
     out[f"{column}_std"] = as_float(stat.std)
     out[f"{column}_min"] = as_float(stat.min)
     out[f"{column}_max"] = as_float(stat.max)
@@ -83,7 +92,7 @@ def self_values(
         for column, metric in _SELF_FROM.items():
             stat = view.metrics.get(metric)
             if stat is not None:
-                out[column] = as_float(stat.mean)
+                out[column] = as_float(stat.typical)
                 if column in SPREAD_METRICS:
                     _spread(out, column, stat)
         # Once per child module: a module called three times holds its parameters once.
@@ -92,9 +101,9 @@ def self_values(
             total = view.metrics.get(metric)
             if total is not None:
                 inner = sum(
-                    as_float(k.metrics[metric].mean) for k in distinct if metric in k.metrics
+                    as_float(k.metrics[metric].typical) for k in distinct if metric in k.metrics
                 )
-                own = as_float(total.mean) - inner
+                own = as_float(total.typical) - inner
                 # tied weights can overcount; max() would also turn a NaN into 0, so not then
                 out[metric] = max(0.0, own) if math.isfinite(own) else own
     if call is not None:
