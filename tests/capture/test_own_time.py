@@ -90,7 +90,7 @@ def test_slow_hook_work_is_not_charged_to_enclosing_calls(
             end = rec.fwd_start_ms + rec.fwd_wall_ms
             assert end <= parent.fwd_start_ms + parent.fwd_wall_ms + 1e-6
     assert root.fwd_wall_ms is not None
-    assert root.fwd_wall_ms - root.fwd_ms >= 1000 * 11 * OUR_DELAY_S * 0.9
+    assert root.fwd_wall_ms - root.fwd_ms >= 1000 * 4 * OUR_DELAY_S * 0.9  # >= 1 per leaf
 
 
 def test_our_time_is_kept_while_the_wall_clock_runs() -> None:

@@ -33,10 +33,11 @@ lies within [min, max].
 Version 2 added each statistic's `median` (what the profile colours and ranks by), each
 key's `gc_samples` (samples in which garbage collections took >= 5 % of the call) and each
 invocation's `gc_ms` (and the metric of that name) and `fwd_wall_ms` (the forward's
-wall-clock window; `fwd_ms` is now that less our own hook time inside it). Version-1 files still load: those fields
-read as null, never invented. A profile without medians colours and ranks by the mean, and says
-so (`ProfileData.statistic`, the table's `statistic` meta row, the panel's sidebar heading and
-`summary`); saved again it is written as version 2 with those nulls kept.
+wall-clock window; `fwd_ms` is now that less our own hook time inside it). Version-1 files
+still load: those fields read as null, never invented. A profile without medians colours and
+ranks by the mean, and says so (`ProfileData.statistic`, the table's `statistic` meta row,
+the panel's sidebar heading and `summary`); saved again it is written as version 2 with those
+nulls kept.
 """
 
 from __future__ import annotations
