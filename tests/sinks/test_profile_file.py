@@ -482,7 +482,9 @@ def _stat(draw: st.DrawFn, metric: str) -> RunningStat:
     count = draw(st.integers(0, 2**63 - 1))
     # the median lies in [min, max] (any value where either is not finite), or is unknown
     bounded = all(map(math.isfinite, (low, high)))
-    median = draw(st.none() | (st.floats(low, high) if bounded else _floats))
+    # (0.0 and -0.0 are equal but no float lies "between" 0.0 and -0.0 for Hypothesis)
+    within = st.just(low) if low == high else st.floats(low, high)
+    median = draw(st.none() | (within if bounded else _floats))
     return RunningStat(count, draw(_floats), abs(std), low, high, draw(_floats), median)
 
 
