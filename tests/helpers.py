@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import warnings
@@ -273,6 +274,9 @@ def gc_paused_profile(steps: int = 5, paused_step: int = 2) -> tuple[Any, list[A
     # One torch thread: on a loaded machine idle intra-op threads add ms of noise to 0.1 ms ops
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    # Start from empty generations: inside the full suite, garbage left by earlier tests made a
+    # natural full collection (walking `junk`) land in a second sample now and then.
+    gc.collect()
     try:
         with wandb_modprof.profile(model) as prof:
             for step in range(steps):

@@ -131,7 +131,7 @@ def test_a_failure_before_the_entity_is_known_says_which_entity_was_meant(monkey
         raise RuntimeError("no answer")
 
     monkeypatch.setattr(_chart, "_new_api", no_api)
-    with pytest.raises(ModProfError, match=r"preset 'team/wandb-modprof-v1' with W&B \("):
+    with pytest.raises(ModProfError, match=r"preset 'team/wandb-modprof-v2' with W&B \("):
         wandb_modprof.register_chart("team")
     with pytest.raises(ModProfError, match=r"for the default entity of your API key"):
         wandb_modprof.register_chart()

@@ -46,7 +46,7 @@ def test_the_forced_collection_does_not_move_the_colour_statistic(
         # sample, so this test fails for a statistic that a pause moves
         assert stat.mean > max(values), (metric, stat, values)
     # the panel's value (table and `summary --mode`) is that statistic
-    table = {r["node_key"]: r for r in prof.table().records() if r["row_kind"] == "node"}
+    table = {r["node_key"]: r for r in prof.table().resolved() if r["row_kind"] == "node"}
     assert table[PAUSED]["fwd_ms"] == stats.metrics["fwd_ms"].median
     assert table[PAUSED]["fwd_ms_mean"] == stats.metrics["fwd_ms"].mean
     fwd = {v.key: v for v in mode_values(prof, "fwd").modules}
@@ -60,17 +60,27 @@ def test_the_sample_is_flagged_as_holding_a_collection(paused: tuple[Any, list[A
     prof, samples = paused
     stats = prof.stats()
     pause = max(_record(s, PAUSED).gc_ms for s in samples)
-    assert stats[PAUSED].gc_samples == 1
+    forced = next(s for s in samples if _record(s, PAUSED).gc_ms == pause)
+    assert held_collection(_record(forced, PAUSED))
+
+    def flagged(key: str) -> int:
+        # A natural young collection (tens of µs) can land in a 0.3 ms call of another sample
+        # and is flagged too, rightly: count what each sample says, not an assumed 1.
+        return sum(held_collection(_record(s, key)) for s in samples)
+
+    assert stats[PAUSED].gc_samples == flagged(PAUSED) >= 1
     assert stats[PAUSED].metrics["gc_ms"].max == pause
     # charged to the open calls: the paused call and its ancestor, not its siblings
-    assert stats["<root>#0"].gc_samples == 1
+    assert stats["<root>#0"].gc_samples == flagged("<root>#0") >= 1
     assert stats["<root>#0"].metrics["gc_ms"].max >= pause
     for key in ("first#0", "last#0", "middle.fc#0"):
         assert stats[key].metrics["gc_ms"].max < pause / 10, key
-        assert stats[key].gc_samples == 0, key
-    table = {r["node_key"]: r for r in prof.table().records() if r["row_kind"] == "node"}
-    assert table[PAUSED]["gc_samples"] == 1.0 and table[PAUSED]["gc_ms_max"] == pause
-    assert table["first#0"]["gc_samples"] == 0.0
+        assert stats[key].gc_samples == flagged(key), key
+        assert not held_collection(_record(forced, key)), key
+    table = {r["node_key"]: r for r in prof.table().resolved() if r["row_kind"] == "node"}
+    assert table[PAUSED]["gc_samples"] == float(flagged(PAUSED))
+    assert table[PAUSED]["gc_ms_max"] == pause
+    assert table["first#0"]["gc_samples"] == float(flagged("first#0"))
 
 
 def test_summary_names_the_sample_that_held_a_collection(paused: tuple[Any, list[Any]]) -> None:
@@ -80,12 +90,13 @@ def test_summary_names_the_sample_that_held_a_collection(paused: tuple[Any, list
     notes = [line for line in text.splitlines() if line.startswith("garbage collection")]
     n = len(samples)
     # innermost only: the root holds it too, through the paused call
-    assert len(notes) == 1 and f"in 1 of {n} sample(s) of {PAUSED}" in notes[0], notes
+    held = prof.stats()[PAUSED].gc_samples
+    assert len(notes) == 1 and f"in {held} of {n} sample(s) of {PAUSED}" in notes[0], notes
     from wandb_modprof.sinks.summary import format_mode_summary
 
     mode_text = format_mode_summary(mode_values(prof, "fwd"), 10)
     assert "(medians over samples)" in mode_text
-    assert f"{PAUSED} (1 of {n})" in mode_text
+    assert f"{PAUSED} ({held} of {n})" in mode_text
 
 
 def test_young_collections_alone_do_not_flag_a_sample() -> None:
