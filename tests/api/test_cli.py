@@ -182,13 +182,34 @@ def test_a_fifo_given_as_the_profile_fails_at_once(tmp_path, capsys):
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _console(
-    argv: list[str], entry: str, interrupt_after_s: float
-) -> subprocess.CompletedProcess[str]:
-    """Run `entry` (`module:function`) as the console script does, Ctrl-C after a while."""
+# Installed in the child through `sitecustomize`: the first `import torch` marks a file and
+# then sleeps, so the Ctrl-C lands inside the heavy import however fast this machine imports
+# torch (a fixed delay raced a warm page cache: the command finished before the signal).
+_SLOW_TORCH = """
+import importlib.abc, pathlib, sys, time
+
+class _SlowTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            pathlib.Path({marker!r}).write_text("importing torch")
+            time.sleep(60)
+        return None
+
+sys.meta_path.insert(0, _SlowTorch())
+"""
+
+
+def _console(argv: list[str], entry: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run `entry` (`module:function`) as the console script does; Ctrl-C while it imports
+    torch."""
     module, function = entry.split(":")
+    marker = tmp_path / "importing-torch"
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_SLOW_TORCH.format(marker=str(marker)))
     code = f"import sys; from {module} import {function} as f; sys.exit(f())"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
     proc = subprocess.Popen(
         [sys.executable, "-c", code, *argv],
         env=env,
@@ -197,13 +218,16 @@ def _console(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    time.sleep(interrupt_after_s)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert marker.exists(), "the child never began importing torch"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def test_an_interrupt_while_torch_imports_is_one_line_and_130():
+def test_an_interrupt_while_torch_imports_is_one_line_and_130(tmp_path: Path) -> None:
     """The console script's module imports nothing heavy: a Ctrl-C during `import wandb_modprof`
     (torch: seconds) is caught there. Importing the CLI first (`wandb_modprof.api.cli:main`, the
     entry point before) printed a traceback from inside torch."""
@@ -211,10 +235,7 @@ def test_an_interrupt_while_torch_imports_is_one_line_and_130():
     pyproject = (ROOT / "pyproject.toml").read_text("utf-8")
     (entry,) = re.findall(r'^wandb-modprof = "([^"]+)"$', pyproject, re.MULTILINE)
     assert entry == "wandb_modprof_cli:main"
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import sys"], check=True)
-    python_s = time.perf_counter() - started  # the interpreter's own start-up, here
-    done = _console(["--help"], entry, interrupt_after_s=python_s + 0.5)
+    done = _console(["--help"], entry, tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (
         130,
         "",

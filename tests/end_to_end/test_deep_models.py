@@ -170,7 +170,9 @@ def test_a_500_deep_model_profiles_with_a_table_of_a_few_megabytes(tmp_path: Pat
     table = prof.table()
     check_table(table)
     assert not table.reduced
-    assert stored_bytes(table) < 4_000_000
+    # 3.75 MB when measured; the median's `_mean` and the GC columns (issue 15) added ~7 cells
+    # a row since. The growth with depth is checked above; this is the "few MB" of issue 17.
+    assert stored_bytes(table) < 5_000_000
     report = tmp_path / "deep.html"
     prof.to_html(report)
     assert report.stat().st_size < 5_000_000

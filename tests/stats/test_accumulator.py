@@ -43,6 +43,16 @@ class FakeEventClock:
     def offsets_ms(self, ref, stamps):
         return [float("nan") if s is None else (s.t - ref.t) / 1e6 for s in stamps]
 
+    # Device events take nothing out for our own hook time (as `clock.EventClock`).
+    def own_enter(self) -> None:
+        return None
+
+    def own_leave(self) -> None:
+        return None
+
+    def own_at(self, stamp: FakeEvent) -> int:
+        return 0
+
     def complete_all(self) -> None:
         for event in self.stamps:
             event.done = True
