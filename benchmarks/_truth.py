@@ -142,6 +142,40 @@ def _type(event: Any) -> str:
     return str(event.name.removeprefix("nn.Module: ").rsplit("_", 1)[0])
 
 
+def executed_autograd(events: list[Any]) -> list[Any]:
+    """The autograd functions a step executed, in the order they ran: nodes
+    (``AddmmBackward0``) and AccumulateGrad (sequence number -1)."""
+    return sorted(
+        (
+            e
+            for e in events
+            if e.name == "torch::autograd::AccumulateGrad"
+            or (e.sequence_nr >= 0 and not e.name.startswith("autograd::") and "Backward" in e.name)
+        ),
+        key=lambda e: e.time_range.start,
+    )
+
+
+def bwd_truth_ms(executed: list[Any], seq_start: int, seq_end: int) -> float:
+    """A call's backward: its nodes (sequence number in ``[seq_start, seq_end)``) plus the
+    AccumulateGrad runs between two of them, which the engine runs right after the node that
+    produced the gradient (tests/capture/test_timing_ground_truth.py uses the same rule;
+    ``time_checks`` below still sums the nodes alone)."""
+    total = 0.0
+    last_node_mine = False
+    pending = 0.0  # AccumulateGrad time since the last node
+    for event in executed:
+        if event.sequence_nr < 0:
+            pending += event.time_range.elapsed_us()
+            continue
+        mine = seq_start <= event.sequence_nr < seq_end
+        if mine:
+            total += event.time_range.elapsed_us() + (pending if last_node_mine else 0.0)
+        last_node_mine = mine
+        pending = 0.0
+    return total / 1000
+
+
 def time_checks(
     model: nn.Module, make_loss: Callable[[], torch.Tensor], kernel_truth: bool = False
 ) -> list[TimeCheck]:

@@ -36,14 +36,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from _truth import bwd_truth_ms, executed_autograd
 from torch import nn
 from torch.profiler import ProfilerActivity
 from torch.profiler import profile as torch_profile
 
 import wandb_modprof
+from wandb_modprof.capture.static_memory import ROOT_NAME as ROOT
 
 METRICS = ("fwd", "fwd_self", "bwd", "bwd_self")
-ROOT = "<root>"
 
 
 @dataclass(frozen=True)
@@ -159,33 +160,8 @@ def _backward_truth(plain: nn.Module, make_loss: Callable[[], torch.Tensor]) -> 
     ):
         make_loss().backward()
     plain.zero_grad(set_to_none=True)
-    executed = sorted(
-        (
-            e
-            for e in tp.events()
-            if e.name == "torch::autograd::AccumulateGrad"
-            or (e.sequence_nr >= 0 and not e.name.startswith("autograd::") and "Backward" in e.name)
-        ),
-        key=lambda e: e.time_range.start,
-    )
-    return {key: _bwd_ms(executed, lo, hi) for key, (lo, hi) in calls.values.items()}
-
-
-def _bwd_ms(executed: list[Any], seq_start: int, seq_end: int) -> float:
-    """The call's nodes, plus the AccumulateGrad runs between two of them."""
-    total = 0.0
-    last_node_mine = False
-    pending = 0.0
-    for event in executed:
-        if event.sequence_nr < 0:
-            pending += event.time_range.elapsed_us()
-            continue
-        mine = seq_start <= event.sequence_nr < seq_end
-        if mine:
-            total += event.time_range.elapsed_us() + (pending if last_node_mine else 0.0)
-        last_node_mine = mine
-        pending = 0.0
-    return total / 1000
+    executed = executed_autograd(list(tp.events()))
+    return {key: bwd_truth_ms(executed, lo, hi) for key, (lo, hi) in calls.values.items()}
 
 
 def _ours(model: nn.Module, make_loss: Callable[[], torch.Tensor]) -> list[Any]:
