@@ -6,16 +6,19 @@ perturbed. Here every reported time is compared with the module running unobserv
 * forward, inclusive: on a plain copy of the model (same weights), each module timed alone
   by one pre/post forward-hook pair (`time.perf_counter_ns`), nothing else hooked inside its
   window. Modules at the same depth of the module tree do not run inside one another, so one
-  step per depth level times all modules of that level at once: a module's window then holds
-  only its own code. The root (depth 0) is the plain model's forward wall time under one hook
-  pair;
+  step per depth level times all modules of that level at once. The root (depth 0) is the
+  plain model's forward wall time under one hook pair;
+* forward, self: on the same step, the parents (one depth up) are hooked too: a parent's
+  window less its children's windows, less a calibrated plain hook pair's cost per child call
+  (`_plain_hook_gap_ms`, ~1-2 us). Same-step differences: a container's self time is a small
+  difference of large numbers, which step-to-step noise swamps (two steps' inclusive truths
+  gave the root a self time below zero);
 * backward, inclusive: on a plain-copy step with torch.profiler (CPU, no Python tracer) and,
   instead of our hooks, one pre/post forward-hook pair per module that only reads the autograd
   sequence counter (no tensor touched, nothing in the backward). A call's backward is the sum
   of the profiler's node events whose sequence number lies in the call's range, plus the
   AccumulateGrad runs between two of its own nodes (tests/capture/test_timing_ground_truth.py);
-* self times: a call's inclusive truth minus its child calls' inclusive truths (the call tree
-  from our records: the calls are the same, in the same order).
+  backward self: a call's less its child calls' on the same step.
 
 Our side: `wandb_modprof.profile(model, structure=False)` over one step, as a sampled step of
 `watch`. Steps are interleaved (ours, the depth levels, the backward step) `repeats` times;
@@ -75,10 +78,6 @@ def _names(model: nn.Module) -> dict[nn.Module, str]:
     return names
 
 
-def _depth(name: str) -> int:
-    return 0 if name == ROOT else name.count(".") + 1
-
-
 @contextmanager
 def _hook_pairs(
     modules: dict[nn.Module, str],
@@ -119,27 +118,101 @@ class _Calls:
         return f"{name}#{index}"
 
 
-def _forward_truth(plain: nn.Module, make_loss: Callable[[], torch.Tensor]) -> dict[str, float]:
-    names = _names(plain)
-    out: dict[str, float] = {}
-    for depth in sorted({_depth(n) for n in names.values()}):
-        level = {m: n for m, n in names.items() if _depth(n) == depth}
-        calls = _Calls()
+def _plain_hook_gap_ms(repeats: int = 9, calls: int = 64) -> float:
+    """What one plain hook pair costs a module's caller outside the module's own window (ms):
+    a call's total time with the pair on it less the window the pair measures, the fastest of
+    `repeats` batches (interference only adds). Taken out of a parent's self-time truth per
+    hooked child call."""
 
-        def on_pre(name: str, calls: _Calls = calls) -> tuple[str, int]:
+    class Leaf(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    leaves = [Leaf() for _ in range(calls)]
+    windows: list[float] = []
+    best = float("inf")
+    with _hook_pairs(
+        {leaf: str(i) for i, leaf in enumerate(leaves)},
+        lambda name: time.perf_counter_ns(),
+        lambda name, start: windows.append(time.perf_counter_ns() - start),
+    ):
+        x = torch.zeros(1)
+        for _ in range(repeats + 1):
+            windows.clear()
+            t0 = time.perf_counter_ns()
+            for leaf in leaves:
+                x = leaf(x)
+            total = time.perf_counter_ns() - t0
+            best = min(best, (total - sum(windows)) / calls)
+    return max(0.0, best / 1e6)
+
+
+def _call_depths(records: list[Any]) -> dict[str, int]:
+    """Module name -> depth of its (first) call in the call tree, from our records. Not the
+    name's depth: a `ModuleList` is never called, so `blocks.0` is the root's child."""
+    depths: dict[str, int] = {}
+    for rec in records:  # `depth` is the call's depth in the call tree
+        depths.setdefault(rec.module_name, rec.depth)
+    return depths
+
+
+def _forward_truth(
+    plain: nn.Module,
+    make_loss: Callable[[], torch.Tensor],
+    hook_gap_ms: float,
+    depths: dict[str, int],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Per call key: inclusive forward truth and self forward truth (ms), from one plain step
+    depth of the call tree (`depths`: module name -> call depth).
+
+    The step for depth d hooks depths d - 1 and d: a depth-d module has nothing of ours inside
+    its window (its inclusive truth, timed alone), and each depth-(d - 1) module's window less
+    its children's windows, on the same step, is its self time (less `hook_gap_ms` per child
+    call: the children's hook pairs run inside it). Self times from the same step, not as the
+    difference of two steps' inclusive times: a container's self time is a small difference of
+    large numbers, which step-to-step noise would swamp. The root alone on the first step."""
+    names = {m: n for m, n in _names(plain).items() if n in depths}  # modules that were called
+    incl: dict[str, float] = {}
+    selfs: dict[str, float] = {}
+    for depth in sorted(set(depths.values())):
+        level = {m: n for m, n in names.items() if depths[n] in (depth - 1, depth)}
+        calls = _Calls()
+        stack: list[str] = []
+        kids: dict[str, list[str]] = defaultdict(list)
+
+        def on_pre(
+            name: str,
+            calls: _Calls = calls,
+            stack: list[str] = stack,
+            kids: dict[str, list[str]] = kids,
+        ) -> tuple[str, int]:
             key = calls.key(name)  # counted before the stamp: outside the window
+            if stack:
+                kids[stack[-1]].append(key)
+            stack.append(key)
             return key, time.perf_counter_ns()
 
-        def on_post(name: str, opened: tuple[str, int], calls: _Calls = calls) -> None:
+        def on_post(
+            name: str, opened: tuple[str, int], calls: _Calls = calls, stack: list[str] = stack
+        ) -> None:
             end = time.perf_counter_ns()
             key, start = opened
             calls.values[key] = (end - start) / 1e6
+            stack.pop()
 
         with _hook_pairs(level, on_pre, on_post), _quiet_gc():
             make_loss().backward()
         plain.zero_grad(set_to_none=True)
-        out.update(calls.values)
-    return out
+        for key, ms in calls.values.items():
+            name = key.rsplit("#", 1)[0]
+            if depths[name] == depth:
+                incl[key] = ms
+            else:
+                inner = kids.get(key, [])
+                selfs[key] = ms - sum(calls.values[k] for k in inner) - hook_gap_ms * len(inner)
+    for key, ms in incl.items():  # the deepest modules: leaves, self time is inclusive time
+        selfs.setdefault(key, ms)
+    return incl, selfs
 
 
 def _backward_truth(plain: nn.Module, make_loss: Callable[[], torch.Tensor]) -> dict[str, float]:
@@ -183,12 +256,17 @@ def unobserved_checks(
         for _ in range(2):
             make_plain_loss(m).backward()
             m.zero_grad(set_to_none=True)
+    hook_gap_ms = _plain_hook_gap_ms()
+    depths = _call_depths(_ours(model, lambda: make_plain_loss(model)))
     ours_runs: list[list[Any]] = []
     fwd_runs: list[dict[str, float]] = []
+    fwd_self_runs: list[dict[str, float]] = []
     bwd_runs: list[dict[str, float]] = []
     for _ in range(repeats):
         ours_runs.append(_ours(model, lambda: make_plain_loss(model)))
-        fwd_runs.append(_forward_truth(plain, lambda: make_plain_loss(plain)))
+        incl, selfs = _forward_truth(plain, lambda: make_plain_loss(plain), hook_gap_ms, depths)
+        fwd_runs.append(incl)
+        fwd_self_runs.append(selfs)
         bwd_runs.append(_backward_truth(plain, lambda: make_plain_loss(plain)))
     records = ours_runs[0]
     children: dict[str, list[str]] = defaultdict(list)
@@ -203,6 +281,7 @@ def unobserved_checks(
     ours: dict[tuple[str, str], float] = {}
     for rec in records:
         truth[(rec.key, "fwd")] = median_of(fwd_runs, rec.key)
+        truth[(rec.key, "fwd_self")] = median_of(fwd_self_runs, rec.key)
         truth[(rec.key, "bwd")] = median_of(bwd_runs, rec.key)
     by_key = [{r.key: r for r in run} for run in ours_runs]
     for rec in records:
@@ -213,9 +292,10 @@ def unobserved_checks(
             ours[(rec.key, metric)] = statistics.median(
                 getattr(run[rec.key], attr) or 0.0 for run in by_key
             )
-        for what in ("fwd", "bwd"):
-            kids = sum(truth[(k, what)] for k in children[rec.key])
-            truth[(rec.key, f"{what}_self")] = truth[(rec.key, what)] - kids
+        # per step, then the median: each backward step gives every call's truth at once
+        truth[(rec.key, "bwd_self")] = statistics.median(
+            run[rec.key] - sum(run[k] for k in children[rec.key]) for run in bwd_runs
+        )
     root = records[0].key
     step = truth[(root, "fwd")] + truth[(root, "bwd")]
     return [

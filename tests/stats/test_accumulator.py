@@ -50,6 +50,12 @@ class FakeEventClock:
     def own_leave(self) -> None:
         return None
 
+    def own_leave_call(self) -> None:
+        return None
+
+    def own_leave_pack(self) -> None:
+        return None
+
     def own_at(self, stamp: FakeEvent) -> int:
         return 0
 

@@ -81,7 +81,7 @@ class ActivationCounter:
             return self._pack(tensor)
         finally:
             if clock is not None:
-                clock.own_leave()
+                clock.own_leave_pack()
 
     def _pack(self, tensor: torch.Tensor) -> _Packed:
         packed = _Packed(tensor.detach(), _version(tensor))

@@ -18,10 +18,10 @@ from torch.utils.hooks import RemovableHandle
 
 from wandb_modprof._warn import warn_safely
 from wandb_modprof.capture import autograd_private as ap
+from wandb_modprof.capture import hook_cost, stack_room
 from wandb_modprof.capture import registry as _registry
-from wandb_modprof.capture import stack_room
 from wandb_modprof.capture.callstack import call_depth
-from wandb_modprof.capture.clock import make_clock, model_device
+from wandb_modprof.capture.clock import CpuClock, make_clock, model_device
 from wandb_modprof.capture.delivery import delivery
 from wandb_modprof.capture.device_memory import AcceleratorMemory, DeviceMemory
 from wandb_modprof.capture.inert_hook import InertHook
@@ -70,6 +70,8 @@ class Capture:
         self._lazy_children = hooks_only_when_sampling
         device = model_device(model)
         self.clock = make_clock(options, device)
+        if isinstance(self.clock, CpuClock):
+            self.clock.cost = hook_cost.measured()
         self.memory: DeviceMemory | None = None
         if options.device_memory and device.type != "cpu":
             self.memory = AcceleratorMemory(device)
@@ -332,7 +334,7 @@ class Capture:
         except Exception as error:
             self._internal_error(self._name(module), error)
         finally:
-            self.clock.own_leave()
+            self.clock.own_leave_call()  # this call's hook dispatch, both hooks, is ours too
 
     # ---- sessions ----------------------------------------------------------------------
     def _start(self, step: int, module: nn.Module, args: Any, kwargs: Any, derive: bool) -> None:
