@@ -105,17 +105,26 @@ def _hook_pairs(
 
 
 class _Calls:
-    """Per-call values keyed as ours are (`name#index`, the index counting calls of that
-    module in the step)."""
+    """Per-call values keyed as ours are: the n-th call of a module in the plain step is the
+    n-th call of it in our records (the same calls run in the same order), whatever our key
+    scheme (a shared module's calls are keyed under their caller)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keys: dict[str, list[str]]) -> None:
         self.values: dict[str, Any] = {}
+        self._keys = keys
         self._count: dict[str, int] = defaultdict(int)
 
     def key(self, name: str) -> str:
         index = self._count[name]
         self._count[name] += 1
-        return f"{name}#{index}"
+        return self._keys[name][index]
+
+
+def _keys_by_module(records: list[Any]) -> dict[str, list[str]]:
+    keys: dict[str, list[str]] = defaultdict(list)
+    for rec in records:  # in call order
+        keys[rec.module_name].append(rec.key)
+    return dict(keys)
 
 
 def _plain_hook_gap_ms(repeats: int = 9, calls: int = 64) -> float:
@@ -160,10 +169,10 @@ def _forward_truth(
     plain: nn.Module,
     make_loss: Callable[[], torch.Tensor],
     hook_gap_ms: float,
-    depths: dict[str, int],
+    records: list[Any],
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Per call key: inclusive forward truth and self forward truth (ms), from one plain step
-    depth of the call tree (`depths`: module name -> call depth).
+    depth of the call tree (of our `records` of the same step).
 
     The step for depth d hooks depths d - 1 and d: a depth-d module has nothing of ours inside
     its window (its inclusive truth, timed alone), and each depth-(d - 1) module's window less
@@ -171,12 +180,14 @@ def _forward_truth(
     call: the children's hook pairs run inside it). Self times from the same step, not as the
     difference of two steps' inclusive times: a container's self time is a small difference of
     large numbers, which step-to-step noise would swamp. The root alone on the first step."""
+    depths, keys = _call_depths(records), _keys_by_module(records)
+    depth_of_key = {rec.key: rec.depth for rec in records}
     names = {m: n for m, n in _names(plain).items() if n in depths}  # modules that were called
     incl: dict[str, float] = {}
     selfs: dict[str, float] = {}
     for depth in sorted(set(depths.values())):
         level = {m: n for m, n in names.items() if depths[n] in (depth - 1, depth)}
-        calls = _Calls()
+        calls = _Calls(keys)
         stack: list[str] = []
         kids: dict[str, list[str]] = defaultdict(list)
 
@@ -204,8 +215,7 @@ def _forward_truth(
             make_loss().backward()
         plain.zero_grad(set_to_none=True)
         for key, ms in calls.values.items():
-            name = key.rsplit("#", 1)[0]
-            if depths[name] == depth:
+            if depth_of_key[key] == depth:
                 incl[key] = ms
             else:
                 inner = kids.get(key, [])
@@ -215,8 +225,10 @@ def _forward_truth(
     return incl, selfs
 
 
-def _backward_truth(plain: nn.Module, make_loss: Callable[[], torch.Tensor]) -> dict[str, float]:
-    calls = _Calls()
+def _backward_truth(
+    plain: nn.Module, make_loss: Callable[[], torch.Tensor], keys: dict[str, list[str]]
+) -> dict[str, float]:
+    calls = _Calls(keys)
     seq = torch._C._autograd._get_sequence_nr
 
     def on_pre(name: str) -> tuple[str, int]:
@@ -257,17 +269,18 @@ def unobserved_checks(
             make_plain_loss(m).backward()
             m.zero_grad(set_to_none=True)
     hook_gap_ms = _plain_hook_gap_ms()
-    depths = _call_depths(_ours(model, lambda: make_plain_loss(model)))
+    first = _ours(model, lambda: make_plain_loss(model))
+    keys = _keys_by_module(first)
     ours_runs: list[list[Any]] = []
     fwd_runs: list[dict[str, float]] = []
     fwd_self_runs: list[dict[str, float]] = []
     bwd_runs: list[dict[str, float]] = []
     for _ in range(repeats):
         ours_runs.append(_ours(model, lambda: make_plain_loss(model)))
-        incl, selfs = _forward_truth(plain, lambda: make_plain_loss(plain), hook_gap_ms, depths)
+        incl, selfs = _forward_truth(plain, lambda: make_plain_loss(plain), hook_gap_ms, first)
         fwd_runs.append(incl)
         fwd_self_runs.append(selfs)
-        bwd_runs.append(_backward_truth(plain, lambda: make_plain_loss(plain)))
+        bwd_runs.append(_backward_truth(plain, lambda: make_plain_loss(plain), keys))
     records = ours_runs[0]
     children: dict[str, list[str]] = defaultdict(list)
     for rec in records:
