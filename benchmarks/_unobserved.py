@@ -322,3 +322,40 @@ def unobserved_checks(
         for rec in records
         for metric in METRICS
     ]
+
+
+# Issue 15's target, for calls taking >= 1 % of the step: median error <= 5 %, every call
+# within 15 % or 0.05 ms. The median is over calls whose truth exceeds 0.05 ms (a relative
+# error of a 10 us self time says nothing); every judged call counts for the worst case.
+SHARE = 0.01
+TARGET_MEDIAN, TARGET_WORST, TARGET_ABS_MS = 0.05, 0.15, 0.05
+
+
+@dataclass(frozen=True)
+class Verdict:
+    metric: str
+    judged: int
+    median_error: float
+    misses: tuple[Check, ...]  # calls outside 15 % or 0.05 ms
+
+    @property
+    def met(self) -> bool:
+        return self.median_error <= TARGET_MEDIAN and not self.misses
+
+
+def relative_error(ours: float, truth: float) -> float:
+    if truth > 0:
+        return abs(ours - truth) / truth
+    return 0.0 if ours == truth else float("inf")
+
+
+def verdict(checks: list[Check], metric: str) -> Verdict:
+    judged = [c for c in checks if c.metric == metric and c.share >= SHARE]
+    sized = [c for c in judged if c.truth_ms > TARGET_ABS_MS] or judged
+    errors = [relative_error(c.ours_ms, c.truth_ms) for c in sized]
+    misses = tuple(
+        c
+        for c in judged
+        if abs(c.ours_ms - c.truth_ms) > max(TARGET_WORST * abs(c.truth_ms), TARGET_ABS_MS)
+    )
+    return Verdict(metric, len(judged), statistics.median(errors) if errors else 0.0, misses)

@@ -10,7 +10,11 @@ Measured here with the same machinery the capture installs (`InertHook` around b
 whose body brackets a stamp with `own_enter` / `own_leave`, registered with the same flags), as
 (hooked - plain - bodies) per call, each side the fastest of several batches: interference only
 adds time, so the fastest batch is the closest to the work itself. About 5 ms, once per process,
-on the first capture with a host clock.
+on the first capture with a host clock that starts while nothing global watches module calls:
+under global module hooks (MemTracker, ModTracker), a torch function or dispatch mode, or a
+running torch.profiler our calibration modules would be seen (MemTracker refuses a root called
+twice; a user's trace would show them). Then nothing is run and that capture takes nothing
+out (`HookCost()`, today's behaviour before this correction); a later capture measures.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _module
 
 from wandb_modprof.capture.clock import CpuClock, HookCost
 from wandb_modprof.capture.inert_hook import InertHook
@@ -119,7 +124,33 @@ def _pack_ns() -> int:
     return max(0, (hooked - plain) // (2 * _CALLS))
 
 
+_GLOBAL_HOOKS = (
+    "_global_forward_pre_hooks",
+    "_global_forward_hooks",
+    "_global_backward_hooks",
+    "_global_backward_pre_hooks",
+    "_global_module_registration_hooks",
+    "_global_parameter_registration_hooks",
+    "_global_buffer_registration_hooks",
+)
+
+
+def _observed() -> bool:
+    """Something global would see (or change) our calibration's module calls and ops."""
+    if any(getattr(_module, name, None) for name in _GLOBAL_HOOKS):
+        return True
+    if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled():
+        return True
+    return bool(torch.autograd.profiler._is_profiler_enabled)
+
+
 @functools.cache
-def measured() -> HookCost:
-    """This process's hook cost (measured on the first call)."""
+def _measure() -> HookCost:
     return HookCost(call_ns=_call_ns(), pack_ns=_pack_ns())
+
+
+def measured() -> HookCost:
+    """This process's hook cost (measured once, when nothing global is watching)."""
+    if _measure.cache_info().currsize == 0 and _observed():
+        return HookCost()
+    return _measure()

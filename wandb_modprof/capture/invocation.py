@@ -62,9 +62,11 @@ class Invocation:
 class Recompute:
     """A module forward that ran during backward (activation checkpointing)."""
 
-    __slots__ = ("enclosing_node", "orig", "parent", "seq0", "seq1", "t0", "t1")
+    __slots__ = ("enclosing_node", "orig", "own0", "own1", "parent", "seq0", "seq1", "t0", "t1")
 
-    def __init__(self, orig: int, parent: int, enclosing_node: int, seq0: int, t0: Any) -> None:
+    def __init__(
+        self, orig: int, parent: int, enclosing_node: int, seq0: int, t0: Any, own0: int = 0
+    ) -> None:
         self.orig = orig  # index of the forward invocation it repeats, -1 if unmatched
         self.parent = parent  # index into the session's recomputes, -1 for a top-level one
         self.enclosing_node = enclosing_node
@@ -72,6 +74,8 @@ class Recompute:
         self.seq1 = -1
         self.t0 = t0
         self.t1: Any = None
+        self.own0 = own0  # our own time (`Clock.own_at`) at t0 and t1
+        self.own1 = own0
 
 
 _MAX_DEPTH = 8  # nesting of output containers that is searched for tensors

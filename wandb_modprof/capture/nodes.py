@@ -16,6 +16,8 @@ class NodeTable:
         "alloc0",
         "enclosing",
         "name",
+        "own0",
+        "own1",
         "owner",
         "peak",
         "seq",
@@ -33,6 +35,9 @@ class NodeTable:
         self.owner: list[int] = []  # index of the invocation charged (-1: not yet / none)
         self.t0: list[Any] = []  # clock stamps around the node's execution
         self.t1: list[Any] = []
+        # our own time (`Clock.own_at`) at t0 and t1: the saved-tensor unpack hooks it ran
+        self.own0: list[int] = []
+        self.own1: list[int] = []
         self.enclosing: list[int] = []  # slot of the node it ran nested in (reentrant), or -1
         self.alloc0: list[int | None] = []  # accelerators: allocated bytes when it started
         self.peak: list[int | None] = []  # accelerators: allocator peak while it ran
@@ -52,6 +57,8 @@ class NodeTable:
         self.owner.append(owner)
         self.t0.append(None)
         self.t1.append(None)
+        self.own0.append(0)
+        self.own1.append(0)
         self.enclosing.append(-1)
         self.alloc0.append(None)
         self.peak.append(None)

@@ -50,7 +50,10 @@ class RecomputeTracker:
             self._matched.add(orig)
         enclosing = exec_stack[-1] if exec_stack and parent < 0 else -1
         self._stack.append(len(self.records))
-        self.records.append(Recompute(orig, parent, enclosing, ap.sequence_nr(), clock.stamp()))
+        t0 = clock.stamp()
+        self.records.append(
+            Recompute(orig, parent, enclosing, ap.sequence_nr(), t0, clock.own_at(t0))
+        )
 
     def exit(self, result: Any, clock: Clock) -> NodeWalk | None:
         """A recomputed forward returns; the nodes to walk once a top-level one finished."""
@@ -58,6 +61,7 @@ class RecomputeTracker:
             return None
         rec = self.records[self._stack.pop()]
         rec.t1 = clock.stamp()
+        rec.own1 = clock.own_at(rec.t1)
         rec.seq1 = ap.sequence_nr()
         self._roots.extend(grad_fns(result))
         if self._stack:

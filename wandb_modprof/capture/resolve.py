@@ -133,7 +133,9 @@ def _backward_times(session: StepSession) -> _Backward:
     back.t0 = t0 = clock.offsets_ms(ref, nodes.t0)
     back.t1 = t1 = clock.offsets_ms(ref, nodes.t1)
     ran = [_finite(a) and _finite(b) for a, b in zip(t0, t1, strict=True)]
-    dur = [t1[j] - t0[j] if ran[j] else 0.0 for j in range(len(ran))]
+    # less our own time inside the node (saved-tensor unpack hooks, nested recomputes' hooks)
+    own = [(b - a) / 1e6 for a, b in zip(nodes.own0, nodes.own1, strict=True)]
+    dur = [t1[j] - t0[j] - own[j] if ran[j] else 0.0 for j in range(len(ran))]
     excl = list(dur)
     for j, outer in enumerate(nodes.enclosing):
         if ran[j] and outer >= 0:
@@ -163,8 +165,10 @@ def _charge_recomputes(session: StepSession, back: _Backward, excl: list[float])
         session.ref_stamp, [t for r in recs for t in (r.t0, r.t1)]
     )
     r_dur = [
-        r_off[2 * k + 1] - r_off[2 * k] if _finite(r_off[2 * k + 1]) else 0.0
-        for k in range(len(recs))
+        r_off[2 * k + 1] - r_off[2 * k] - (r.own1 - r.own0) / 1e6
+        if _finite(r_off[2 * k + 1])
+        else 0.0
+        for k, r in enumerate(recs)
     ]
     r_self = list(r_dur)
     for k, r in enumerate(recs):

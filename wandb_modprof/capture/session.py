@@ -348,7 +348,8 @@ class StepSession:
             if self.memory is not None:
                 self._fold_node_peak(stack[:-1])
                 self.nodes.alloc0[slot] = self.memory.allocated()
-            self.nodes.t0[slot] = self.clock.stamp()
+            t0 = self.nodes.t0[slot] = self.clock.stamp()
+            self.nodes.own0[slot] = self.clock.own_at(t0)
         except Exception as error:
             self.fail("backward pre-hook", error)
 
@@ -356,7 +357,8 @@ class StepSession:
         if self.closed or self.nodes.t0[slot] is None:
             return
         try:
-            self.nodes.t1[slot] = self.clock.stamp()
+            t1 = self.nodes.t1[slot] = self.clock.stamp()
+            self.nodes.own1[slot] = self.clock.own_at(t1)
             stack = self._exec_stack()
             if stack and stack[-1] == slot:
                 stack.pop()
