@@ -189,7 +189,7 @@ class StructureDriver:
         """A timed step whose call sequence was never captured asks for a structure pass."""
         if not self.enabled or self.due:
             return
-        signature = call_signature((inv.name, inv.call_index) for inv in session.invocations)
+        signature = call_signature(inv.key for inv in session.invocations)
         if self.sink.has_structure(signature) and signature not in self._derived:
             return
         if signature in self._derived and self.passes >= MAX_PASSES:
