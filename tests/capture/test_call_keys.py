@@ -1,0 +1,235 @@
+"""Call keys name the same work on every step (`capture/call_keys`): a mixture of experts that
+routes each step to different experts through one shared activation module keeps one key per
+expert's activation; ordinary models keep their `name#k` keys."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from helpers import disabled_run
+from models import (
+    CustomFunctionModel,
+    FrozenStem,
+    KwargsDictModel,
+    ResNet,
+    Reused,
+    TinyGPT,
+    TwoBranchCat,
+    gpt2_from_config,
+    gpt_input,
+    resnet_input,
+)
+from torch import nn
+
+import wandb_modprof
+from wandb_modprof.capture.call_keys import KEY_SEPARATOR, CallKeys
+from wandb_modprof.capture.invocation import tensors_in
+
+DIM, BATCH, EXPERTS, TOP_K = 8, 6, 4, 2
+
+
+def hidden(expert: int) -> int:
+    return 16 * (expert + 1)  # every expert's work has its own size: its bytes say whose it is
+
+
+class Expert(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(DIM, width)
+        self.w2 = nn.Linear(width, DIM)
+
+    def forward(self, x: torch.Tensor, act: nn.Module) -> torch.Tensor:
+        return self.w2(act(self.w1(x)))
+
+
+class MoE(nn.Module):
+    """Top-k routing of the whole batch; one `act_fn` module shared by every expert (as in
+    Mixtral-style code run eagerly). The router reads the first `EXPERTS` features, so the
+    input picks the experts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.act_fn = nn.SiLU()  # registered first: its name is `moe.act_fn`, not an expert's
+        self.router = nn.Linear(DIM, EXPERTS, bias=False)
+        with torch.no_grad():
+            self.router.weight.copy_(torch.eye(EXPERTS, DIM))
+        self.experts = nn.ModuleList(Expert(hidden(e)) for e in range(EXPERTS))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights = self.router(x).mean(0).softmax(-1)
+        chosen = weights.topk(TOP_K).indices.tolist()
+        out = torch.zeros_like(x)
+        for e in sorted(chosen):
+            out = out + weights[e] * self.experts[e](x, self.act_fn)
+        return out
+
+
+class MoEModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(DIM, DIM)
+        self.moe = MoE()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.moe(x + self.inp(x))
+
+
+# the experts each step routes to: every expert is used, in changing company and positions
+ROUTES = [(0, 1), (2, 3), (1, 3), (0, 2), (1, 2), (0, 3), (2, 3), (0, 1)]
+
+
+def routed_input(experts: tuple[int, ...], seed: int) -> torch.Tensor:
+    x = torch.randn(BATCH, DIM, generator=torch.Generator().manual_seed(seed)) * 0.1
+    x[:, list(experts)] += 5.0
+    return x
+
+
+def act_key(expert: int) -> str:
+    return f"moe.experts.{expert}#0{KEY_SEPARATOR}moe.act_fn#0"
+
+
+def run_moe(steps: int, log_freq: int = 1) -> Any:
+    torch.manual_seed(0)
+    model = MoEModel()
+    handle = wandb_modprof.watch(model, log_freq=log_freq, run=disabled_run())
+    for step in range(steps):
+        model(routed_input(ROUTES[step % len(ROUTES)], step)).pow(2).mean().backward()
+    return handle.unwatch()
+
+
+def test_a_shared_activation_keeps_one_key_per_expert() -> None:
+    prof = run_moe(len(ROUTES))
+    stats = prof.stats()
+    assert prof.num_samples >= 4
+    for e in range(EXPERTS):
+        act = stats[act_key(e)]
+        assert act.parent_key == f"moe.experts.{e}#0"
+        # Only expert e's activation ever folded into its key: its saved input, BATCH x
+        # hidden(e) floats, is the same in every sample (another expert's differs in size).
+        saved = act.metrics["act_self_bytes"]
+        assert saved.min == saved.max == BATCH * hidden(e) * 4
+        # ... and it was sampled exactly when its expert was
+        assert saved.count == stats[f"moe.experts.{e}#0"].metrics["fwd_ms"].count
+    # no key mixes experts: every call of the shared module is under one expert's call
+    shared = [k for k, s in stats.items() if s.module_name == "moe.act_fn"]
+    assert sorted(shared) == sorted(act_key(e) for e in range(EXPERTS))
+    # the structure pass and the graphs derived from timed steps use the same keys
+    assert prof.structures()
+    for structure in prof.structures():
+        for call in structure.calls:
+            assert call.key in stats
+            if call.module_name == "moe.act_fn":
+                assert call.key == f"{call.parent_key}{KEY_SEPARATOR}moe.act_fn#0"
+
+
+def test_counting_per_name_would_have_mixed_the_experts() -> None:
+    """The old key (the k-th call of `moe.act_fn` in the step) names different experts on
+    different steps of this model: what the test above would catch."""
+    torch.manual_seed(0)
+    model = MoEModel()
+    widths: list[int] = []
+    handle = model.moe.act_fn.register_forward_pre_hook(
+        lambda m, args: widths.append(args[0].shape[-1])
+    )
+    for step, route in enumerate(ROUTES):
+        before = len(widths)
+        model(routed_input(route, step))
+        assert widths[before:] == [hidden(e) for e in sorted(route)]  # the routing worked
+    handle.remove()
+    firsts = widths[::TOP_K]  # what `moe.act_fn#0` would have folded, step after step
+    assert len(set(firsts)) > 1
+
+
+Case = tuple[Callable[[], nn.Module], Callable[[], Any]]
+ZOO: dict[str, Case] = {
+    "resnet": (lambda: ResNet(widths=(8, 16)), lambda: resnet_input(2, 16)),
+    "tiny_gpt": (TinyGPT, lambda: gpt_input(2, 16)),
+    "reused": (Reused, lambda: torch.randn(4, 32)),
+    "kwargs_dict": (KwargsDictModel, lambda: torch.randn(4, 32)),
+    "two_branch_cat": (TwoBranchCat, lambda: torch.randn(4, 16)),
+    "frozen_stem": (FrozenStem, lambda: torch.randn(4, 32)),
+    "custom_function": (CustomFunctionModel, lambda: torch.randn(4, 32)),
+    "gpt2": (
+        lambda: gpt2_from_config(layers=2),
+        lambda: torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0)),
+    ),
+}
+
+
+def per_name_keys(model: nn.Module, x: Any) -> list[str]:
+    """The keys as they were before `call_keys`: `name#k`, `k` counting calls of that name in
+    the step (plain module hooks, nothing of ours)."""
+    names = {id(m): (n or "<root>") for n, m in model.named_modules()}
+    counts: dict[str, int] = {}
+    keys: list[str] = []
+
+    def pre(module: nn.Module, args: Any) -> None:
+        name = names[id(module)]
+        keys.append(f"{name}#{counts.get(name, 0)}")
+        counts[name] = counts.get(name, 0) + 1
+
+    handles = [m.register_forward_pre_hook(pre) for m in model.modules()]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return keys
+
+
+@pytest.mark.parametrize("case", sorted(ZOO))
+def test_ordinary_models_keep_their_keys(case: str) -> None:
+    make, data = ZOO[case]
+    torch.manual_seed(0)
+    model = make()
+    x = data()
+    expected = per_name_keys(model, x)
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(3):  # timed (graph derived), the structure pass, timed
+            out = model(x)
+            loss = sum(t.float().pow(2).mean() for t in tensors_in(out) if t.requires_grad)
+            loss.backward()  # type: ignore[union-attr]
+    assert [r.key for r in prof.invocations()] == expected
+    for structure in prof.structures():
+        assert [c.key for c in structure.calls] == expected
+
+
+def test_the_rule_on_call_sequences() -> None:
+    """Exact keys for the cases of the rule: nested calls, a shared module, a container called
+    twice (its second call's children are keyed under it), recursion."""
+    keys = CallKeys()
+    calls = [
+        ("<root>", -1),  # 0
+        ("blocks.0", 0),  # 1: nested in the root's call
+        ("blocks.0.fc", 1),  # 2
+        ("blocks.0.fc", 1),  # 3: reused in the same call: #1, as always
+        ("shared", 1),  # 4: not inside blocks.0: keyed under its caller
+        ("shared.inner", 4),  # 5: inside a prefixed call: keyed under it too
+        ("blocks.0", 0),  # 6: the container's second call
+        ("blocks.0.fc", 6),  # 7: keyed under that call
+        ("rec", 0),  # 8
+        ("rec", 8),  # 9: recursion stays nested
+        ("rec.fc", 9),  # 10: and its children too
+        ("<root>", 0),  # 11: a root that calls itself
+        ("blocks.0", 11),  # 12
+    ]
+    got = [keys.enter(name, caller)[0] for name, caller in calls]
+    assert got == [
+        "<root>#0",
+        "blocks.0#0",
+        "blocks.0.fc#0",
+        "blocks.0.fc#1",
+        "blocks.0#0 > shared#0",
+        "blocks.0#0 > shared#0 > shared.inner#0",
+        "blocks.0#1",
+        "blocks.0#1 > blocks.0.fc#0",
+        "rec#0",
+        "rec#1",
+        "rec.fc#0",
+        "<root>#1",
+        "blocks.0#2",
+    ]
