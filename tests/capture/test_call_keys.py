@@ -27,6 +27,7 @@ from torch import nn
 import wandb_modprof
 from wandb_modprof.capture.call_keys import KEY_SEPARATOR, CallKeys
 from wandb_modprof.capture.invocation import tensors_in
+from wandb_modprof.view.graphs import merge, view_graphs
 
 DIM, BATCH, EXPERTS, TOP_K = 8, 6, 4, 2
 
@@ -233,3 +234,72 @@ def test_the_rule_on_call_sequences() -> None:
         "<root>#1",
         "blocks.0#2",
     ]
+
+
+# ---- calls that appear after the graph was drawn ------------------------------------------
+SAMPLED_ROUTES = [(2, 3), (0, 3), (1, 2), (2, 3)]
+
+
+def route_of(step: int) -> tuple[int, int]:
+    """1-based steps under `watch(log_freq=2)`: the structure passes run on odd steps (the first,
+    then the one after a sample with a new sequence), which route to experts 0 and 1 only;
+    experts 2 and 3 run on sampled steps alone."""
+    return (0, 1) if step % 2 else SAMPLED_ROUTES[(step // 2 - 1) % len(SAMPLED_ROUTES)]
+
+
+def routed_watch(steps: int) -> Any:
+    torch.manual_seed(0)
+    model = MoEModel()
+    handle = wandb_modprof.watch(model, log_freq=2, run=disabled_run())
+    for step in range(1, steps + 1):
+        model(routed_input(route_of(step), step)).pow(2).mean().backward()
+    return handle.unwatch()
+
+
+def unlinked_modules(prof: Any) -> set[str]:
+    """Module nodes drawn with no edge in their parent's view."""
+    out: set[str] = set()
+    for graph in view_graphs(merge(prof.snapshot().structures, prof.stats().values())):
+        linked = {e.src_key for e in graph.edges} | {e.dst_key for e in graph.edges}
+        out |= {n.node_key for n in graph.nodes if n.kind == "module"} - linked
+    return out
+
+
+def meta_of(prof: Any) -> dict[str, dict[str, Any]]:
+    return {r["meta_key"]: r for r in prof.table().records() if r["row_kind"] == "meta"}
+
+
+def test_calls_seen_only_on_sampled_steps_get_their_edges() -> None:
+    prof = routed_watch(8)
+    stats = prof.stats()
+    assert all(f"moe.experts.{e}#0" in stats for e in range(EXPERTS))
+    # experts 2 and 3 never ran on a structure pass's step: sampled steps derived their graph
+    assert unlinked_modules(prof) == set()
+    derived = [s for s in prof.structures() if not any(c.flops_known for c in s.calls)]
+    assert derived
+    assert "unseen_calls" not in meta_of(prof)
+
+
+def test_calls_no_graph_saw_are_flagged() -> None:
+    """After 4 steps expert 2 ran only on step 2, the first sample with a new sequence (which
+    no graph was derived from, since the sequence was not yet known to vary): its calls have
+    no edges, and the table and the panel say so."""
+    prof = routed_watch(4)
+    unlinked = unlinked_modules(prof)
+    assert unlinked == {
+        "moe.experts.2#0",
+        "moe.experts.2.w1#0",
+        "moe.experts.2.w2#0",
+        act_key(2),
+    }
+    row = meta_of(prof)["unseen_calls"]
+    assert row["meta_number"] == len(unlinked)
+    assert "appeared after the graph was drawn" in row["meta_value"]
+    svg = prof.to_svg()  # the panel's banner (vl-convert renders the spec)
+    assert "appeared after the graph was drawn" in svg
+
+
+def test_tables_without_unseen_calls_have_no_such_row() -> None:
+    prof = run_moe(len(ROUTES))
+    assert unlinked_modules(prof) == set()
+    assert "unseen_calls" not in meta_of(prof)

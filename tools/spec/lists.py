@@ -274,8 +274,13 @@ def _messages() -> list[Data]:
             "name": "banner",
             "transform": [
                 _sequence(1),
-                _filter("reduced_text !== ''"),
-                _formula("text", "'Reduced to fit the table: ' + reduced_text"),
+                _filter("reduced_text !== '' || unseen_text !== ''"),
+                _formula(
+                    "text",
+                    "(reduced_text ? 'Reduced to fit the table: ' + reduced_text : '')"
+                    " + (reduced_text && unseen_text ? ' · ' : '')"
+                    " + (unseen_text ? 'Graph: ' + unseen_text : '')",
+                ),
             ],
         },
     ]
