@@ -11,16 +11,23 @@ import pytest
 import torch
 from helpers import disabled_run
 from models import (
+    BATCH,
+    EXPERTS,
+    TOP_K,
     CustomFunctionModel,
     FrozenStem,
     KwargsDictModel,
+    MoEModel,
     ResNet,
     Reused,
     TinyGPT,
     TwoBranchCat,
     gpt2_from_config,
     gpt_input,
+    hidden,
     resnet_input,
+    route_of,
+    routed_input,
 )
 from torch import nn
 
@@ -29,63 +36,8 @@ from wandb_modprof.capture.call_keys import KEY_SEPARATOR, CallKeys
 from wandb_modprof.capture.invocation import tensors_in
 from wandb_modprof.view.graphs import merge, view_graphs
 
-DIM, BATCH, EXPERTS, TOP_K = 8, 6, 4, 2
-
-
-def hidden(expert: int) -> int:
-    return 16 * (expert + 1)  # every expert's work has its own size: its bytes say whose it is
-
-
-class Expert(nn.Module):
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.w1 = nn.Linear(DIM, width)
-        self.w2 = nn.Linear(width, DIM)
-
-    def forward(self, x: torch.Tensor, act: nn.Module) -> torch.Tensor:
-        return self.w2(act(self.w1(x)))
-
-
-class MoE(nn.Module):
-    """Top-k routing of the whole batch; one `act_fn` module shared by every expert (as in
-    Mixtral-style code run eagerly). The router reads the first `EXPERTS` features, so the
-    input picks the experts."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.act_fn = nn.SiLU()  # registered first: its name is `moe.act_fn`, not an expert's
-        self.router = nn.Linear(DIM, EXPERTS, bias=False)
-        with torch.no_grad():
-            self.router.weight.copy_(torch.eye(EXPERTS, DIM))
-        self.experts = nn.ModuleList(Expert(hidden(e)) for e in range(EXPERTS))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weights = self.router(x).mean(0).softmax(-1)
-        chosen = weights.topk(TOP_K).indices.tolist()
-        out = torch.zeros_like(x)
-        for e in sorted(chosen):
-            out = out + weights[e] * self.experts[e](x, self.act_fn)
-        return out
-
-
-class MoEModel(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.inp = nn.Linear(DIM, DIM)
-        self.moe = MoE()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.moe(x + self.inp(x))
-
-
 # the experts each step routes to: every expert is used, in changing company and positions
 ROUTES = [(0, 1), (2, 3), (1, 3), (0, 2), (1, 2), (0, 3), (2, 3), (0, 1)]
-
-
-def routed_input(experts: tuple[int, ...], seed: int) -> torch.Tensor:
-    x = torch.randn(BATCH, DIM, generator=torch.Generator().manual_seed(seed)) * 0.1
-    x[:, list(experts)] += 5.0
-    return x
 
 
 def act_key(expert: int) -> str:
@@ -237,16 +189,6 @@ def test_the_rule_on_call_sequences() -> None:
 
 
 # ---- calls that appear after the graph was drawn ------------------------------------------
-SAMPLED_ROUTES = [(2, 3), (0, 3), (1, 2), (2, 3)]
-
-
-def route_of(step: int) -> tuple[int, int]:
-    """1-based steps under `watch(log_freq=2)`: the structure passes run on odd steps (the first,
-    then the one after a sample with a new sequence), which route to experts 0 and 1 only;
-    experts 2 and 3 run on sampled steps alone."""
-    return (0, 1) if step % 2 else SAMPLED_ROUTES[(step // 2 - 1) % len(SAMPLED_ROUTES)]
-
-
 def routed_watch(steps: int) -> Any:
     torch.manual_seed(0)
     model = MoEModel()
