@@ -5,6 +5,7 @@ expert's activation; ordinary models keep their `name#k` keys."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,8 +54,10 @@ def run_moe(steps: int, log_freq: int = 1) -> Any:
     return handle.unwatch()
 
 
-def test_a_shared_activation_keeps_one_key_per_expert() -> None:
+def test_a_shared_activation_keeps_one_key_per_expert(tmp_path: Path) -> None:
     prof = run_moe(len(ROUTES))
+    prof.save(tmp_path / "moe.modprof.json")  # prefixed keys pass the file's call-tree rules
+    assert wandb_modprof.load(tmp_path / "moe.modprof.json").stats().keys() == prof.stats().keys()
     stats = prof.stats()
     assert prof.num_samples >= 4
     for e in range(EXPERTS):
