@@ -158,10 +158,12 @@ def test_real_profiles_satisfy_the_call_tree_rules(tmp_path: Path) -> None:
             model(torch.randn(2, 4, requires_grad=True)).sum().backward()
     back = _assert_round_trip(prof, tmp_path)
     stats = back.stats()
-    # Each key keeps its last sample's parent and depth: `p.c#0` (last seen at depth 2 under
-    # `p#0` at depth 1) now hangs below `p#0` at depth 2. So the statistics only promise a
+    # `p` called by `w` (which does not contain it) is other work than `p` under the root:
+    # its own key below `w#0` (`capture.call_keys`), so `p#0` keeps its parent and depth.
+    # A key still keeps its last sample's parent and depth, so the statistics only promise a
     # positive depth below a parent; each structure (one pass) is exact.
-    assert stats["p#0"].parent_key == "w#0" and stats["p#0"].depth == 2
+    assert stats["p#0"].parent_key == ROOT and stats["p#0"].depth == 1
+    assert stats["w#0 > p#0"].parent_key == "w#0" and stats["w#0 > p#0"].depth == 2
     assert stats["p.c#0"].parent_key == "p#0" and stats["p.c#0"].depth == 2
     for structure in back.structures():
         depth = {c.key: c.depth for c in structure.calls}

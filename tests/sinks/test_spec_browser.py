@@ -856,3 +856,33 @@ def test_a_version_1_profile_is_coloured_by_the_mean_and_says_so(
     assert headings == ["PER STEP (mean: no medians kept)"], headings
     assert_turbo(panel, rows, _modes.DEFAULT_MODE, "linear")
     assert panel.errors() == []
+
+
+# ---- calls that appeared after the graph was drawn (issue 15 item 4) -------------------------
+def test_calls_no_graph_saw_are_flagged_in_the_banner_and_the_card(
+    open_panel: OpenPanel, spec: dict[str, Any], shot: Shot
+) -> None:
+    from helpers import disabled_run
+    from models import MoEModel, route_of, routed_input
+
+    torch.manual_seed(0)
+    model = MoEModel()
+    handle = wandb_modprof.watch(model, log_freq=2, run=disabled_run())
+    for step in range(1, 5):  # expert 2 runs on step 2 only: a sample no graph was drawn from
+        model(routed_input(route_of(step), step)).pow(2).mean().backward()
+    rows = _rows(handle.unwatch().table())
+    panel = open_panel(spec, rows)
+    banner = [str(i.text) for i in panel.items("message")]
+    assert any("appeared after the graph was drawn" in text for text in banner), banner
+    panel.click("node_rect", lambda i: i.datum["node_key"] == "moe#0")
+    assert panel.signal("view_now") == "moe#0"
+
+    def card(key: str) -> list[str]:
+        panel.hover("node_rect", lambda i: i.datum["node_key"] == key)
+        return [str(i.text) for i in sorted(panel.items("card_text"), key=lambda i: i.y)]
+
+    note = "No edges: appeared after the graph was drawn"
+    assert note in card("moe.experts.2#0")
+    shot(panel, "unseen-card")
+    assert note not in card("moe.experts.3#0")  # derived from step 4: drawn with its edges
+    assert panel.errors() == []

@@ -127,6 +127,7 @@ def _meta() -> list[Data]:
                 ("reduced", "reduced"),
                 ("format", "table_format"),
                 ("statistic", "statistic"),
+                ("unseen", "unseen_calls"),
             )
         ],
     ]

@@ -62,6 +62,11 @@ def _card_line() -> str:
         "datum.rank_slowest + ' of ' + datum.rank_count : ''",
         "datum.has_view ? 'Click to open' : ''",
         "datum.node_kind === 'group' ? datum.group_count + ' modules merged to fit the table' : ''",
+        # Calls no captured graph holds (meta `unseen_calls`) are the module nodes drawn without
+        # an edge; the note stays off in tables where every call was seen.
+        "unseen_text && datum.node_kind === 'module' && !indata('vedges', 'src_key', "
+        "datum.node_key) && !indata('vedges', 'dst_key', datum.node_key) ? "
+        "'No edges: appeared after the graph was drawn' : ''",
     ]
     out = "''"
     for i, note in reversed(list(enumerate(notes, start=N + 1))):
@@ -71,7 +76,7 @@ def _card_line() -> str:
 
 
 def _card() -> Data:
-    lines = N + 8  # the header, one per mode, seven notes
+    lines = N + 9  # the header, one per mode, eight notes
     per_mode = [
         _formula(
             f"m{field}",
@@ -274,8 +279,13 @@ def _messages() -> list[Data]:
             "name": "banner",
             "transform": [
                 _sequence(1),
-                _filter("reduced_text !== ''"),
-                _formula("text", "'Reduced to fit the table: ' + reduced_text"),
+                _filter("reduced_text !== '' || unseen_text !== ''"),
+                _formula(
+                    "text",
+                    "(reduced_text ? 'Reduced to fit the table: ' + reduced_text : '')"
+                    " + (reduced_text && unseen_text ? ' · ' : '')"
+                    " + (unseen_text ? 'Graph: ' + unseen_text : '')",
+                ),
             ],
         },
     ]

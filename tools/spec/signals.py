@@ -148,7 +148,9 @@ def _meta() -> list[Signal]:
         # what the metric columns hold: "median", or "mean" (a version-1 profile file, or a
         # table written before the row existed, whose columns were means)
         {"name": "statistic", "update": _first("m_statistic", "meta_value", "'mean'")},
-        {"name": "banner_h", "update": "reduced_text ? 22 : 0"},
+        # calls no captured graph holds (`view.meta.unseen_meta`): drawn without edges
+        {"name": "unseen_text", "update": _first("m_unseen", "meta_value", "''")},
+        {"name": "banner_h", "update": "reduced_text || unseen_text ? 22 : 0"},
         {"name": "gw", "update": f"max(60, width - {GX0})"},
         {"name": "gh", "update": f"max(60, height - {GY0} - banner_h)"},
         {

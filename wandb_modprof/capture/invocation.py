@@ -19,6 +19,7 @@ class Invocation:
     __slots__ = (
         "call_index",
         "depth",
+        "key",
         "mem_alloc0",
         "mem_alloc1",
         "mem_peak",
@@ -35,11 +36,19 @@ class Invocation:
     )
 
     def __init__(
-        self, module_id: int, name: str, module_type: str, call_index: int, parent: int, depth: int
+        self,
+        module_id: int,
+        name: str,
+        module_type: str,
+        key: str,
+        call_index: int,
+        parent: int,
+        depth: int,
     ) -> None:
         self.module_id = module_id
         self.name = name
         self.module_type = module_type
+        self.key = key  # `capture.call_keys`: the same work on every step
         self.call_index = call_index
         self.parent = parent
         self.depth = depth
@@ -53,10 +62,6 @@ class Invocation:
         self.mem_alloc0: int | None = None
         self.mem_alloc1: int | None = None
         self.mem_peak: int | None = None
-
-    @property
-    def key(self) -> str:
-        return f"{self.name}#{self.call_index}"
 
 
 class Recompute:

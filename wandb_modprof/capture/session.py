@@ -32,6 +32,7 @@ from typing import Any
 
 from wandb_modprof.capture import autograd_private as ap
 from wandb_modprof.capture.activations import ActivationCounter
+from wandb_modprof.capture.call_keys import CallKeys
 from wandb_modprof.capture.clock import Clock
 from wandb_modprof.capture.device_memory import DeviceMemory
 from wandb_modprof.capture.gc_watch import GcWatch
@@ -66,7 +67,7 @@ class StepSession:
         self._on_finish = on_finish
         self.invocations: list[Invocation] = []
         self._stack: list[int] = []
-        self._calls: dict[str, int] = {}
+        self._keys = CallKeys()
         self._by_module: dict[int, list[int]] = {}
         self.ref_stamp: Any = None
         self.forward_thread = threading.get_native_id()
@@ -123,10 +124,9 @@ class StepSession:
     ) -> None:
         if self.failed:
             return
-        call_index = self._calls.get(name, 0)
-        self._calls[name] = call_index + 1
         parent = self._stack[-1] if self._stack else -1
-        inv = Invocation(module_id, name, module_type, call_index, parent, len(self._stack))
+        key, call_index = self._keys.enter(name, parent)
+        inv = Invocation(module_id, name, module_type, key, call_index, parent, len(self._stack))
         idx = len(self.invocations)
         self.invocations.append(inv)
         self._by_module.setdefault(module_id, []).append(idx)

@@ -162,7 +162,7 @@ class StepDataflow:
             for i, inv in enumerate(invocations)
         )
         edges = tuple(sorted(self._edges, key=lambda e: (e.view_key, e.src_key, e.dst_key)))
-        signature = call_signature((inv.name, inv.call_index) for inv in invocations)
+        signature = call_signature(inv.key for inv in invocations)
         return Structure(signature, self.training, calls, edges)
 
     def _resolve(

@@ -83,6 +83,10 @@ class StructureDriver:
         self.passes = 0
         self._derived: set[str] = set()  # signatures whose graph no pass has refined yet
         self.derive_failed = False  # a derivation raised: leave the graph to the passes
+        # A timed step called a sequence no graph had (routing, dynamic control flow): from
+        # then on sampled steps derive their own graph, so calls that appear only on sampled
+        # steps (an expert the router picked there) get their edges.
+        self.varies = False
         self._warned = False
         self._fastpath: tuple[ModelIndex, bool] | None = None
         if enabled:
@@ -113,14 +117,19 @@ class StructureDriver:
     def derive_from_sample(self) -> bool:
         """A sampled step is about to start and no graph was captured yet (not even a failed
         pass's): that step derives the graph from its own forward instead of the step being
-        given to a structure pass. No modes run, so its numerics and times are untouched."""
-        return (
-            self.enabled
-            and not self.derive_failed
-            and self.sink.num_structures() == 0
-            and not torch.compiler.is_compiling()
-            and not structure_pass_active()
-        )
+        given to a structure pass. No modes run, so its numerics and times are untouched.
+
+        Also once the model's call sequence was seen to vary (`varies`), while graphs may still
+        be added and no pass is due (a due pass takes the step where a pass may run, as
+        before): a structure pass runs on a step the sampler did not pick and, with routing,
+        sees other calls than the sampled steps (on a 4-step MoE, 12 module nodes drawn
+        without edges). Deriving costs only the sampled steps of models that vary."""
+        if not self.enabled or self.derive_failed:
+            return False
+        count = self.sink.num_structures()
+        if count and not (self.varies and not self.due and count < MAX_STRUCTURES):
+            return False
+        return not torch.compiler.is_compiling() and not structure_pass_active()
 
     def add_derived(self, structure: Structure) -> None:
         """The graph of a timed step (no FLOPs): kept until a structure pass of the same call
@@ -187,13 +196,18 @@ class StructureDriver:
 
     def check(self, session: StepSession) -> None:
         """A timed step whose call sequence was never captured asks for a structure pass."""
-        if not self.enabled or self.due:
+        if not self.enabled:
             return
-        signature = call_signature((inv.name, inv.call_index) for inv in session.invocations)
-        if self.sink.has_structure(signature) and signature not in self._derived:
+        signature = call_signature(inv.key for inv in session.invocations)
+        known = self.sink.has_structure(signature)
+        if not known:
+            self.varies = True
+        if self.due or (known and signature not in self._derived):
             return
-        if signature in self._derived and self.passes >= MAX_PASSES:
-            return  # the derived graph stays (the warning was given when passes ran out)
+        if known:  # a graph derived from a timed step (this one or earlier): a pass refines it
+            if self.passes < MAX_PASSES:
+                self.due = True
+            return  # else the derived graph stays (the warning was given when passes ran out)
         if self.sink.num_structures() < MAX_STRUCTURES and self.passes < MAX_PASSES:
             self.due = True
         else:

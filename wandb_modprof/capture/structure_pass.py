@@ -27,6 +27,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
+from wandb_modprof.capture.call_keys import CallKeys
 from wandb_modprof.capture.callstack import call_depth
 from wandb_modprof.capture.flops import FlopCount
 from wandb_modprof.capture.invocation import tensors_in
@@ -109,13 +110,20 @@ class _Builder:
     )
 
     def __init__(
-        self, module_id: int, name: str, module_type: str, call_index: int, parent: int, depth: int
+        self,
+        module_id: int,
+        name: str,
+        module_type: str,
+        key: str,
+        call_index: int,
+        parent: int,
+        depth: int,
     ) -> None:
         self.module_id = module_id
         self.module_name = name
         self.module_type = module_type
         self.call_index = call_index
-        self.key = f"{name}#{call_index}"
+        self.key = key  # the timed session's key for the same call (`capture.call_keys`)
         self.parent = parent
         self.depth = depth
         self.inputs: tuple[str, ...] = ()
@@ -165,7 +173,7 @@ class StructurePass:
         # running it under our modes would recompile it (and again after the pass).
         self._stance: Any = None
         self._calls: list[_Builder] = []
-        self._counts: dict[str, int] = {}
+        self._keys = CallKeys()
         self._stack: list[_Frame] = []
         self._edges: set[DataEdge] = set()
         self._dataflow = _Dataflow(self)
@@ -279,13 +287,13 @@ class StructurePass:
     ) -> None:
         if self.failed:
             return
-        call_index = self._counts.get(name, 0)
-        self._counts[name] = call_index + 1
         parent = self._stack[-1] if self._stack else None
+        key, call_index = self._keys.enter(name, -1 if parent is None else parent.index)
         call = _Builder(
             id(module),
             name,
             module_type,
+            key,
             call_index,
             -1 if parent is None else parent.index,
             len(self._stack),
@@ -352,5 +360,5 @@ class StructurePass:
             for i, c in enumerate(self._calls)
         )
         edges = tuple(sorted(self._edges, key=lambda e: (e.view_key, e.src_key, e.dst_key)))
-        signature = call_signature((c.module_name, c.call_index) for c in self._calls)
+        signature = call_signature(c.key for c in self._calls)
         return Structure(signature, self.training, calls, edges)

@@ -7,7 +7,7 @@ the table and the profile file.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -67,12 +67,13 @@ def self_key(view_key: str) -> str:
     return f"{view_key}|self"
 
 
-def call_signature(calls: Iterator[tuple[str, int]]) -> str:
-    """A stable digest of a call sequence `(module name, call index)`, equal for two steps
-    that called the same modules in the same order. Any `str` hashes: a module name with a lone
-    surrogate (`"a\\ud800"`, legal in Python) is encoded with `surrogatepass`, where a strict
-    encode would raise and fail every structure pass."""
+def call_signature(keys: Iterable[str]) -> str:
+    """A stable digest of a call sequence (the calls' keys in call order), equal for two steps
+    that called the same modules in the same order. A plain key is `name#index`, so this is the
+    digest files written before prefixed keys (`capture.call_keys`) hold. Any `str` hashes: a
+    module name with a lone surrogate (`"a\\ud800"`, legal in Python) is encoded with
+    `surrogatepass`, where a strict encode would raise and fail every structure pass."""
     digest = hashlib.blake2b(digest_size=12)
-    for name, call_index in calls:
-        digest.update(f"{name}#{call_index}\n".encode("utf-8", "surrogatepass"))
+    for key in keys:
+        digest.update(f"{key}\n".encode("utf-8", "surrogatepass"))
     return digest.hexdigest()

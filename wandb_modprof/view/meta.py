@@ -50,7 +50,28 @@ def profile_meta(prof: ProfileData, tree: CallTree, has_views: bool) -> list[Met
     flops = root.fwd_flops if root is not None and root.flops_known else None
     meta.append(("total_fwd_flops", "", flops))
     meta.extend(rank_meta(prof.ranks))
+    meta.extend(unseen_meta(prof))
     return meta
+
+
+def unseen_meta(prof: ProfileData) -> list[MetaRow]:
+    """`unseen_calls`, only when some calls the statistics hold are in no captured graph
+    (number: how many; text: the note the panel's banner shows): calls that first appeared
+    after every structure was captured (a router's new choice past the variant cap, a
+    variant seen once on a step that derived no graph) are drawn without edges, and say so.
+    No row without any graph (structure capture off: nothing is drawn with edges) or when
+    every call was seen, so tables of ordinary models are unchanged."""
+    if not prof.structures:
+        return []
+    seen = {c.key for s in prof.structures for c in s.calls}
+    unseen = sum(1 for key in prof.stats if key not in seen)
+    if not unseen:
+        return []
+    text = (
+        f"{unseen} call{'s' if unseen > 1 else ''} appeared after the graph was drawn "
+        "(no structure pass or sampled step captured them): drawn without edges"
+    )
+    return [("unseen_calls", text, float(unseen))]
 
 
 # The rows `reduction_meta` adds after the reduction: `reduced` and `views`.
