@@ -166,7 +166,9 @@ def _cap_next_depth(
         label = f"{len(members)} modules" if cap == 0 else f"{len(members)} more modules"
         group = GraphNode(_group_key(g.view_key), "group", label, "grouped")
         position = {n.node_key: i for i, n in enumerate(g.nodes)}
-        return _merge_nodes(g, dict.fromkeys(members, group)), sorted(members, key=position.__getitem__)
+        return _merge_nodes(g, dict.fromkeys(members, group)), sorted(
+            members, key=position.__getitem__
+        )
 
     def rows(cap: int) -> int:
         return sum(_size(capped(g, cap)[0]) for g in views)
