@@ -108,7 +108,7 @@ class StatsAccumulator:
                 accs = stats[key] = [None] * n
             held = held_by_key.get(key, 0)
             held_by_key[key] = held + 1 if held_collection(rec) else held
-            for i, raw in enumerate(_values(rec)):
+            for i, raw in enumerate(_metric_values_of(rec)):
                 if raw is None:
                     continue
                 value = float(raw)
@@ -175,5 +175,7 @@ class StatsAccumulator:
         return means, counts
 
 
-_values = attrgetter(*METRICS)  # every metric of a record, in `METRICS` order, in one call
+_metric_values_of = attrgetter(
+    *METRICS
+)  # every metric of a record, in `METRICS` order, in one call
 _INDEX = {m: i for i, m in enumerate(METRICS)}
