@@ -49,8 +49,11 @@ def reduce_views(
     stats: Mapping[str, ModuleStats],
     budget: int,
     max_rows: int,
+    full_detail: str = "",
 ) -> Reduction:
-    """Fit the views into `budget` rows (of a table of at most `max_rows`, named in the note)."""
+    """Fit the views into `budget` rows (of a table of at most `max_rows`, named in the note).
+    `full_detail` (where the full profile is) follows the note's first sentence, before the
+    list of merged groups, so that the panel's one-line banner shows it."""
     if sum(_size(g) for g in graphs) <= budget:
         return Reduction(tuple(graphs), "", {})
     depth_of = {g.view_key: calls[g.view_key].depth for g in graphs}
@@ -82,19 +85,23 @@ def reduce_views(
         hidden = len(graphs) - len(kept)
         deeper = len(kept) - sum(1 for d in depth_of.values() if d <= max_depth)
         also = f", and the {deeper} costliest deeper views that fit" if deeper else ""
-        merged_note = _merged_note(groups, graphs, stats)
+        merged_views, merged_list = _merged_note(groups, graphs, stats)
         head = (
             f"{hidden} of {len(graphs)} views are not drawn, to stay within {max_rows:,} rows: "
-            f"every view down to depth {max_depth} is drawn{also}{merged_note}; the modules "
+            f"every view down to depth {max_depth} is drawn{also}{merged_views}; the modules "
             "not drawn have their time and memory included in the modules shown"
             if hidden
-            else f"Every view is drawn, but to stay within {max_rows:,} rows{merged_note}"
+            else f"Every view is drawn, but to stay within {max_rows:,} rows{merged_views}"
         )
         note = f"{head}; every module's statistics are in the saved profile."
-        return Reduction(tuple(kept), note, groups)
+        return Reduction(tuple(kept), _join(note, full_detail, merged_list), groups)
     root = graphs[0]
     shrunk, groups = _shrink_view(root, stats, budget)
-    return Reduction((shrunk,), _shrink_note(root, groups, max_rows), groups)
+    return Reduction((shrunk,), _join(_shrink_note(root, groups, max_rows), full_detail), groups)
+
+
+def _join(*sentences: str) -> str:
+    return " ".join(s for s in sentences if s)
 
 
 def _fill(
@@ -199,10 +206,11 @@ def _group_key(view_key: str) -> str:
 
 def _merged_note(
     groups: Mapping[str, list[str]], graphs: Sequence[ViewGraph], stats: Mapping[str, ModuleStats]
-) -> str:
-    """Each view whose cheapest modules were merged, with how many of how many and their
-    summed forward + backward time, e.g. "; in 2 views the cheapest modules are merged into
-    one group node each: `l.0.experts#0` 96 of 128 (0.412 ms), `l.1.experts#0` ..."."""
+) -> tuple[str, str]:
+    """The clause saying how many views merged their cheapest modules (", in 2 views the
+    cheapest modules are merged into one group node each"), and the sentence naming each,
+    with how many of how many and their summed forward + backward time ("Merged (view: ...):
+    `l.0.experts#0` 96 of 128 (0.412 ms), `l.1.experts#0` ..."); ("", "") when none did."""
     parts = []
     for g in graphs:
         members = groups.get(_group_key(g.view_key))
@@ -211,11 +219,12 @@ def _merged_note(
             cost = sum(_cost(stats.get(k)) for k in members)
             parts.append(f"`{g.view_key}` {len(members)} of {total} ({cost:.3g} ms)")
     if not parts:
-        return ""
+        return "", ""
     views = "1 view" if len(parts) == 1 else f"{len(parts)} views"
     return (
-        f", in {views} the cheapest modules are merged into one group node each (view: merged "
-        f"of modules, their summed forward + backward time): {', '.join(parts)}"
+        f", in {views} the cheapest modules are merged into one group node each",
+        "Merged (view: merged of modules, their summed forward + backward time): "
+        f"{', '.join(parts)}.",
     )
 
 

@@ -46,7 +46,6 @@ accepts.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -174,9 +173,7 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = 
     if budget < MIN_VIEW_ROWS:
         raise ValueError(f"max_rows must leave room for a view; got {max_rows}")
     calls = {c.key: c for c in tree.calls}
-    reduction = reduce_views(graphs, calls, prof.stats, budget, max_rows)
-    if reduction.note and full_detail:
-        reduction = dataclasses.replace(reduction, note=f"{reduction.note} {full_detail}")
+    reduction = reduce_views(graphs, calls, prof.stats, budget, max_rows, full_detail)
     meta += reduction_meta(reduction, tree)
 
     src = RowSource(
