@@ -108,6 +108,7 @@ class RecordingRun:
         self.inner = inner
         self.fail = fail
         self.calls: list[tuple[dict[str, Any], Any, bool]] = []
+        self.artifacts: list[Any] = []  # every `log_artifact` (the profile file)
         self.entity = "me"
         self.offline = False
         self.disabled = False
@@ -118,6 +119,12 @@ class RecordingRun:
             raise OSError("disk full")
         if self.inner is not None:
             self.inner.log(data, commit=commit)
+
+    def log_artifact(self, artifact: Any) -> Any:
+        self.artifacts.append(artifact)
+        if self.fail:
+            raise OSError("disk full")
+        return artifact if self.inner is None else self.inner.log_artifact(artifact)
 
 
 def check_table(table: ProfileTable, max_rows: int = MAX_ROWS) -> None:

@@ -405,3 +405,46 @@ def route_of(step: int) -> tuple[int, int]:
     then the one after a sample with a new sequence), which route to experts 0 and 1 only;
     experts 2 and 3 run on sampled steps alone."""
     return (0, 1) if step % 2 else SAMPLED_ROUTES[(step // 2 - 1) % len(SAMPLED_ROUTES)]
+
+
+# ---- mixture of experts: one module per expert, top-k routing ---------------------------------
+class MoELayer(nn.Module):
+    """A sparse MoE feed-forward layer as most MoE code writes it (transformers 4's Mixtral and
+    Qwen2-MoE, DeepSeek-MoE): a linear router picks `top_k` of `experts` MLPs per token; each
+    expert hit runs on its tokens and the outputs are summed back weighted by the router."""
+
+    def __init__(self, dim: int = 8, experts: int = 128, top_k: int = 2) -> None:
+        super().__init__()
+        self.top_k = top_k
+        self.router = nn.Linear(dim, experts, bias=False)
+        with torch.no_grad():  # unit rows: a token equal to row e routes first to expert e
+            self.router.weight /= self.router.weight.norm(dim=1, keepdim=True)
+        self.experts = nn.ModuleList(MLP(dim) for _ in range(experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        weights, chosen = self.router(flat).softmax(-1).topk(self.top_k, dim=-1)
+        out = torch.zeros_like(flat)
+        for e in chosen.unique().tolist():
+            token, slot = torch.where(chosen == e)
+            y = self.experts[e](flat[token]) * weights[token, slot, None]
+            out = out.index_add(0, token, y)
+        return x + out.reshape(x.shape)
+
+
+class MoEStack(nn.Module):
+    """`layers` MoE layers; `moe_input` reaches every expert of the first layer."""
+
+    def __init__(self, layers: int = 2, dim: int = 8, experts: int = 128, top_k: int = 2) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(MoELayer(dim, experts, top_k) for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def moe_input(model: MoEStack) -> torch.Tensor:
+    """One token per expert of the first layer, each its router row: every expert is hit."""
+    return model.layers[0].router.weight.detach().clone().unsqueeze(0)

@@ -28,6 +28,15 @@ def check_log_freq(log_freq: Any) -> int:
     return log_freq
 
 
+def check_artifact_freq(freq: Any) -> int | None:
+    if freq is not None and (isinstance(freq, bool) or not isinstance(freq, int) or freq < 0):
+        raise ModProfError(
+            "artifact_freq must be None (no profile artifact), 0 (at unwatch) or an int N > 0 "
+            f"(also every N-th logged sample); got {freq!r}"
+        )
+    return freq
+
+
 def check_optimizer(optimizer: Any) -> torch.optim.Optimizer | None:
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
         raise ModProfError(

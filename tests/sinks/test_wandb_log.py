@@ -15,7 +15,14 @@ import pytest
 import torch
 import wandb
 from conftest import requires_cuda
-from helpers import RecordingRun, check_logged_tables, disabled_run, strict_json, train_step
+from helpers import (
+    RecordingRun,
+    check_logged_tables,
+    disabled_run,
+    profiled,
+    strict_json,
+    train_step,
+)
 from models import ResNet, TinyGPT, gpt_input, resnet_input
 
 import wandb_modprof
@@ -73,6 +80,72 @@ def test_offline_run_writes_one_table_per_sample(tmp_path):
     kinds = {row[last["columns"].index("row_kind")] for row in last["data"]}
     assert {"node", "edge", "meta"} <= kinds
     check_logged_tables(files, table.columns)
+
+
+def test_the_profile_file_artifact_round_trips_through_an_offline_run(tmp_path):
+    """At unwatch() the full profile is logged as a `modprof-profile` artifact: the file W&B
+    stages for upload loads back to the profile, and a reduced table's note names it."""
+    model = TinyGPT()
+    x = gpt_input()
+    run = wandb.init(mode="offline", project="modprof-test", dir=str(tmp_path), entity="me")
+    with pytest.warns(UserWarning, match="is offline"):
+        handle = wandb_modprof.watch(model, log_freq=2, run=run)
+    for _ in range(4):
+        train_step(model, x)
+    log = handle._wandb_log
+    assert log is not None and log.artifact is None  # not before unwatch by default
+    prof = handle.unwatch()
+    artifact = log.artifact
+    run.finish()
+    assert artifact is not None and artifact.type == "modprof-profile"
+    assert artifact.name.startswith(f"modprof-{run.id}-TinyGPT")
+    entry = artifact.manifest.entries[_wandb_log.PROFILE_FILE]
+    staged = Path(entry.local_path)
+    assert staged.is_file()
+    loaded = wandb_modprof.load(staged)
+    assert loaded.to_dict() == prof.to_dict() and loaded.num_samples == prof.num_samples == 2
+    prof.save(tmp_path / "direct.modprof.json")
+    assert staged.read_bytes() == (tmp_path / "direct.modprof.json").read_bytes()
+    # a reduced table says where the full profile is
+    table = _wandb_log.build_table_for(log, prof.snapshot(), max_rows=100)
+    assert (
+        f"statistics are in the saved profile. The full profile is "
+        f"logged to this run as the W&B artifact {_wandb_log.artifact_name(run, handle.key)} "
+        "(type modprof-profile) at unwatch()." in table.reduced
+    )
+
+
+def test_artifact_freq_logs_every_nth_logged_sample_and_none_can_turn_it_off():
+    logged = []
+    for freq in (2, None):
+        run = RecordingRun()
+        model = TinyGPT()
+        x = gpt_input()
+        handle = wandb_modprof.watch(model, log_freq=1, run=run, artifact_freq=freq)
+        for _ in range(6):  # step 1: the structure pass; 2..6 sampled, logged at 3..6, unwatch
+            train_step(model, x)
+        handle.unwatch()
+        logged.append([a.metadata["samples"] for a in run.artifacts])
+    assert logged == [[2, 4, 5], []]
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ModProfError, match="artifact_freq must be None"):
+            wandb_modprof.watch(TinyGPT(), run=RecordingRun(), artifact_freq=bad)
+
+
+def test_wandb_infers_the_declared_column_types():
+    """The W&B table is built column by column (`Table.add_column`): W&B's reading of each
+    column's type is the one `view.columns` declares, and the cells are the table's."""
+    prof = profiled(TinyGPT(), gpt_input())
+    table = prof.table()
+    cells = _wandb_log.wandb_table(table)
+    expected = wandb.Table(
+        columns=list(table.columns),
+        data=[list(r) for r in table.rows],
+        dtype=_wandb_log.column_types(table.columns),
+        optional=False,
+    )
+    assert cells.data == expected.data == [list(r) for r in table.rows]
+    assert cells._column_types == expected._column_types
 
 
 def test_offline_run_without_entity_logs_tables_and_says_how_to_get_the_panel(tmp_path):

@@ -102,3 +102,39 @@ def test_backlog_is_resolved_when_ready_without_waiting():
     assert acc.pending_count <= 8
     assert acc.num_samples >= 4 and clock.waits == 0
     assert handle.unwatch().num_samples == 12
+
+
+def test_resolving_pauses_the_collector_and_restores_it_as_it_was() -> None:
+    """Resolution and the table run with the cyclic collector off (`stats/quiet_gc.py`): it is
+    on again afterwards if it was on, stays off if the user had turned it off, and a cycle made
+    meanwhile is still collected."""
+    import gc
+    import weakref
+
+    from wandb_modprof.stats.quiet_gc import paused_gc
+
+    seen: list[bool] = []
+    model = Reused()
+    with wandb_modprof.profile(model) as prof:
+        model(torch.randn(2, 32)).sum().backward()
+    was_on = gc.isenabled()
+    try:
+        for user_on in (True, False):
+            gc.enable() if user_on else gc.disable()
+
+            class Node:
+                pass
+
+            with paused_gc():
+                seen.append(gc.isenabled())
+                a, b = Node(), Node()
+                a.other, b.other = b, a  # type: ignore[attr-defined]
+                gone = weakref.ref(a)
+                del a, b
+            prof.table()
+            assert gc.isenabled() is user_on
+            gc.collect()
+            assert gone() is None
+    finally:
+        gc.enable() if was_on else gc.disable()
+    assert seen == [False, False]

@@ -11,8 +11,10 @@ import itertools
 import json
 import math
 import random
+import re
 import signal
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ import torch
 from helpers import check_table
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from models import ResNet, TinyGPT, gpt_input, resnet_input
+from models import MoEStack, ResNet, TinyGPT, gpt_input, moe_input, resnet_input
 from torch import nn
 
 import wandb_modprof
@@ -29,7 +31,6 @@ from wandb_modprof.records.calls import CallInfo, DataEdge, input_key, output_ke
 from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.view.refs import from_ref, to_ref
 from wandb_modprof.view.table import (
-    MAX_ROWS,
     NUMBER_COLUMNS,
     ProfileTable,
 )
@@ -227,10 +228,53 @@ def test_any_profile_fits_and_holds_only_finite_numbers(
         assert len(drawn) == invocations - 1
 
 
-def test_twenty_thousand_invocations_are_reduced_by_depth() -> None:
-    prof = synthetic([20, 20, 50])  # 1 + 20 + 400 + 20,000 calls
+def test_twenty_thousand_invocations_keep_every_view_merging_the_cheapest_siblings() -> None:
+    """1 + 20 + 400 + 20,000 calls: the 400 deepest views do not fit whole, so each keeps its
+    costliest modules and merges the rest into one group node, instead of leaving most of them
+    out (as whole depths were before): every call is a node or a named member of a group."""
+    prof = synthetic([20, 20, 50])
     table = prof.table()
     check_table(table)
+    records = table.resolved()
+    views = [r for r in records if r["row_kind"] == "view"]
+    assert len(views) == 421
+    assert table.reduced.startswith(
+        "Every view is drawn, but to stay within 10,000 rows, in 400 views the cheapest modules "
+        "are merged into one group node each"
+    )
+    stats = prof.stats()
+
+    def cost(key: str) -> float:
+        return sum(stats[key].metrics[m].mean for m in ("fwd_ms", "bwd_ms"))
+
+    nodes = [r for r in records if r["row_kind"] == "node"]
+    drawn = {r["node_key"] for r in nodes if r["node_kind"] == "module"}
+    groups = [r for r in nodes if r["node_kind"] == "group"]
+    assert len(groups) == 400
+    members = [k for g in groups for k in str(g["group_keys"]).split("\n")]
+    assert sorted(drawn.union(members)) == sorted(set(stats) - {"<root>#0"})  # every call
+    assert not drawn.intersection(members) and len(members) == len(set(members))
+    kept = Counter(r["view_key"] for r in nodes if r["node_kind"] == "module")
+    for g in groups:
+        keys = str(g["group_keys"]).split("\n")
+        assert g["group_count"] == len(keys) == 50 - kept[g["view_key"]]
+        assert g["fwd_ms"] == pytest.approx(sum(stats[k].metrics["fwd_ms"].mean for k in keys))
+        own = [r["node_key"] for r in nodes if r["view_key"] == g["view_key"]]
+        own_modules = [k for k in own if k in drawn]
+        assert min(cost(k) for k in own_modules) >= max(cost(k) for k in keys)  # cheapest merged
+        assert f"`{g['view_key']}` {len(keys)} of 50 (" in table.reduced  # named, with count
+    assert len({kept[g["view_key"]] for g in groups}) == 1  # one cap for all the views merged
+
+
+@pytest.mark.parametrize("max_rows", [2_000])
+def test_a_depth_that_cannot_fit_even_merged_is_cut_and_filled_with_the_costliest_views(
+    max_rows: int,
+) -> None:
+    """At 2,000 rows the 400 depth-2 views do not fit even with every module merged: views
+    down to depth 1 are drawn, then whole deeper views, the costliest first."""
+    prof = synthetic([20, 20, 50])  # 1 + 20 + 400 + 20,000 calls
+    table = prof.table(max_rows=max_rows)
+    check_table(table, max_rows)
     records = table.resolved()
     views = [r for r in records if r["row_kind"] == "view"]
     deeper = [r for r in views if r["view_depth"] == 2]
@@ -247,7 +291,7 @@ def test_twenty_thousand_invocations_are_reduced_by_depth() -> None:
     left_out = [r["view_key"] for r in whole if r["row_kind"] == "view" and r["view_depth"] == 2]
     left_out = [k for k in left_out if k not in drawn]
     assert n > 0 and left_out
-    assert MAX_ROWS - len(records) < min(sizes[k] for k in left_out)
+    assert max_rows - len(records) < min(sizes[k] for k in left_out)
     # the costliest first: every depth-2 view drawn costs at least as much as any left out
     stats = prof.stats()
 
@@ -257,6 +301,59 @@ def test_twenty_thousand_invocations_are_reduced_by_depth() -> None:
     assert min(cost(k) for k in drawn) >= max(cost(k) for k in left_out)
     depth1 = [r for r in records if r["row_kind"] == "node" and r["view_depth"] == 1]
     assert all(r["has_view"] == (r["node_key"] in drawn) for r in depth1)
+
+
+@pytest.fixture
+def _one_thread() -> Iterator[None]:
+    # 957 tiny calls: with 2 threads on a shared 2-core machine each op waits for the pool
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.usefixtures("_one_thread")
+def test_every_expert_of_a_128_expert_layer_is_in_the_table() -> None:
+    """A real MoE (two layers of 128 expert MLPs, top-2 routing, every expert of the first
+    layer hit): with room, every expert is its own node; squeezed to 500 rows, each layer's
+    view still draws its costliest experts and merges the others into one group node that
+    names them, with their count and sums, and the note names each group with count and sum."""
+    model = MoEStack()
+    x = moe_input(model)
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(2):
+            model(x).pow(2).mean().backward()
+    stats = prof.stats()
+    experts = {
+        layer: [k for k in stats if re.fullmatch(rf"layers\.{layer}\.experts\.\d+#0", k)]
+        for layer in (0, 1)
+    }
+    assert len(experts[0]) == 128 and experts[1]
+
+    whole = prof.table()
+    assert not whole.reduced
+    drawn = {r["node_key"] for r in whole.resolved() if r["node_kind"] == "module"}
+    assert set(experts[0] + experts[1]) <= drawn
+
+    table = prof.table(max_rows=500)
+    check_table(table, 500)
+    records = table.resolved()
+    for layer, keys in experts.items():
+        view = f"layers.{layer}#0"
+        nodes = [r for r in records if r["row_kind"] == "node" and r["view_key"] == view]
+        own = {r["node_key"] for r in nodes if r["node_kind"] == "module"}
+        (group,) = [r for r in nodes if r["node_kind"] == "group"]
+        merged = str(group["group_keys"]).split("\n")
+        assert set(keys) <= own | set(merged) and not own & set(merged)  # every expert found
+        assert group["group_count"] == len(merged)
+        assert group["fwd_ms"] == pytest.approx(
+            sum(stats[k].metrics["fwd_ms"].typical for k in merged)
+        )
+        assert group["bwd_ms"] == pytest.approx(
+            sum(stats[k].metrics["bwd_ms"].typical for k in merged)
+        )
+        total = sum(1 for r in nodes if r["node_kind"] == "module") + len(merged)
+        assert f"`{view}` {len(merged)} of {total} (" in table.reduced
 
 
 def test_one_huge_flat_view_merges_its_cheapest_modules_into_a_group() -> None:
@@ -346,14 +443,16 @@ def test_a_view_with_many_inputs_or_outputs_merges_them_into_one_group(
 
 
 def test_reduction_notes_name_the_actual_row_limit() -> None:
-    by_depth = synthetic([20, 20]).table(max_rows=300)
+    by_depth = synthetic([40, 20]).table(max_rows=300)
     assert (
         "views are not drawn, to stay within 300 rows: every view down to depth 0"
         in by_depth.reduced
     )
+    merged = synthetic([20, 20]).table(max_rows=300)
+    assert "Every view is drawn, but to stay within 300 rows, in 20 views" in merged.reduced
     grouped = synthetic([400], edges_per_view=0).table(max_rows=250)
     assert "no other views are drawn, to stay within 250 rows" in grouped.reduced
-    assert "10,000" not in by_depth.reduced + grouped.reduced
+    assert "10,000" not in by_depth.reduced + merged.reduced + grouped.reduced
 
 
 # ---- untrusted numbers: a loaded file may hold anything its format allows ----------------------

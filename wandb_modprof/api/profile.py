@@ -128,11 +128,13 @@ class Profile:
         >>> table = prof.table()                                       # doctest: +SKIP
         >>> [r for r in table.records() if r["row_kind"] == "meta"]   # doctest: +SKIP
         """
+        from wandb_modprof.stats.quiet_gc import paused_gc
         from wandb_modprof.view.table import build_table
 
         if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 100:
             raise ModProfError(f"max_rows must be an int >= 100; got {max_rows!r}")
-        return build_table(self.snapshot(), max_rows)
+        with paused_gc():  # many short-lived rows, no cycles (`stats/quiet_gc.py`)
+            return build_table(self.snapshot(), max_rows)
 
     def export_chrome_trace(self, path: str | os.PathLike[str], torch_profiler: Any = None) -> Path:
         """Write the last sample as a Chrome / Perfetto trace: a `<module>.forward` span per

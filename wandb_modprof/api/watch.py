@@ -10,6 +10,7 @@ from torch import nn
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._validate import (
+    check_artifact_freq,
     check_chart,
     check_choice,
     check_log_freq,
@@ -231,6 +232,7 @@ def watch(
     default_mode: str = _modes.DEFAULT_MODE,
     default_scale: str = _modes.DEFAULT_SCALE,
     chart: str | None = None,
+    artifact_freq: int | None = 0,
 ) -> WatchHandle:
     """Measure every module of `model` on every `log_freq`-th training step; log to W&B.
 
@@ -282,6 +284,10 @@ def watch(
         chart: the W&B chart preset "entity/name" (from `register_chart`); default
             `<run entity>/wandb-modprof-v2` (`$WANDB_ENTITY` when the run has none). An
             offline run with no entity at all logs the tables without the panel, and says so.
+        artifact_freq: the full profile file as a W&B artifact (`type="modprof-profile"`,
+            `sinks.wandb_log`): 0 (default) at `unwatch()`, N > 0 also at every N-th logged
+            sample, None never. The panel's table holds at most 10,000 rows; the file holds
+            every call.
     """
     check_model(model, "watch()")
     options = parse_options(
@@ -292,6 +298,7 @@ def watch(
     default_mode = check_choice("default_mode", default_mode, _modes.MODE_KEYS)
     default_scale = check_choice("default_scale", default_scale, _modes.SCALES)
     chart = check_chart(chart)
+    artifact_freq = check_artifact_freq(artifact_freq)
     run = check_run(run)
     check_supported(model)
     info = rank_info()
@@ -310,7 +317,9 @@ def watch(
             key = model_key(run, model)
             handle.key = key
             handle.chart = chart_name(run, chart, key)
-            handle._wandb_log = WandbLog(run, key, handle.chart, default_mode, default_scale)
+            handle._wandb_log = WandbLog(
+                run, key, handle.chart, default_mode, default_scale, artifact_freq
+            )
         else:
             handle.key = f"modprof/{type_name(model)}"  # as rank 0 names it (first model)
         handle._capture.attach()

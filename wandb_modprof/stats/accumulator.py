@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from wandb_modprof.capture.resolve import last_stamp_ready, resolve, wait
 from wandb_modprof.records.snapshot import ProfileData
+from wandb_modprof.stats.quiet_gc import paused_gc
 from wandb_modprof.stats.running import StatsAccumulator
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ class ProfileAccumulator:
     # ---- resolution ------------------------------------------------------------------------
     def resolve_pending(self, force: bool) -> None:
         """Resolve finished samples; unless forced, only those whose device events completed."""
-        with self._lock:
+        with self._lock, paused_gc():
             while self._pending:
                 session, gradients, static_fn = self._pending[0]
                 if not force and not last_stamp_ready(session):
@@ -123,7 +124,8 @@ class ProfileAccumulator:
 
     def stats(self) -> dict[str, ModuleStats]:
         """Running statistics per call key, in forward order of their last sample."""
-        snap = self._acc.snapshot() if self._loaded_stats is None else self._loaded_stats
+        with paused_gc():
+            snap = self._acc.snapshot() if self._loaded_stats is None else self._loaded_stats
         return dict(sorted(snap.items(), key=lambda kv: kv[1].order))
 
     def structures(self) -> tuple[Structure, ...]:

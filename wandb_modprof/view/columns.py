@@ -41,6 +41,9 @@ TEXT_COLUMNS = (
     "meta_key",
     "meta_value",
     "missing",
+    # a group node's members, one ref per line (relative to the view, as `node_ref`): which
+    # modules (a layer's cheapest experts) are merged into it, so each is findable by name
+    "group_members",
 )
 # Distributed runs (`api.distributed`): across ranks, the mean and max of each rank's mean
 # fwd_ms + bwd_ms, the rank with that max, and max / mean (1.0: balanced); 0 and `missing`
@@ -55,7 +58,7 @@ RANK_COLUMNS = (
     "rank_imbalance",
 )
 # What `ProfileTable.resolved()` adds to each record: the refs read back against their view.
-RESOLVED_COLUMNS = ("node_key", "module_name", "src_key", "dst_key")
+RESOLVED_COLUMNS = ("node_key", "module_name", "src_key", "dst_key", "group_keys")
 INT_COLUMNS = (
     "view_id",
     "view_parent",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from wandb_modprof.records.calls import CallInfo
@@ -48,8 +49,11 @@ def reduce_views(
     stats: Mapping[str, ModuleStats],
     budget: int,
     max_rows: int,
+    full_detail: str = "",
 ) -> Reduction:
-    """Fit the views into `budget` rows (of a table of at most `max_rows`, named in the note)."""
+    """Fit the views into `budget` rows (of a table of at most `max_rows`, named in the note).
+    `full_detail` (where the full profile is) follows the note's first sentence, before the
+    list of merged groups, so that the panel's one-line banner shows it."""
     if sum(_size(g) for g in graphs) <= budget:
         return Reduction(tuple(graphs), "", {})
     depth_of = {g.view_key: calls[g.view_key].depth for g in graphs}
@@ -64,21 +68,40 @@ def reduce_views(
         used += total_by_depth[d]
         max_depth = d
     if max_depth >= 0:
-        drawn = _fill(graphs, calls, stats, depth_of, max_depth, budget - used)
-        kept = [g for g in graphs if g.view_key in drawn]
+        capped = _cap_next_depth(graphs, stats, depth_of, max_depth + 1, budget - used)
+        merged: set[str] = set()
+        shown: dict[str, ViewGraph] = {}
+        groups: dict[str, list[str]] = {}
+        if capped is not None:
+            for view_key, (graph, members) in capped.items():
+                shown[view_key] = graph
+                if members:
+                    groups[_group_key(view_key)] = members
+                    merged.update(members)
+                used += _size(graph)
+            max_depth += 1
+        drawn = _fill(graphs, calls, stats, depth_of, max_depth, budget - used, merged)
+        kept = [shown.get(g.view_key, g) for g in graphs if g.view_key in drawn]
         hidden = len(graphs) - len(kept)
         deeper = len(kept) - sum(1 for d in depth_of.values() if d <= max_depth)
         also = f", and the {deeper} costliest deeper views that fit" if deeper else ""
-        note = (
+        merged_views, merged_list = _merged_note(groups, graphs, stats)
+        head = (
             f"{hidden} of {len(graphs)} views are not drawn, to stay within {max_rows:,} rows: "
-            f"every view down to depth {max_depth} is drawn{also}; the modules not drawn have "
-            "their time and memory included in the modules shown, and every module's statistics "
-            "are in the saved profile."
+            f"every view down to depth {max_depth} is drawn{also}{merged_views}; the modules "
+            "not drawn have their time and memory included in the modules shown"
+            if hidden
+            else f"Every view is drawn, but to stay within {max_rows:,} rows{merged_views}"
         )
-        return Reduction(tuple(kept), note, {})
+        note = f"{head}; every module's statistics are in the saved profile."
+        return Reduction(tuple(kept), _join(note, full_detail, merged_list), groups)
     root = graphs[0]
     shrunk, groups = _shrink_view(root, stats, budget)
-    return Reduction((shrunk,), _shrink_note(root, groups, max_rows), groups)
+    return Reduction((shrunk,), _join(_shrink_note(root, groups, max_rows), full_detail), groups)
+
+
+def _join(*sentences: str) -> str:
+    return " ".join(s for s in sentences if s)
 
 
 def _fill(
@@ -88,13 +111,14 @@ def _fill(
     depth_of: Mapping[str, int],
     max_depth: int,
     left: int,
+    merged: AbstractSet[str] = frozenset(),
 ) -> set[str]:
     """The views drawn: every view down to `max_depth`, then, in the `left` rows the depth cut
     leaves, whole deeper views whose parent view is drawn, the costliest first (a view that
     does not fit is passed over for cheaper ones that do). Without this a model of 50 blocks of
     240 modules drew its top view alone (123 rows of 10,000)."""
     by_key = {g.view_key: g for g in graphs}
-    drawn = {k for k, d in depth_of.items() if d <= max_depth}
+    drawn = {k for k, d in depth_of.items() if d <= max_depth and k not in merged}
     order = {g.view_key: i for i, g in enumerate(graphs)}
     children: dict[str, list[str]] = {}
     for key in by_key:
@@ -105,7 +129,7 @@ def _fill(
 
     def offer(parent: str) -> None:
         for kid in children.get(parent, ()):
-            if kid not in drawn:
+            if kid not in drawn and kid not in merged:
                 heapq.heappush(frontier, (-_cost(stats.get(kid)), order[kid], kid))
 
     for key in drawn:
@@ -118,6 +142,90 @@ def _fill(
             drawn.add(key)
             offer(key)
     return drawn
+
+
+def _cap_next_depth(
+    graphs: Sequence[ViewGraph],
+    stats: Mapping[str, ModuleStats],
+    depth_of: Mapping[str, int],
+    depth: int,
+    left: int,
+) -> dict[str, tuple[ViewGraph, list[str]]] | None:
+    """Every view at `depth`, each with its cheapest modules merged into one group node so that
+    all of them fit in `left` rows: one cap for all (the most modules any of them keeps as its
+    own nodes, found by bisection), so a wide view (a layer's 128 experts) keeps its hottest
+    modules and a narrow one stays whole. Gives per view its graph and the modules merged
+    (empty: drawn whole); None when even merging every module of every view does not fit.
+
+    This is what keeps each of a mixture-of-experts model's 48 layers reachable with all its
+    experts (individually or, the cheapest, in their group), where dropping the whole depth
+    would hide them all."""
+    views = [g for g in graphs if depth_of[g.view_key] == depth]
+    if not views:
+        return None
+    ranked = {g.view_key: _ranked_modules(g, stats) for g in views}
+
+    def capped(g: ViewGraph, cap: int) -> tuple[ViewGraph, list[str]]:
+        order = ranked[g.view_key]
+        if len(order) <= cap:
+            return g, []
+        members = order[cap:]
+        label = f"{len(members)} modules" if cap == 0 else f"{len(members)} more modules"
+        group = GraphNode(_group_key(g.view_key), "group", label, "grouped")
+        position = {n.node_key: i for i, n in enumerate(g.nodes)}
+        return _merge_nodes(g, dict.fromkeys(members, group)), sorted(
+            members, key=position.__getitem__
+        )
+
+    def rows(cap: int) -> int:
+        return sum(_size(capped(g, cap)[0]) for g in views)
+
+    if rows(0) > left:
+        return None
+    # Keeping more modules never makes a view smaller (see `_shrink_view`): bisect the cap.
+    lo, hi = 1, max(len(r) for r in ranked.values())  # a cap of `lo - 1` fits; above `hi` not
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if rows(mid) <= left:
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return {g.view_key: capped(g, lo - 1) for g in views}
+
+
+def _ranked_modules(graph: ViewGraph, stats: Mapping[str, ModuleStats]) -> list[str]:
+    """A view's module nodes, costliest (forward + backward median) first, then in order."""
+    position = {n.node_key: i for i, n in enumerate(graph.nodes)}
+    modules = [n.node_key for n in graph.nodes if n.kind == "module"]
+    return sorted(modules, key=lambda k: (-_cost(stats.get(k)), position[k]))
+
+
+def _group_key(view_key: str) -> str:
+    return f"{view_key}|group"
+
+
+def _merged_note(
+    groups: Mapping[str, list[str]], graphs: Sequence[ViewGraph], stats: Mapping[str, ModuleStats]
+) -> tuple[str, str]:
+    """The clause saying how many views merged their cheapest modules (", in 2 views the
+    cheapest modules are merged into one group node each"), and the sentence naming each,
+    with how many of how many and their summed forward + backward time ("Merged (view: ...):
+    `l.0.experts#0` 96 of 128 (0.412 ms), `l.1.experts#0` ..."); ("", "") when none did."""
+    parts = []
+    for g in graphs:
+        members = groups.get(_group_key(g.view_key))
+        if members:
+            total = sum(1 for n in g.nodes if n.kind == "module")
+            cost = sum(_cost(stats.get(k)) for k in members)
+            parts.append(f"`{g.view_key}` {len(members)} of {total} ({cost:.3g} ms)")
+    if not parts:
+        return "", ""
+    views = "1 view" if len(parts) == 1 else f"{len(parts)} views"
+    return (
+        f", in {views} the cheapest modules are merged into one group node each",
+        "Merged (view: merged of modules, their summed forward + backward time): "
+        f"{', '.join(parts)}.",
+    )
 
 
 def _size(graph: ViewGraph) -> int:

@@ -173,7 +173,10 @@ def _node_values(
         members = src.groups.get(node.node_key, [])
         values = group_values([k for k in members if k in src.calls], src.stats, src.calls)
         values.update(group_rank_values(members, src.ranks))
-        return {"group_count": len(members)}, values, None
+        owner = src.calls.get(view_key)
+        view_name = owner.module_name if owner is not None else ""
+        refs = "\n".join(to_ref(k, view_key, view_name) for k in members)
+        return {"group_count": len(members), "group_members": refs}, values, None
     return {}, {}, None
 
 

@@ -126,8 +126,9 @@ class ProfileTable:
 
     def resolved(self) -> list[dict[str, Cell]]:
         """`records()` with the refs read back: every node and edge row also gets its view's
-        `view_key` and its full `node_key`, `module_name`, `src_key`, `dst_key` (view rows:
-        `module_name`; "" where a row has none). Built in memory for readers in Python; the
+        `view_key` and its full `node_key`, `module_name`, `src_key`, `dst_key` and, for a
+        group node, `group_keys` (its members' keys, one per line) (view rows: `module_name`;
+        "" where a row has none). Built in memory for readers in Python; the
         panel does the same in Vega.
 
         >>> [r["node_key"] for r in prof.table().resolved() if r["row_kind"] == "node"][:2]
@@ -144,21 +145,27 @@ class ProfileTable:
             elif kind in ("node", "edge"):
                 vk, vn = views.get(int(record["view_id"]), ("", ""))
                 record["view_key"] = vk
-                for column, ref in zip(RESOLVED_COLUMNS, _REF_COLUMNS, strict=True):
+                for column, ref in zip(RESOLVED_COLUMNS[:4], _REF_COLUMNS, strict=True):
                     full[column] = from_ref(str(record[ref]), vk, vn)  # "" stays ""
+                members = str(record["group_members"])
+                full["group_keys"] = "\n".join(
+                    from_ref(m, vk, vn) for m in members.split("\n") if members
+                )
             record.update(full)
             out.append(record)
         return out
 
 
-# the stored column each of `RESOLVED_COLUMNS` is read from
+# the stored column each of the first four `RESOLVED_COLUMNS` is read from (`group_keys`: one
+# ref per line of `group_members`)
 _REF_COLUMNS = ("node_ref", "name_ref", "src_ref", "dst_ref")
 
 
-def build_table(prof: ProfileData, max_rows: int = MAX_ROWS) -> ProfileTable:
+def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = "") -> ProfileTable:
     """The profile as one flat table of at most `max_rows` rows (see the module docstring):
     merge the structure passes into one call tree, reduce its views to the row budget, lay
-    out each view drawn, then write the rows."""
+    out each view drawn, then write the rows. `full_detail` (where the full profile is, e.g.
+    the W&B artifact `sinks.wandb_log` logs) ends a reduced table's note."""
     tree = merge(prof.structures, prof.stats.values())
     graphs = view_graphs(tree)
     meta = profile_meta(prof, tree, has_views=bool(graphs))
@@ -166,7 +173,7 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS) -> ProfileTable:
     if budget < MIN_VIEW_ROWS:
         raise ValueError(f"max_rows must leave room for a view; got {max_rows}")
     calls = {c.key: c for c in tree.calls}
-    reduction = reduce_views(graphs, calls, prof.stats, budget, max_rows)
+    reduction = reduce_views(graphs, calls, prof.stats, budget, max_rows, full_detail)
     meta += reduction_meta(reduction, tree)
 
     src = RowSource(
