@@ -109,23 +109,23 @@ def _view_spans(
                 for member in groups.get(node.node_key, []):
                     node_of[member] = (graph.view_key, node.node_key)
     out: dict[str, list[Span]] = {g.view_key: [] for g in graphs}
-    for key, (view, node) in node_of.items():
+    for key, (view, drawn) in node_of.items():
         rec = inv.get(key)
         if rec is not None:
-            out[view].append((view, node, "fwd", rec.fwd_start_ms, _fwd_end(rec), 1))
+            out[view].append((view, drawn, "fwd", rec.fwd_start_ms, _fwd_end(rec), 1))
     for view, spans in out.items():
         spans.sort(key=lambda s: s[3])
         out[view] = _merge_consecutive(spans)
     backward: dict[str, list[Span]] = {g.view_key: [] for g in graphs}
     for run in sorted(sample.runs, key=lambda r: r.start_ms):
-        key: str | None = run.owner_key
+        up: str | None = run.owner_key
         # every drawn view above the run's owner sees it, as the span of its node there
-        while key is not None:
-            hit = node_of.get(key)
+        while up is not None:
+            hit = node_of.get(up)
             if hit is not None:
                 backward[hit[0]].append((hit[0], hit[1], "bwd", run.start_ms, run.end_ms, 1))
-            rec = inv.get(key)
-            key = rec.parent_key if rec is not None else None
+            rec = inv.get(up)
+            up = rec.parent_key if rec is not None else None
     for view in out:
         out[view] += _merge_consecutive(backward[view])
     return out
