@@ -127,6 +127,10 @@ def _meta() -> list[Data]:
                 ("reduced", "reduced"),
                 ("format", "table_format"),
                 ("statistic", "statistic"),
+                # the timeline (`strip.py`): the curve's source and step, its peak
+                ("timeline", "timeline"),
+                ("mem_peak", "mem_peak"),
+                ("mem_peak_ms", "mem_peak_ms"),
             )
         ],
     ]
