@@ -186,7 +186,8 @@ def strip() -> Mark:
         "scale": "tl_x",
         "offset": -AXIS_H,  # at the lanes' foot: a bottom axis sits at the group's height
         "labelFontSize": SMALL_FONT_PX,
-        "tickCount": 6,
+        "tickCount": {"signal": "max(2, floor(gw / 110))"},
+        "labelOverlap": True,
         "labelColor": MUTED,
         "domainColor": "#cccccc",
         "tickColor": "#cccccc",
