@@ -143,7 +143,8 @@ def test_memory_mode_draws_the_recorded_curve_the_shaded_spans_and_the_named_pea
     assert panel.items("span_rect") == []  # the time lanes give way to the curve
     # the curve drawn is the recorded one, point for point (small enough to keep whole)
     drawn = _js(panel, "__mp.view.data('mem_drawn').map((d) => [d.t0_ms, d.live_bytes])")
-    recorded = [[t, float(b)] for t, b in zip(sample.memory.t_ms, sample.memory.live_bytes)]
+    curve = sample.memory
+    recorded = [[t, float(b)] for t, b in zip(curve.t_ms, curve.live_bytes, strict=True)]
     assert drawn == recorded
     assert len(panel.items("mem_curve")) == len(recorded)
     top = max(sample.memory.live_bytes)
