@@ -19,11 +19,21 @@ from typing import Any
 
 from tools.spec.expressions import fmt_bytes, fmt_ms, resolve_ref
 from tools.spec.marks import encode, text, text_mark
-from tools.spec.theme import GX0, GY0, INK, MUTED, SMALL_FONT_PX, TEXT_FONT_PX
+from tools.spec.theme import (
+    GX0,
+    GY0,
+    INK,
+    MIN_READABLE_PX,
+    MUTED,
+    NODE_FONT_PX,
+    SMALL_FONT_PX,
+    TEXT_FONT_PX,
+)
 from wandb_modprof.records.modes import MODES, Group
 
 Mark = dict[str, Any]
 STRIP_GAP = 6
+STRIP_MIN_H = 64
 LANE_LABEL_W = 110  # lane names at the strip's left
 HEAD_H = 16  # the strip's heading line
 AXIS_H = 16  # the time axis under the lanes
@@ -36,7 +46,14 @@ def strip_signals() -> list[dict[str, Any]]:
         {"name": "mode_groups", "value": [m.group.value for m in MODES]},
         {"name": "mode_group", "update": "mode_i >= 0 ? mode_groups[mode_i] : ''"},
         {"name": "has_tl", "update": "length(data('tl_rows')) > 0"},
-        {"name": "strip_h", "update": "has_tl ? clamp(round(height * 0.3), 80, 200) : 0"},
+        # The graph keeps the room that its text needs at the fitted zoom (`show_text`), the
+        # strip takes up to 30 % of the panel from what is left, never less than STRIP_MIN_H.
+        {
+            "name": "strip_h",
+            "update": f"has_tl ? clamp(min(round(height * 0.3), height - {GY0} - banner_h - "
+            f"{STRIP_GAP} - (vdim[1] * {MIN_READABLE_PX / NODE_FONT_PX} + 24)), "
+            f"{STRIP_MIN_H}, 200) : 0",
+        },
         {"name": "strip_y", "update": f"{GY0} + gh + {STRIP_GAP}"},
         {"name": "lane_h", "update": f"max(1, strip_h - {HEAD_H + AXIS_H})"},
         {"name": "t_hi", "update": first.format("tl_ext", "t_hi", "1")},
