@@ -36,7 +36,7 @@ STRIP_GAP = 6
 STRIP_MIN_H = 64
 LANE_LABEL_W = 110  # lane names at the strip's left
 HEAD_H = 16  # the strip's heading line
-AXIS_H = 16  # the time axis under the lanes
+AXIS_H = 22  # the time axis under the lanes (ticks, labels: inside the strip)
 MEMORY = "mode_group === 'Memory'"
 
 
@@ -54,10 +54,16 @@ def strip_signals() -> list[dict[str, Any]]:
             f"{STRIP_GAP} - (vdim[1] * {MIN_READABLE_PX / NODE_FONT_PX} + 24)), "
             f"{STRIP_MIN_H}, 200) : 0",
         },
-        {"name": "strip_y", "update": f"{GY0} + gh + {STRIP_GAP}"},
+        # Without a timeline the (empty, clipped) strip sits at the graph's top: its axis still
+        # has bounds, and below the panel they would make autosize "fit" shrink the panel on
+        # the first render (before the rows arrive), for good.
+        {"name": "strip_y", "update": f"has_tl ? {GY0} + gh + {STRIP_GAP} : {GY0}"},
         {"name": "lane_h", "update": f"max(1, strip_h - {HEAD_H + AXIS_H})"},
         {"name": "t_hi", "update": first.format("tl_ext", "t_hi", "1")},
         {"name": "mem_hi", "update": first.format("mem_ext", "mem_hi", "1")},
+        # time modes zoom to the current view's calls; memory modes show the whole step
+        {"name": "v_lo", "update": first.format("vspan_ext", "v_lo", "0")},
+        {"name": "v_hi", "update": first.format("vspan_ext", "v_hi", "1")},
         {"name": "tl_step", "update": first.format("m_timeline", "meta_number", "0")},
         {"name": "tl_source", "update": first.format("m_timeline", "meta_value", "''")},
         {"name": "peak_bytes", "update": first.format("m_mem_peak", "meta_number", "0")},
@@ -129,6 +135,18 @@ def strip_data() -> list[dict[str, Any]]:
             ],
         },
         {
+            "name": "vspan_ext",
+            "source": "vspans",
+            "transform": [
+                {
+                    "type": "aggregate",
+                    "fields": ["t0_ms", "t1_ms"],
+                    "ops": ["min", "max"],
+                    "as": ["v_lo", "v_hi"],
+                }
+            ],
+        },
+        {
             "name": "mem_ext",
             "source": "mem_pts",
             "transform": [
@@ -156,7 +174,9 @@ def _heading() -> str:
         f"(peak_bytes > 0 ? ' · peak ' + ({fmt_bytes('peak_bytes')}) + "
         f"(peak_key ? ' during ' + ({peak_name}) + ' ' + peak_phase : '') : '')"
     )
-    time = "'Timeline of step ' + tl_step + ': forward, then backward (paler)'"
+    time = (
+        "'Timeline of step ' + tl_step + ': the calls of this view, forward then backward (paler)'"
+    )
     return f"{MEMORY} ? ({memory}) : ({time})"
 
 
@@ -165,7 +185,9 @@ def strip() -> Mark:
         "x": {"value": GX0},
         "y": {"signal": "strip_y"},
         "width": {"signal": "gw"},
-        "height": {"signal": "strip_h"},
+        # 1 px less: the stroke's outer half would stick out, and autosize "fit" would then
+        # shrink the whole panel to contain it, which moves the strip down again
+        "height": {"signal": "max(0, strip_h - 1)"},
         "clip": {"value": True},
         "fill": {"value": "#ffffff"},
         "stroke": {"signal": "has_tl ? '#e6e6e6' : 'transparent'"},
@@ -175,7 +197,9 @@ def strip() -> Mark:
         {
             "name": "tl_x",
             "type": "linear",
-            "domain": {"signal": "[0, max(t_hi, 1e-6)]"},
+            "domain": {
+                "signal": f"{MEMORY} ? [0, max(t_hi, 1e-6)] : [v_lo, max(v_hi, v_lo + 1e-6)]"
+            },
             "range": x_range,
             "zero": False,
         },
@@ -205,6 +229,8 @@ def strip() -> Mark:
         "labelFontSize": SMALL_FONT_PX,
         "tickCount": {"signal": "max(2, floor(gw / 110))"},
         "labelOverlap": True,
+        "tickSize": 3,
+        "labelPadding": 1,
         "labelColor": MUTED,
         "domainColor": "#cccccc",
         "tickColor": "#cccccc",
