@@ -141,3 +141,18 @@ def test_device_curve_reads_the_allocator_at_every_boundary():
     assert curve.live_bytes[-1] == start + 150
     # the device peaks still come from the allocator's peak counter, not the curve
     assert {r.key: r.fwd_mem_peak_bytes for r in sample.invocations}["a#0"] == 500
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_curve_is_the_allocator_at_the_boundaries():
+    model = MLP(256).cuda()
+    x = torch.randn(64, 256, device="cuda")
+    sample = _profiled(model, lambda: model(x).sum())
+    curve = sample.memory
+    assert curve is not None and curve.source == "device"
+    assert list(curve.t_ms) == sorted(curve.t_ms) and min(curve.live_bytes) >= 0
+    runs = [r for r in sample.runs if r.kind == "node"]
+    assert len(curve.t_ms) == 2 * len(sample.invocations) + 2 * len(runs)
+    # the parameters are allocated throughout; the peaks are the allocator's
+    assert min(curve.live_bytes) >= _static(sample)
+    assert all(r.fwd_mem_peak_bytes is not None for r in sample.invocations)
