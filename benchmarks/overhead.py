@@ -19,6 +19,9 @@ has identical weights, its own SGD optimizer and the same fixed batch:
   for the forward and removed after the backward, autograd nodes are hooked, saved-tensor hooks
   count activation bytes, gradient bytes and norms are read and the sample is folded into the
   running statistics (all default options); measurement alone, W&B logging switched off;
+* ``sampled_nocurve`` -- ``sampled`` with the step's memory curve switched off (issue 18: on
+  CPU each saved storage's +bytes / -bytes events are not recorded): ``sampled`` less this row
+  is what the curve costs a sampled step;
 * ``logged``    -- the same, plus what a W&B run pays per sample: at the next step's forward the
   profile table and its ``wandb.Table`` + custom chart are built and logged to a disabled run
   (nothing is written to disk). With ``log_freq=100`` this cost is paid once per 100 steps.
@@ -55,6 +58,7 @@ Python-heavy code such as hooks: use it to rank hotspots, not to size them).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import cProfile
 import gc
@@ -63,7 +67,7 @@ import platform
 import pstats
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +80,8 @@ from _report import emit, revision
 from torch import nn
 
 import wandb_modprof
+from wandb_modprof.capture import session as _session
+from wandb_modprof.capture.activations import ActivationCounter
 
 UNSAMPLED_LOG_FREQ = 10**9
 UNSAMPLED_TARGET = 1.01
@@ -150,6 +156,7 @@ class Config:
     optimizer: torch.optim.Optimizer
     handle: wandb_modprof.WatchHandle | None = None
     times_ms: list[list[float]] = field(default_factory=list)  # [round][step in block]
+    curve: bool = True  # False: the memory curve is off (`sampled_nocurve`)
 
 
 def _disabled_run() -> Any:
@@ -167,6 +174,7 @@ def make_configs(workload: Workload, control: bool) -> list[Config]:
     specs += [
         ("unsampled", "watched, unsampled (log_freq=10**9)", UNSAMPLED_LOG_FREQ),
         ("sampled", "watched, sampled (log_freq=1)", 1),
+        ("sampled_nocurve", "watched, sampled, memory curve off", 1),
         ("logged", "watched, sampled + W&B log (log_freq=1)", 1),
     ]
     configs = []
@@ -181,15 +189,38 @@ def make_configs(workload: Workload, control: bool) -> list[Config]:
         if handle is not None and name != "logged":
             # measurement alone: the W&B log (table + wandb.Table per sample) is its own row
             handle._wandb_log = None
-        configs.append(Config(name, label, model, optimizer, handle))
+        configs.append(
+            Config(name, label, model, optimizer, handle, curve=name != "sampled_nocurve")
+        )
     return configs
 
 
+class _NoCurve(ActivationCounter):
+    """The saved-tensor counter without the memory curve (`sampled_nocurve`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["curve"] = False
+        super().__init__(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _curve_off() -> Iterator[None]:
+    """Sessions started inside build their counter without the curve (the session module
+    looks the class up when a sampled step starts)."""
+    saved = _session.ActivationCounter
+    _session.ActivationCounter = _NoCurve  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        _session.ActivationCounter = saved  # type: ignore[misc]
+
+
 def train_step(config: Config, workload: Workload) -> None:
-    config.optimizer.zero_grad(set_to_none=True)
-    loss = workload.loss(config.model(workload.inputs), workload.targets)
-    torch.autograd.backward(loss)
-    config.optimizer.step()
+    with contextlib.nullcontext() if config.curve else _curve_off():
+        config.optimizer.zero_grad(set_to_none=True)
+        loss = workload.loss(config.model(workload.inputs), workload.targets)
+        torch.autograd.backward(loss)
+        config.optimizer.step()
 
 
 def timed_step(config: Config, workload: Workload) -> float:
@@ -248,7 +279,8 @@ def check_sampling(configs: list[Config], expected_steps: int) -> None:
         prof = config.handle.profile()
         samples = prof.num_samples
         # The first training step is the structure pass (untimed, during warm-up).
-        expected = expected_steps - 1 if config.name in ("sampled", "logged") else 0
+        sampled = ("sampled", "sampled_nocurve", "logged")
+        expected = expected_steps - 1 if config.name in sampled else 0
         if samples != expected or len(prof.structures()) != 1:
             raise SystemExit(
                 f"{config.name}: expected {expected} sampled steps and one structure pass, "

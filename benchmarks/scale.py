@@ -185,6 +185,7 @@ class Row:
     table_ms: float = 0.0
     layout_ms: float = 0.0
     rows: int = 0
+    timeline_rows: int = 0  # of `rows`: the step's spans and memory curve (issue 18)
     reduced: str = ""
     entry_ms: float = 0.0
     log_ms: float = 0.0
@@ -249,6 +250,7 @@ def measure_capture(
             layout_ms.append(layout.seconds * 1e3)
         row.table_ms, row.layout_ms = statistics.median(table_ms), statistics.median(layout_ms)
         row.rows, row.reduced = len(table.rows), table.reduced or ""
+        row.timeline_rows = sum(1 for r in table.rows if r[0] in ("span", "mem"))
 
         entry_ms = []
         for _ in range(repeats):
@@ -367,7 +369,7 @@ def capture_table(rows: list[Row], judged: bool) -> str:
         judge = judged and (is_moe or 0.9 * LOG_TARGET_AT <= r.invocations <= 1.1 * LOG_TARGET_AT)
         met = r.extra_s <= LOG_TARGET_S if is_moe else r.per_call_us <= PER_CALL_TARGET_US
         target = "<= 2 s" if is_moe else f"<= {PER_CALL_TARGET_US:.0f} us/call"
-        rows_text = f"{r.rows}" + (" (reduced)" if r.reduced else "")
+        rows_text = f"{r.rows} ({r.timeline_rows} timeline)" + (" (reduced)" if r.reduced else "")
         lines.append(
             f"| {r.case} | {r.invocations} | {r.plain_min_max[0]:.1f} / {r.plain_ms:.1f} / "
             f"{r.plain_min_max[1]:.1f} | {r.structure_ms:.0f} | "

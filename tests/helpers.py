@@ -143,7 +143,7 @@ def check_table(table: ProfileTable, max_rows: int = MAX_ROWS) -> None:
     meta = {r["meta_key"]: r for r in records if r["row_kind"] == "meta"}
     assert meta["table_format"]["meta_value"] == "wandb_modprof.table"
     assert meta["reduced"]["meta_value"] == table.reduced
-    views = {r["view_key"] for r in records if r["row_kind"] != "meta"}
+    views = {r["view_key"] for r in records if r["row_kind"] not in ("meta", "mem")}
     check_view_rows(records)
     nodes = {(r["view_key"], r["node_key"]): r for r in records if r["row_kind"] == "node"}
     assert len(nodes) == sum(1 for r in records if r["row_kind"] == "node")  # keys unique
@@ -163,9 +163,35 @@ def check_table(table: ProfileTable, max_rows: int = MAX_ROWS) -> None:
             assert (r["view_key"], r["src_key"]) in nodes
             assert (r["view_key"], r["dst_key"]) in nodes
             assert r["edge_path"].startswith("M")
+    check_timeline_rows(records, nodes)
     # every drawn view but the top one is reachable from a node of its parent view
     for view in views - {meta["root_view"]["meta_value"]}:
         assert any(key == view for (_, key) in nodes), view
+
+
+def check_timeline_rows(
+    records: list[dict[str, Any]], nodes: dict[tuple[str, str], dict[str, Any]]
+) -> None:
+    """`span` rows name a node of their view and a window in order; `mem` rows are the curve in
+    time order, and the `mem_peak` meta row holds its highest point."""
+    meta = {r["meta_key"]: r for r in records if r["row_kind"] == "meta"}
+    views = {r["view_id"]: r["view_key"] for r in records if r["row_kind"] == "view"}
+    spans = [r for r in records if r["row_kind"] == "span"]
+    per_view: dict[int, int] = {}
+    for r in spans:
+        assert (views[r["view_id"]], r["node_key"]) in nodes, r
+        assert r["span_phase"] in ("fwd", "bwd") and r["t0_ms"] <= r["t1_ms"], r
+        assert r["group_count"] >= 1 and r["missing"] == "*"
+        per_view[r["view_id"]] = per_view.get(r["view_id"], 0) + 1
+    assert all(n <= 500 for n in per_view.values())
+    curve = [r for r in records if r["row_kind"] == "mem"]
+    assert len(curve) <= 1000
+    times = [r["t0_ms"] for r in curve]
+    assert times == sorted(times)
+    assert all(r["live_bytes"] >= 0 and r["view_id"] == -1 for r in curve)
+    if curve:
+        assert meta["mem_peak"]["meta_number"] == max(r["live_bytes"] for r in curve)
+        assert meta["timeline"]["meta_value"] in ("device", "saved")
 
 
 def check_view_rows(records: list[dict[str, Any]]) -> None:

@@ -30,6 +30,7 @@ from tools.spec.lists import lists  # noqa: E402
 from tools.spec.scales import scales  # noqa: E402
 from tools.spec.sidebar import sidebar  # noqa: E402
 from tools.spec.signals import extra_signals, signals  # noqa: E402
+from tools.spec.strip import lanes_data, strip, strip_data, strip_signals  # noqa: E402
 from tools.spec.top_bar import top_bar  # noqa: E402
 from wandb_modprof.sinks.spec import SPEC_FILE, SPEC_VERSION  # noqa: E402
 
@@ -50,10 +51,10 @@ def build() -> dict[str, Any]:
         "height": 600,
         "padding": 4,
         "background": "#ffffff",
-        "signals": signals() + extra_signals(),
-        "data": data() + lists(),
+        "signals": signals() + extra_signals() + strip_signals(),
+        "data": data() + lists() + strip_data() + [lanes_data()],
         "scales": scales(),
-        "marks": [sidebar(), graph(), *top_bar()],
+        "marks": [sidebar(), graph(), strip(), *top_bar()],
     }
 
 

@@ -93,10 +93,13 @@ def test_forward_delta_and_nested_peaks():
     assert root.bwd_mem_peak_bytes == 700
 
 
-def test_cpu_models_report_no_device_memory():
+def test_cpu_models_report_no_device_memory_but_peaks_of_the_saved_curve():
     model = Pair()
     with wandb_modprof.profile(model, structure=False) as prof:
         model(torch.ones(3)).sum().backward()
     rec = prof.invocations()[0]
-    assert rec.fwd_mem_delta_bytes is None and rec.fwd_mem_peak_bytes is None
-    assert rec.bwd_mem_peak_bytes is None
+    assert rec.fwd_mem_delta_bytes is None  # an allocator delta: accelerators only
+    # the peaks come from the CPU memory curve (tests/capture/test_memory_curve.py): here the
+    # forward saves x * w's inputs and nothing is released before its end
+    assert rec.fwd_mem_peak_bytes == rec.act_bytes
+    assert rec.bwd_mem_peak_bytes is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import warnings
@@ -15,6 +16,7 @@ from torch import nn
 import wandb_modprof
 from tests.helpers import check_table, crumbs, disabled_run
 from wandb_modprof.view.table import ProfileTable
+from wandb_modprof.view.timeline import TIMELINE_ROWS
 
 DEFAULT_LIMIT = 1000
 
@@ -144,13 +146,19 @@ def test_table_size_grows_linearly_with_depth() -> None:
     for depth in (50, 100, 200):
         table = profiled_chain(depth).table()
         check_table(table)
-        assert not table.reduced  # every level drawn
+        # every level drawn (the memory curve may be downsampled: the timeline's own budget)
+        assert not table.reduced or table.reduced.startswith("timeline: memory curve: ")
         records = table.resolved()
         views = [r for r in records if r["row_kind"] == "view"]
         assert [r["view_key"] for r in views] == chain_keys(depth)  # one view per Chain
         # the deepest view's breadcrumbs, found as the panel finds them, are the whole chain
         assert crumbs(records, chain_keys(depth)[-1]) == chain_keys(depth)
-        sizes[depth] = len(json.dumps(table.records()))
+        # The graph's rows (views, nodes, edges, meta) as before issue 18; the timeline's rows
+        # (issue 18: spans and the curve, `view/timeline.py`) have their own bound below.
+        graph = [r for r in table.records() if r["row_kind"] not in ("span", "mem")]
+        timeline = [r for r in table.records() if r["row_kind"] in ("span", "mem")]
+        assert len(timeline) <= TIMELINE_ROWS
+        sizes[depth] = len(json.dumps(graph))
     assert sizes[200] < 4_000_000, sizes
     # linear: x2 per doubling (quadratic: x4, cubic: x8; before: x5.4 and x6.8)
     assert sizes[100] / sizes[50] < 2.3 and sizes[200] / sizes[100] < 2.3, sizes
@@ -169,13 +177,21 @@ def test_a_500_deep_model_profiles_with_a_table_of_a_few_megabytes(tmp_path: Pat
     assert len(prof.invocations()) == 1000  # every Chain and every Linear
     table = prof.table()
     check_table(table)
-    assert not table.reduced
+    # every view drawn; only the memory curve is downsampled (its own budget, noted)
+    assert table.reduced.startswith("timeline: memory curve: ") and ";" not in table.reduced
+    assert sum(1 for r in table.records() if r["row_kind"] == "view") == 500
     # 3.75 MB when measured; the median's `_mean` and the GC columns (issue 15) added ~7 cells
     # a row since. The growth with depth is checked above; this is the "few MB" of issue 17.
-    assert stored_bytes(table) < 5_000_000
+    # the graph's rows, as before issue 18; the timeline's rows are bounded by their budget
+    graph = [r for r in table.rows if r[0] not in ("span", "mem")]
+    assert len(table.rows) - len(graph) <= TIMELINE_ROWS
+    assert stored_bytes(dataclasses.replace(table, rows=tuple(graph))) < 5_000_000
     report = tmp_path / "deep.html"
     prof.to_html(report)
-    assert report.stat().st_size < 5_000_000
+    # the report embeds the table: the graph's part as before issue 18, plus the timeline's rows
+    timeline = [r for r in table.rows if r[0] in ("span", "mem")]
+    timeline_bytes = stored_bytes(dataclasses.replace(table, rows=tuple(timeline)))
+    assert report.stat().st_size < 5_000_000 + timeline_bytes
 
 
 def profiled_chain_of(model: nn.Module) -> wandb_modprof.Profile:

@@ -34,6 +34,7 @@ from wandb_modprof import (
     StepTotals,
     Structure,
 )
+from wandb_modprof.records.sample import CURVE_SOURCES, MemoryCurve
 from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.sinks.profile_schema import AT_LEAST, NON_NEGATIVE_METRICS, RUN_KINDS
 
@@ -203,7 +204,7 @@ def test_file_header_paths_and_determinism(tmp_path: Path) -> None:
     assert written == tmp_path / "run.json" and sorted(os.listdir(tmp_path)) == ["run.json"]
     doc = json.loads(written.read_text(encoding="utf-8"))
     assert list(doc)[:3] == ["format", "version", "wandb_modprof_version"]
-    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 2
+    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 3
     assert doc["wandb_modprof_version"] == wandb_modprof.__version__
     assert set(doc) - {"format", "version", "wandb_modprof_version"} == {
         "model_name",
@@ -290,9 +291,10 @@ _STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.
         (
             ("version",),
             999,
-            rf"version 999 \(written by wandb_modprof {_VERSION}\); .* reads version 1, 2; upgrade",
+            rf"version 999 \(written by wandb_modprof {_VERSION}\); .* reads version 1, 2, 3; "
+            "upgrade",
         ),
-        (("version",), 0, r"unsupported file format version 0 .*reads version 1, 2$"),
+        (("version",), 0, r"unsupported file format version 0 .*reads version 1, 2, 3$"),
         (("version",), True, r"version: expected an integer, got true"),
         (("version",), "1", r'version: expected an integer, got "1"'),
         (("wandb_modprof_version",), 1, r"wandb_modprof_version: expected a string, got 1"),
@@ -378,6 +380,16 @@ _STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.
             re.escape("""calls[1].depth: expected 1 (its parent "<root>#0"'s depth + 1), got 2"""),
         ),
         ((*_CALL, "key"), ROOT, r'calls\[1\]\.key: "<root>#0" repeats an earlier call\'s key'),
+        # the memory curve (version 3)
+        (("last_sample", "memory", "source"), "disk", r'memory\.source: expected "device" or'),
+        (
+            ("last_sample", "memory", "live_bytes"),
+            [1],
+            r"memory\.live_bytes: expected one value per time, got 1 values for \d+ times",
+        ),
+        (("last_sample", "memory", "t_ms", 1), -1.0, r"memory\.t_ms\[1\]: expected non-decreasing"),
+        (("last_sample", "memory", "live_bytes", 2), -5, r"live_bytes\[2\]: expected >= 0"),
+        (("last_sample", "memory", "t_ms"), "x", r"memory\.t_ms: expected an array"),
     ],
 )
 def test_corrupted_field_fails_with_its_json_path(
@@ -518,8 +530,22 @@ def _sample(draw: st.DrawFn) -> Sample:
     runs = draw(st.lists(run, max_size=3 if owners else 0))
     step = draw(st.integers(0, 2**63 - 1))
     return Sample(
-        step, records, draw(_builds(StepTotals)), draw(_ints), tuple(runs), draw(st.none() | _ints)
+        step,
+        records,
+        draw(_builds(StepTotals)),
+        draw(_ints),
+        tuple(runs),
+        draw(st.none() | _ints),
+        draw(st.none() | _curve()),
     )
+
+
+@st.composite
+def _curve(draw: st.DrawFn) -> MemoryCurve:
+    """A curve as the schema allows it: times in order (any finite ones), sizes >= 0."""
+    times = sorted(draw(st.lists(st.floats(-1e9, 1e9), max_size=5)))
+    sizes = draw(st.lists(st.integers(0, 2**63 - 1), min_size=len(times), max_size=len(times)))
+    return MemoryCurve(draw(st.sampled_from(CURVE_SOURCES)), tuple(times), tuple(sizes))
 
 
 @st.composite
@@ -626,10 +652,10 @@ def test_a_version_1_file_loads_without_invented_medians(tmp_path: Path) -> None
     assert node["fwd_ms"] == data.stats["blocks.0#0"].metrics["fwd_ms"].mean
     assert {"gc_samples", "gc_ms_max"} <= set(node["missing"].split(","))
     assert "means: this profile file (version 1) kept no medians" in prof.summary()
-    # saved again: version 2, the unknowns kept as null, and it reads back the same
+    # saved again: version 3, the unknowns kept as null, and it reads back the same
     again = prof.save(tmp_path / "again.modprof.json")
     doc = json.loads(again.read_text(encoding="ascii"))
-    assert doc["version"] == 2
+    assert doc["version"] == 3 and doc["last_sample"]["memory"] is None
     first = next(iter(doc["stats"].values()))
     assert first["gc_samples"] is None and first["metrics"]["fwd_ms"]["median"] is None
     assert _same(wandb_modprof.load(again).snapshot().stats, data.stats)
@@ -650,3 +676,44 @@ def test_a_version_2_median_outside_min_max_is_refused(saved_text: str, tmp_path
     stat["median"] = stat["max"] * 2 + 1
     with pytest.raises(ModProfError, match=r'\.metrics\["fwd_ms"\]\.median: expected within'):
         _load_text(tmp_path, json.dumps(doc))
+
+
+# ---- version 2 (before the memory curve) ---------------------------------------------------
+V2_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_gpt.v2.modprof.json"
+
+
+def test_a_version_2_file_loads_without_a_curve(tmp_path: Path) -> None:
+    """The fixture was written by the version-2 writer (main before issue 18: TinyGPT)."""
+    raw = json.loads(V2_FIXTURE.read_text(encoding="ascii"))
+    assert raw["version"] == 2 and "memory" not in raw["last_sample"]
+    prof = wandb_modprof.load(V2_FIXTURE)
+    data = prof.snapshot()
+    assert data.last is not None and data.last.memory is None  # not measured: never invented
+    # everything else as written: the spans of the timeline were already there
+    assert [i.key for i in data.last.invocations] == [
+        i["key"] for i in raw["last_sample"]["invocations"]
+    ]
+    assert len(data.last.runs) == len(raw["last_sample"]["runs"]) > 0
+    assert all(i.fwd_mem_peak_bytes is None for i in data.last.invocations)  # CPU, version 2
+    again = prof.save(tmp_path / "again.modprof.json")
+    doc = json.loads(again.read_text(encoding="ascii"))
+    assert doc["version"] == 3 and doc["last_sample"]["memory"] is None
+    assert _same(wandb_modprof.load(again).last_sample, prof.last_sample)
+
+
+def test_a_version_2_file_with_a_curve_is_refused(tmp_path: Path) -> None:
+    doc = json.loads(V2_FIXTURE.read_text(encoding="ascii"))
+    doc["last_sample"]["memory"] = {"source": "saved", "t_ms": [], "live_bytes": []}
+    message = re.escape('last_sample: unknown field "memory" (in a version 2 file)')
+    with pytest.raises(ModProfError, match=message):
+        _load_text(tmp_path, json.dumps(doc))
+
+
+def test_a_version_3_file_keeps_the_curve_exactly(saved_text: str, tmp_path: Path) -> None:
+    doc = json.loads(saved_text)
+    curve = doc["last_sample"]["memory"]
+    assert curve["source"] == "saved" and len(curve["t_ms"]) == len(curve["live_bytes"]) > 10
+    back = _load_text(tmp_path, saved_text).last_sample
+    assert back is not None and back.memory is not None
+    assert list(back.memory.live_bytes) == curve["live_bytes"]
+    assert list(back.memory.t_ms) == curve["t_ms"]

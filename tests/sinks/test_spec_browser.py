@@ -424,14 +424,14 @@ def test_clicking_a_mode_recolours_the_nodes(
 def test_a_mode_that_was_not_measured_cannot_be_picked(
     open_panel: OpenPanel, spec: dict[str, Any], resnet_rows: list[dict[str, Any]]
 ) -> None:
-    # on CPU no device memory is measured: every node lists the peak columns as missing
+    # profiled without an optimizer: every node lists optimizer state as missing
     assert all(
-        r["missing"] == "*" or "fwd_mem_peak_bytes" in r["missing"]
+        r["missing"] == "*" or "optim_bytes" in r["missing"]
         for r in resnet_rows
         if r["row_kind"] == "node"
     )
     panel = open_panel(spec, resnet_rows)
-    panel.click("mode_entry", lambda i: i.datum["key"] == "peak")
+    panel.click("mode_entry", lambda i: i.datum["key"] == "optim")
     assert panel.signal("mode") == _modes.DEFAULT_MODE
     assert panel.errors() == []
 

@@ -39,7 +39,9 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 # Columns that hold measured times or values that depend on them: masked in goldens.
 MEASURED = {c for c in NUMBER_COLUMNS if "_ms" in c or "flop_per_s" in c or "norm" in c}
 MEASURED.add("gc_samples")  # whether a collection lands in a call is up to the interpreter
-MEASURED_META = {"total_fwd_ms", "total_bwd_ms", "total_fwd_bwd_ms"}
+MEASURED_META = {"total_fwd_ms", "total_bwd_ms", "total_fwd_bwd_ms", "mem_peak_ms"}
+# The timeline's times (span windows, curve points) are measured; its bytes are not.
+TIMELINE_TIMES = ("t0_ms", "t1_ms")
 
 
 def _profile(model: torch.nn.Module, x: torch.Tensor, steps: int = 3) -> Profile:
@@ -57,6 +59,9 @@ def _masked(table: ProfileTable) -> dict[str, object]:
                 record[column] = "<measured>"
         if record["meta_key"] in MEASURED_META:
             record["meta_number"] = "<measured>"
+        if record["row_kind"] in ("span", "mem"):
+            for column in TIMELINE_TIMES:
+                record[column] = "<measured>"
         rows.append([record[c] for c in table.columns])
     return {"columns": list(table.columns), "rows": rows}
 

@@ -128,6 +128,10 @@ def _meta() -> list[Data]:
                 ("format", "table_format"),
                 ("statistic", "statistic"),
                 ("unseen", "unseen_calls"),
+                # the timeline (`strip.py`): the curve's source and step, its peak
+                ("timeline", "timeline"),
+                ("mem_peak", "mem_peak"),
+                ("mem_peak_ms", "mem_peak_ms"),
             )
         ],
     ]

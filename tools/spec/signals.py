@@ -122,7 +122,7 @@ def _views() -> list[Signal]:
             "name": "focus_key",
             "value": "",
             "on": [
-                {"events": "@top_entry:click", "update": "datum.node_key"},
+                {"events": "@top_entry:click, @span_rect:click", "update": "datum.node_key"},
                 {"events": "@node_rect:click, @crumb:click", "update": "''"},
             ],
         },
@@ -130,8 +130,11 @@ def _views() -> list[Signal]:
             "name": "hover_key",
             "value": "",
             "on": [
-                {"events": "@node_rect:mouseover", "update": "datum.node_key"},
-                {"events": "@node_rect:mouseout", "update": "''"},
+                {
+                    "events": "@node_rect:mouseover, @span_rect:mouseover",
+                    "update": "datum.node_key",
+                },
+                {"events": "@node_rect:mouseout, @span_rect:mouseout", "update": "''"},
             ],
         },
         {"name": "card_key", "update": "hover_key || focus_key"},
@@ -152,7 +155,11 @@ def _meta() -> list[Signal]:
         {"name": "unseen_text", "update": _first("m_unseen", "meta_value", "''")},
         {"name": "banner_h", "update": "reduced_text || unseen_text ? 22 : 0"},
         {"name": "gw", "update": f"max(60, width - {GX0})"},
-        {"name": "gh", "update": f"max(60, height - {GY0} - banner_h)"},
+        # the detail strip (`strip.py`) takes its height and a gap below the graph
+        {
+            "name": "gh",
+            "update": f"max(60, height - {GY0} - banner_h - (strip_h ? strip_h + 6 : 0))",
+        },
         {
             "name": "vdim",
             "update": "length(data('vnodes')) ? [max(1, data('vnodes')[0].view_w_px), "

@@ -6,6 +6,13 @@ end of the forward are the storages still saved then: a graph the forward itself
 (truncated BPTT) frees its tensors, and a freed address reused by a later tensor is a new
 storage, not a duplicate. Liveness is tracked with weak references to the packed objects.
 
+On CPU the same bookkeeping gives the step's memory curve (`capture/memory_curve.py`): with
+`curve=True` each newly saved storage appends `(perf_counter_ns, +nbytes)` to `curve`, and the
+death of its last packed object (autograd releases a node's saved tensors once the node has
+run, or the whole graph when it is freed) appends `(perf_counter_ns, -nbytes)`. The weak
+reference's callback does that: no tensor is held and no device is touched; a few ints per
+saved storage.
+
 Two deliberate choices keep training unchanged:
 * `pack` stores `tensor.detach()`, not the tensor: packing the tensor itself makes
   output -> grad_fn -> saved output a reference cycle that Python cannot collect, so a forward
@@ -16,6 +23,8 @@ Two deliberate choices keep training unchanged:
 
 from __future__ import annotations
 
+import functools
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -69,6 +78,17 @@ def ledgered_unpack(clock: Clock) -> Callable[[_Packed], torch.Tensor]:
     return unpack_ledgered
 
 
+def _released(curve: list[int] | None, entry: list[Any], _ref: object) -> None:
+    """Weak-reference callback: a packed object holding `entry`'s storage died; when it was the
+    last one, the storage is no longer saved (runs inside autograd: must not raise)."""
+    entry[4] -= 1  # packed objects still holding the storage (a count: MoE layers save one
+    # tensor from every expert, and rescanning all refs at every save and release was quadratic)
+    if entry[4] or entry[3] or curve is None:
+        return
+    entry[3] = True
+    curve += (time.perf_counter_ns(), -entry[1])
+
+
 class ActivationCounter:
     """Charges saved storages to invocations; holds storage keys and byte counts, no tensors."""
 
@@ -78,13 +98,19 @@ class ActivationCounter:
         current: Callable[[], int],
         on_error: Callable[[Exception], None],
         clock: Clock | None = None,
+        curve: bool = False,
     ) -> None:
         self._clock = clock  # our pack-hook bodies run inside the module's window: not its time
         self._excluded = excluded  # parameters and buffers: not activations
         self._current = current
         self._on_error = on_error
-        # storage -> [owner, nbytes, weak refs to the packed objects holding it]
+        # storage -> [owner, nbytes, weak refs to the packed objects holding it, released, live]
         self._saved: dict[StorageKey, list[Any]] = {}
+        # Flat (perf_counter_ns, signed bytes) pairs: saved bytes added and released over the
+        # step (None: not recorded, e.g. on an accelerator, whose allocator gives the curve).
+        self.curve: list[int] | None = [] if curve else None
+        # Entries outlive `close()`: their releases come during the backward.
+        self._entries: list[list[Any]] = []
         self.bytes_by_invocation: dict[int, int] = {}
         self._ctx: torch.autograd.graph.saved_tensors_hooks | None = None
 
@@ -103,25 +129,42 @@ class ActivationCounter:
         try:
             owner = self._current()
             if owner >= 0:
-                ref = weakref.ref(packed)
+                curve = self.curve
                 for key, nbytes in storages(tensor):
                     if key in self._excluded:
                         continue
                     entry = self._saved.get(key)
-                    if entry is not None and any(r() is not None for r in entry[2]):
-                        entry[2].append(ref)  # saved again: counted once, by the first saver
+                    if entry is not None and entry[4] > 0:
+                        # saved again: counted once, by the first saver
+                        entry[2].append(self._ref(packed, entry))
                     else:
-                        self._saved[key] = [owner, nbytes, [ref]]
+                        entry = [owner, nbytes, [], False, 0]
+                        entry[2].append(self._ref(packed, entry))
+                        self._saved[key] = entry
+                        if curve is not None:
+                            self._entries.append(entry)
+                            curve += (time.perf_counter_ns(), nbytes)
         except Exception as error:  # measurement must never break the user's forward
             self._on_error(error)
         return packed
 
+    def _ref(self, packed: _Packed, entry: list[Any]) -> weakref.ref[_Packed]:
+        entry[4] += 1
+        return weakref.ref(packed, functools.partial(_released, self.curve, entry))
+
     def close(self) -> None:
         """End of the forward: charge the storages that are still saved."""
-        for owner, nbytes, refs in self._saved.values():
-            if any(r() is not None for r in refs):
+        for owner, nbytes, _, _, live in self._saved.values():
+            if live > 0:
                 self.bytes_by_invocation[owner] = self.bytes_by_invocation.get(owner, 0) + nbytes
         self._saved = {}
+
+    def stop_curve(self) -> None:
+        """The step is over: later releases (a retained graph freed by the next step) are not
+        part of this step's curve."""
+        for entry in self._entries:
+            entry[3] = True
+        self._entries = []
 
     # ---- our saved-tensor hooks on the thread's hook stack --------------------------------
     @property

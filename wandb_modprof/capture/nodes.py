@@ -14,7 +14,9 @@ class NodeTable:
     __slots__ = (
         "accumulate",
         "alloc0",
+        "alloc1",
         "enclosing",
+        "grad_new",
         "name",
         "own0",
         "own1",
@@ -40,6 +42,10 @@ class NodeTable:
         self.own1: list[int] = []
         self.enclosing: list[int] = []  # slot of the node it ran nested in (reentrant), or -1
         self.alloc0: list[int | None] = []  # accelerators: allocated bytes when it started
+        self.alloc1: list[int | None] = []  # accelerators: allocated bytes when it ended
+        # AccumulateGrad: bytes of the gradient it creates (0: the parameter had one before the
+        # step, so its accumulation allocates nothing new); the CPU memory curve adds them.
+        self.grad_new: list[int] = []
         self.peak: list[int | None] = []  # accelerators: allocator peak while it ran
         # AccumulateGrad nodes outlive the step's graph; they cannot start a sampled backward
         self.accumulate: list[bool] = []
@@ -61,6 +67,8 @@ class NodeTable:
         self.own1.append(0)
         self.enclosing.append(-1)
         self.alloc0.append(None)
+        self.alloc1.append(None)
+        self.grad_new.append(0)
         self.peak.append(None)
         self.accumulate.append(accumulate)
         return slot

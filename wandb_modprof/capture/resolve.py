@@ -11,10 +11,18 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from wandb_modprof._warn import warn_safely
+from wandb_modprof.capture import memory_curve
 from wandb_modprof.capture.clock import CpuClock
 from wandb_modprof.capture.session import StepSession
 from wandb_modprof.capture.static_memory import GradientState, StaticMemory
-from wandb_modprof.records.sample import BackwardRun, InvocationRecord, Sample, StepTotals
+from wandb_modprof.records.sample import (
+    BackwardRun,
+    InvocationRecord,
+    MemoryCurve,
+    Sample,
+    StepTotals,
+)
 
 
 def last_stamp_ready(session: StepSession) -> bool:
@@ -68,7 +76,8 @@ def resolve(
     clock, ref = session.clock, session.ref_stamp
     invs = session.invocations
     fwd_start, fwd, fwd_self, fwd_wall = _forward_times(session)
-    back = _backward_times(session) if session.bwd_started else _Backward.empty(len(invs))
+    curve, fwd_peak, node_mem = _memory(session, static, gradients)
+    back = _backward_times(session, node_mem) if session.bwd_started else _Backward.empty(len(invs))
     act_self: list[int | None] = [None] * len(invs)
     if session.activations is not None:
         counts = session.activations.bytes_by_invocation
@@ -85,6 +94,7 @@ def resolve(
             bwd,
             act,
             act_self,
+            fwd_peak,
         )
         for i in range(len(invs))
     ]
@@ -100,7 +110,39 @@ def resolve(
         forward_thread_id=session.forward_thread,
         runs=_runs(session, back.t0, back.t1, back.r_off) if session.bwd_started else (),
         host_origin_ns=ref if isinstance(clock, CpuClock) else None,
+        memory=curve,
     )
+
+
+_NodeMemory = tuple[list[int | None], list[int | None]]
+
+
+def _memory(
+    session: StepSession,
+    static: Mapping[str, StaticMemory],
+    gradients: GradientState | None,
+) -> tuple[MemoryCurve | None, list[int | None] | None, _NodeMemory | None]:
+    """The step's memory curve; on CPU also the per-call forward peaks and per-node levels read
+    from it (on an accelerator those come from the allocator's peak counter, in the session).
+    A failure here loses the curve, never the sample."""
+    try:
+        if session.memory is not None:
+            return memory_curve.device_curve(session), None, None
+        counter = session.activations
+        if counter is None or counter.curve is None or not isinstance(session.clock, CpuClock):
+            return None, None, None
+        root = session.invocations[0]
+        st = static.get(root.name)
+        static_bytes = st.param_bytes + st.buffer_bytes if st is not None else 0
+        grads = gradients.grad_bytes.get(root.name) if gradients is not None else None
+        levels = memory_curve.saved_levels(session, static_bytes, grads)
+        peaks = memory_curve.forward_peaks(session, levels)
+        nodes = memory_curve.node_levels(session, levels) if session.bwd_started else None
+        return levels.curve(), peaks, nodes
+    except Exception as error:  # the curve is extra: the sample's other numbers stand
+        # (the default warnings filter shows this once per place, not once per step)
+        warn_safely(f"wandb_modprof: no memory curve for this sample: {error!r}", RuntimeWarning)
+        return None, None, None
 
 
 def _forward_times(
@@ -125,8 +167,10 @@ def _forward_times(
     return fwd_start, fwd, fwd_self, wall
 
 
-def _backward_times(session: StepSession) -> _Backward:
-    """Exclusive node times (nested nodes and recomputes taken out) charged to their owners."""
+def _backward_times(session: StepSession, node_mem: _NodeMemory | None = None) -> _Backward:
+    """Exclusive node times (nested nodes and recomputes taken out) charged to their owners;
+    `node_mem`: per node the live bytes as it started and the most live while it ran, read
+    from the CPU curve (default: the allocator's, from the session)."""
     clock, ref = session.clock, session.ref_stamp
     back = _Backward.empty(len(session.invocations))
     nodes = session.nodes
@@ -141,6 +185,7 @@ def _backward_times(session: StepSession) -> _Backward:
         if ran[j] and outer >= 0:
             excl[outer] -= dur[j]
     _charge_recomputes(session, back, excl)
+    alloc0, peaks = node_mem if node_mem is not None else (nodes.alloc0, nodes.peak)
     for j, owner in enumerate(nodes.owner):
         if not ran[j]:
             continue
@@ -148,9 +193,9 @@ def _backward_times(session: StepSession) -> _Backward:
         back.nodes_run[owner] += 1
         if t0[j] < back.first[owner]:
             back.first[owner] = t0[j]
-            back.first_alloc[owner] = nodes.alloc0[j]
+            back.first_alloc[owner] = alloc0[j]
         back.last[owner] = max(back.last[owner], t1[j])
-        p = nodes.peak[j]
+        p = peaks[j]
         if p is not None:
             q = back.peak[owner]
             back.peak[owner] = p if q is None else max(q, p)
@@ -226,6 +271,7 @@ def _record(
     bwd: list[float],
     act: list[int | None],
     act_self: list[int | None],
+    fwd_peak: list[int | None] | None,
 ) -> InvocationRecord:
     # One field per metric, in the record's order: splitting it would only scatter the list.
     invs = session.invocations
@@ -271,7 +317,7 @@ def _record(
         fwd_mem_peak_bytes=(
             max(0, inv.mem_peak - inv.mem_alloc0)
             if inv.mem_peak is not None and inv.mem_alloc0 is not None
-            else None
+            else (fwd_peak[i] if fwd_peak is not None else None)
         ),
         bwd_mem_peak_bytes=_peak_over(back.peak[i], back.first_alloc[i]),
         param_norm=gradients.param_norm.get(inv.name) if gradients is not None else None,

@@ -88,6 +88,7 @@ class StepSession:
                 self.current,
                 lambda e: self.fail("saved-tensor hook", e),
                 clock,
+                curve=memory is None,  # on CPU the saved bytes give the memory curve
             )
         # backward, indexed by node slot
         self._hooked_seqs: set[int] = set()
@@ -313,6 +314,8 @@ class StepSession:
             slot = self.nodes.add(
                 seq if in_range else -1, node.name(), -1 if in_range else via, owner, not in_range
             )
+            if not in_range:
+                self.nodes.grad_new[slot] = _grad_to_create(node.variable)
             pre = node.register_prehook(functools.partial(self._node_pre, slot))
             post = node.register_hook(functools.partial(self._node_post, slot))
             if not in_range:
@@ -365,6 +368,7 @@ class StepSession:
             elif slot in stack:
                 stack.remove(slot)
             if self.memory is not None:
+                self.nodes.alloc1[slot] = self.memory.allocated()  # the memory curve's point
                 self._fold_node_peak([slot])
                 outer = self.nodes.enclosing[slot]
                 peak = self.nodes.peak[slot]
@@ -392,6 +396,8 @@ class StepSession:
                 self.bwd_t_end = self.clock.stamp()
             self.closed = True
             self.gc.stop()
+            if self.activations is not None:
+                self.activations.stop_curve()
             self.release_persistent_hooks()
             if self.nvtx is not None:
                 self.nvtx.backward_end()
@@ -463,3 +469,11 @@ class StepSession:
         if self.forward_done:
             self.closed = True
             self.release_persistent_hooks()
+
+
+def _grad_to_create(param: Any) -> int:
+    """Bytes the gradient of `param` will take when its AccumulateGrad node runs: none if it
+    has one already (accumulation adds in place), else its size (the CPU memory curve)."""
+    if param.grad is not None:
+        return 0
+    return int(param.numel()) * int(param.element_size())

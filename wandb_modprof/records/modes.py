@@ -55,7 +55,7 @@ class Group(_StrEnum):
     TIME = "Time"
     """Forward / backward wall time."""
     MEMORY = "Memory"
-    """Activations, parameters, gradients, optimizer state, device peaks."""
+    """Activations, parameters, gradients, optimizer state, peaks of live memory."""
     HEALTH = "Health"
     """Parameter and gradient norms."""
     COMPUTE = "Compute"
@@ -102,9 +102,11 @@ MODES: tuple[Mode, ...] = (
     Mode("param", "Parameters", _M, Unit.BYTES, ("param_bytes",), _SUM, "total_param_bytes"),
     Mode("grad", "Gradients", _M, Unit.BYTES, ("grad_bytes",), _SUM, "total_grad_bytes"),
     Mode("optim", "Optimizer state", _M, Unit.BYTES, ("optim_bytes",), _SUM, "total_optim_bytes"),
+    # On accelerators the allocator's peak; on CPU the peak of the saved-tensor memory curve
+    # (`capture/memory_curve.py`): above what was live as the call started, either way.
     Mode(
         "peak",
-        "Peak (device)",
+        "Peak memory",
         _M,
         Unit.BYTES,
         ("fwd_mem_peak_bytes", "bwd_mem_peak_bytes"),

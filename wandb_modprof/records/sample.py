@@ -124,6 +124,29 @@ class BackwardRun:
     thread_id: int
 
 
+CURVE_SOURCES = ("device", "saved")
+
+
+@dataclass(frozen=True)
+class MemoryCurve:
+    """Live memory over one sampled step: `live_bytes[i]` from `t_ms[i]` on (offsets from the
+    root forward's start, like `InvocationRecord.fwd_start_ms`; non-decreasing), a step
+    function.
+
+    `source` says what is counted. `"device"`: the accelerator allocator's allocated bytes,
+    read at every module boundary and every backward node boundary (host-side counters, no
+    sync; `capture/device_memory.py`). `"saved"` (CPU, where no allocator counter exists):
+    parameters and buffers, plus gradients as their AccumulateGrad nodes create them, plus the
+    bytes of tensors saved for backward, added as they are saved and released as the node that
+    needs them runs or their graph is freed (`capture/activations.py`). Temporaries that are
+    not saved for backward are not in a "saved" curve.
+    """
+
+    source: str
+    t_ms: tuple[float, ...]
+    live_bytes: tuple[int, ...]
+
+
 @dataclass(frozen=True)
 class Sample:
     """Everything measured in one sampled step.
@@ -139,6 +162,8 @@ class Sample:
     forward_thread_id: int = 0
     runs: tuple[BackwardRun, ...] = ()
     host_origin_ns: int | None = None
+    # The step's memory curve (None: not measured: activations off, or a file before version 3).
+    memory: MemoryCurve | None = None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ does the file I/O and the header; `profile_schema.py` turns the records into JSO
 
 The file is one JSON object (UTF-8, in fact pure ASCII):
 
-    {"format": "wandb_modprof.profile", "version": 2, "wandb_modprof_version": "0.1.0",
+    {"format": "wandb_modprof.profile", "version": 3, "wandb_modprof_version": "0.1.0",
      "model_name": ..., "num_samples": ..., "stats": {key: ModuleStats},
      "last_sample": Sample | null, "structures": [Structure]}
 
@@ -38,6 +38,14 @@ still load: those fields read as null, never invented. A profile without medians
 ranks by the mean, and says so (`ProfileData.statistic`, the table's `statistic` meta row,
 the panel's sidebar heading and `summary`); saved again it is written as version 2 with those
 nulls kept.
+
+Version 3 added the last sample's `memory`: the step's memory curve (`records.sample.
+MemoryCurve`: `source` "device" or "saved", `t_ms` non-decreasing, `live_bytes` >= 0, one per
+time). With it the sample holds the step's whole timeline: each call's forward span
+(`fwd_start_ms`, `fwd_wall_ms`), each backward node and recompute (`runs`, charged to their
+call by `owner_key`) and the memory over the step. Version-1 and -2 files load with `memory`
+null (not measured), and on CPU their calls' `fwd_mem_peak_bytes` / `bwd_mem_peak_bytes` stay
+null as recorded (version 3 fills them on CPU from the curve).
 """
 
 from __future__ import annotations
@@ -56,8 +64,8 @@ if TYPE_CHECKING:
     from wandb_modprof.records.snapshot import ProfileData
 
 FORMAT = "wandb_modprof.profile"
-VERSION = 2
-SUPPORTED_VERSIONS = (1, 2)
+VERSION = 3
+SUPPORTED_VERSIONS = (1, 2, 3)
 
 
 # ---- writing -------------------------------------------------------------------------------
@@ -157,6 +165,8 @@ def _parse(raw: bytes) -> FileData:
         raise FileError("wandb_modprof_version", f"expected a string, got {describe(writer)}")
     if version == 1:
         _migrate_v1(doc)
+    if version <= 2:
+        _migrate_v2(doc, version)
     data: FileData = decode(doc, FileData, "")
     return data
 
@@ -188,3 +198,14 @@ def _migrate_v1(doc: dict[str, Any]) -> None:
         for i, inv in enumerate(invocations):
             fill(inv, "gc_ms", f"last_sample.invocations[{i}]")
             fill(inv, "fwd_wall_ms", f"last_sample.invocations[{i}]")
+
+
+def _migrate_v2(doc: dict[str, Any], version: int) -> None:
+    """Give a version-1 or -2 document's last sample the `memory` field version 3 added, as
+    null (no curve was recorded). A file of those versions that has it is refused."""
+    last = doc.get("last_sample")
+    if isinstance(last, dict):
+        if "memory" in last:
+            where = "last_sample"
+            raise FileError(where, f'unknown field "memory" (in a version {version} file)')
+        last["memory"] = None

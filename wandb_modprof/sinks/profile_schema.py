@@ -20,10 +20,12 @@ from typing import Any, Protocol, TypeGuard, Union, get_args, get_origin, get_ty
 
 from wandb_modprof.records.calls import CallInfo, Structure
 from wandb_modprof.records.sample import (
+    CURVE_SOURCES,
     MEMORY_METRICS,
     METRICS,
     BackwardRun,
     InvocationRecord,
+    MemoryCurve,
     ModuleStats,
     RunningStat,
     Sample,
@@ -253,12 +255,31 @@ def _check_values(obj: object, where: str) -> None:
         if obj.kind not in RUN_KINDS:
             expected = " or ".join(json.dumps(k) for k in RUN_KINDS)
             raise FileError(prefix + "kind", f"expected {expected}, got {describe(obj.kind)}")
+    elif isinstance(obj, MemoryCurve):
+        _check_curve(obj, prefix)
     elif isinstance(obj, Sample):
         keys = {inv.key for inv in obj.invocations}
         for i, run in enumerate(obj.runs):
             if run.owner_key not in keys:
                 at = f"{prefix}runs[{i}].owner_key"
                 raise FileError(at, f"{json.dumps(run.owner_key)} is not a key of invocations")
+
+
+def _check_curve(curve: MemoryCurve, prefix: str) -> None:
+    """A known source, one value per time, times in order, no negative bytes."""
+    if curve.source not in CURVE_SOURCES:
+        expected = " or ".join(json.dumps(k) for k in CURVE_SOURCES)
+        raise FileError(prefix + "source", f"expected {expected}, got {describe(curve.source)}")
+    if len(curve.t_ms) != len(curve.live_bytes):
+        got = f"{len(curve.live_bytes)} values for {len(curve.t_ms)} times"
+        raise FileError(prefix + "live_bytes", f"expected one value per time, got {got}")
+    for i in range(1, len(curve.t_ms)):
+        if not curve.t_ms[i - 1] <= curve.t_ms[i]:
+            got = f"{curve.t_ms[i]!r} after {curve.t_ms[i - 1]!r}"
+            raise FileError(f"{prefix}t_ms[{i}]", f"expected non-decreasing times, got {got}")
+    for i, value in enumerate(curve.live_bytes):
+        if value < 0:
+            raise FileError(f"{prefix}live_bytes[{i}]", f"expected >= 0 (a size), got {value}")
 
 
 def _check_stat(stat: RunningStat, prefix: str) -> None:

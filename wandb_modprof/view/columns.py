@@ -44,6 +44,7 @@ TEXT_COLUMNS = (
     # a group node's members, one ref per line (relative to the view, as `node_ref`): which
     # modules (a layer's cheapest experts) are merged into it, so each is findable by name
     "group_members",
+    "span_phase",
 )
 # Distributed runs (`api.distributed`): across ranks, the mean and max of each rank's mean
 # fwd_ms + bwd_ms, the rank with that max, and max / mean (1.0: balanced); 0 and `missing`
@@ -70,6 +71,9 @@ INT_COLUMNS = (
     *RANK_INT_COLUMNS,
 )
 BOOL_COLUMNS = ("has_view",)
+# The timeline (`view/timeline.py`): a `span` row's window (`span_phase` "fwd" or "bwd"), a `mem`
+# row's time (`t0_ms`) and live bytes; ms from the root forward's start of the last sample.
+TIMELINE_COLUMNS = ("t0_ms", "t1_ms", "live_bytes")
 LAYOUT_COLUMNS = ("x_px", "y_px", "w_px", "h_px", "view_w_px", "view_h_px")
 METRIC_COLUMNS = (
     METRICS
@@ -77,7 +81,9 @@ METRIC_COLUMNS = (
     + GC_COLUMNS
     + FLOP_COLUMNS
 )
-NUMBER_COLUMNS = LAYOUT_COLUMNS + METRIC_COLUMNS + RANK_NUMBER_COLUMNS + ("meta_number",)
+NUMBER_COLUMNS = (
+    LAYOUT_COLUMNS + METRIC_COLUMNS + RANK_NUMBER_COLUMNS + TIMELINE_COLUMNS + ("meta_number",)
+)
 # Columns named in `missing` when not measured for a row.
 MISSABLE_COLUMNS = METRIC_COLUMNS + RANK_COLUMNS
 COLUMNS = TEXT_COLUMNS + INT_COLUMNS + BOOL_COLUMNS + NUMBER_COLUMNS

@@ -180,6 +180,36 @@ def _node_values(
     return {}, {}, None
 
 
+def timeline_rows(
+    spans: Sequence[tuple[str, str, str, float, float, int]],
+    curve: Sequence[tuple[float, int]],
+    refs: Mapping[str, ViewRef],
+    calls: Mapping[str, CallInfo],
+) -> list[Row]:
+    """`span` rows (`view/timeline.py`: per drawn view, a node's forward or backward window,
+    its key relative to the view) then `mem` rows (the curve's points, `view_id` -1: every
+    view shares it). No metric applies to them (`missing` "*")."""
+    rows = []
+    for view_key, node_key, phase, t0, t1, runs in spans:
+        call = calls.get(view_key)
+        cells: dict[str, Cell] = {
+            "row_kind": "span",
+            "view_id": refs[view_key].view_id,
+            "node_ref": to_ref(node_key, view_key, call.module_name if call else ""),
+            "span_phase": phase,
+            "t0_ms": t0,
+            "t1_ms": t1,
+            "group_count": runs,
+            "missing": "*",
+        }
+        rows.append(_row(cells))
+    for t, live in curve:
+        cells = {"row_kind": "mem", "view_id": -1, "t0_ms": t, "live_bytes": float(live)}
+        cells["missing"] = "*"
+        rows.append(_row(cells))
+    return rows
+
+
 def _row(cells: dict[str, Cell], values: dict[str, float] | None = None) -> Row:
     """One row; `values` are the metric columns measured for it, the others are missing.
     A value that is not a finite float counts as missing too (see the module docstring)."""

@@ -1,6 +1,12 @@
 """The flat table every sink consumes (W&B Table, HTML report, tests): rows of kind view /
 node / edge / meta: one per drawn view, per node and per edge of it, plus meta rows with totals
-and notes.
+and notes; and the last sample's timeline (`view/timeline.py`): `span` rows (a node's forward
+or backward window, `span_phase`, `t0_ms`, `t1_ms`, `group_count` runs merged; keyed like node
+rows) and `mem` rows (the step's memory curve: `t0_ms`, `live_bytes`), with meta rows
+`timeline` (the curve's source, the sample's step), `mem_peak` (the call running at the peak,
+its bytes) and `mem_peak_ms` ("forward" / "backward", when). The timeline is downsampled to its
+own budget (at most 500 spans per view, 1,000 curve points, 3,000 rows and a quarter of the
+table) and the `reduced` note says what that left out.
 
 The table is linear in the calls it shows: a `view` row holds its view's key and module name
 once, with its number `view_id`, its parent's `view_parent` (-1: the root view) and the last
@@ -46,6 +52,7 @@ accepts.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -73,7 +80,8 @@ from wandb_modprof.view.layout import layout_view
 from wandb_modprof.view.meta import REDUCTION_META_ROWS, profile_meta, reduction_meta
 from wandb_modprof.view.reduce import MIN_VIEW_ROWS, reduce_views
 from wandb_modprof.view.refs import from_ref, number_views
-from wandb_modprof.view.rows import RowSource, meta_rows, view_rows
+from wandb_modprof.view.rows import RowSource, meta_rows, timeline_rows, view_rows
+from wandb_modprof.view.timeline import build_timeline, timeline_budget
 
 if TYPE_CHECKING:
     from wandb_modprof.records.snapshot import ProfileData
@@ -142,7 +150,7 @@ class ProfileTable:
             if kind == "view":
                 views[int(record["view_id"])] = (str(record["view_key"]), str(record["name_ref"]))
                 full["module_name"] = record["name_ref"]
-            elif kind in ("node", "edge"):
+            elif kind in ("node", "edge", "span"):
                 vk, vn = views.get(int(record["view_id"]), ("", ""))
                 record["view_key"] = vk
                 for column, ref in zip(RESOLVED_COLUMNS[:4], _REF_COLUMNS, strict=True):
@@ -169,11 +177,22 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = 
     tree = merge(prof.structures, prof.stats.values())
     graphs = view_graphs(tree)
     meta = profile_meta(prof, tree, has_views=bool(graphs))
+    # The timeline's rows come out of the budget first, as many as it needs with every view
+    # drawn, within its own budget (`view/timeline.py`) and never below one view's room.
+    wanted = build_timeline(prof.last, graphs, {}, timeline_budget(max_rows))
+    meta += wanted.meta
     budget = max_rows - len(meta) - REDUCTION_META_ROWS
     if budget < MIN_VIEW_ROWS:
         raise ValueError(f"max_rows must leave room for a view; got {max_rows}")
+    reserve = min(len(wanted.spans) + len(wanted.curve), budget - MIN_VIEW_ROWS)
     calls = {c.key: c for c in tree.calls}
-    reduction = reduce_views(graphs, calls, prof.stats, budget, max_rows, full_detail)
+    reduction = reduce_views(graphs, calls, prof.stats, budget - reserve, max_rows, full_detail)
+    # the curve keeps the points it had with every view drawn, the spans share the rest
+    points = min(len(wanted.curve), reserve)
+    timeline = build_timeline(prof.last, reduction.graphs, reduction.groups, reserve, points)
+    if timeline.note:
+        note = "; ".join(n for n in (reduction.note, "timeline: " + timeline.note) if n)
+        reduction = dataclasses.replace(reduction, note=note)
     meta += reduction_meta(reduction, tree)
 
     src = RowSource(
@@ -189,6 +208,7 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = 
         # `layout_view` looked up here, at call time: benchmarks/scale.py times the layout by
         # replacing it in this module.
         rows += view_rows(graph, layout_view(graph), refs[graph.view_key], src)
+    rows += timeline_rows(timeline.spans, timeline.curve, refs, calls)
     # Unreachable: any view reduces to MIN_VIEW_ROWS rows, and the budget holds at least that.
     assert len(rows) <= max_rows, (len(rows), max_rows)
     return ProfileTable(COLUMNS, tuple(rows), reduction.note)
