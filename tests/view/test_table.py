@@ -336,7 +336,8 @@ def test_every_expert_of_a_128_expert_layer_is_in_the_table() -> None:
     assert len(experts[0]) == 128 and experts[1]
 
     whole = prof.table()
-    assert not whole.reduced
+    # the graph views are whole; only the timeline's own budget may have cut curve points
+    assert not whole.reduced or whole.reduced.startswith("timeline:"), whole.reduced
     drawn = {r["node_key"] for r in whole.resolved() if r["node_kind"] == "module"}
     assert set(experts[0] + experts[1]) <= drawn
 
