@@ -77,9 +77,11 @@ class FlopCount(TorchDispatchMode):
 
     supports_higher_order_operators = True  # torch.cond & co. run through unchanged
 
-    def __init__(self, pass_: FlopSink) -> None:
+    def __init__(self, pass_: FlopSink, plain_types: tuple[type, ...] = _PLAIN_TYPES) -> None:
         super().__init__()
         self.pass_ = pass_
+        # The pass over fake tensors (`fake_structure`) counts FakeTensor ops as plain ones.
+        self.plain_types = plain_types
 
     def __torch_dispatch__(
         self,
@@ -89,7 +91,7 @@ class FlopCount(TorchDispatchMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if func in _SHAPE_QUERIES or any(t not in _PLAIN_TYPES for t in types):
+        if func in _SHAPE_QUERIES or any(t not in self.plain_types for t in types):
             return NotImplemented  # tensor subclasses unwrap first; we see their plain ops
         out = func(*args, **kwargs)
         if self.pass_.failed or isinstance(func, torch._ops.HigherOrderOperator):

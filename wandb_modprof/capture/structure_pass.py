@@ -158,7 +158,9 @@ class _Dataflow(TorchFunctionMode):
 class StructurePass:
     """One forward seen by the structure capture; `finish()` returns the `Structure`."""
 
-    def __init__(self, root: torch.nn.Module, training: bool) -> None:
+    def __init__(
+        self, root: torch.nn.Module, training: bool, fake_types: tuple[type, ...] = ()
+    ) -> None:
         self.root = root
         self.training = training
         # Compiled code runs eagerly during the pass: dynamo guards on the mode stack, so
@@ -169,7 +171,10 @@ class StructurePass:
         self._stack: list[_Frame] = []
         self._edges: set[DataEdge] = set()
         self._dataflow = _Dataflow(self)
-        self._flops = FlopCount(self)
+        self._flops = FlopCount(self, (torch.Tensor, torch.nn.Parameter, *fake_types))
+        # A pass over fake tensors runs to its end inside one call of ours (`fake_structure`):
+        # it cannot be left behind by an interrupted forward.
+        self._check_stale = not fake_types
         self._modes_on = False
         self._ops = 0
         self.failed = False
@@ -228,7 +233,11 @@ class StructurePass:
     ) -> None:
         """Record where the tensors an op produced or wrote into came from."""
         self._ops += 1
-        if self._ops % _STALE_CHECK_EVERY == 0 and not call_depth(self.root):
+        if (
+            self._check_stale
+            and self._ops % _STALE_CHECK_EVERY == 0
+            and not call_depth(self.root)
+        ):
             # The forward ended without our root exit hook (KeyboardInterrupt): stop now
             # rather than at the next forward, and give compiled code its stance back.
             self.fail(RuntimeError("the forward was interrupted during the structure pass"))
