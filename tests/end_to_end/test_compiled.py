@@ -32,7 +32,8 @@ STEPS = 4  # log_freq=2: step 1 draws the graph (beside the step), 2 and 4 are s
 
 def _tiny_gpt() -> tuple[nn.Module, torch.Tensor, str]:
     torch.manual_seed(0)
-    return TinyGPT(vocab=64, dim=32, heads=2, layers=2, ctx=16), torch.randint(0, 64, (2, 16)), "blocks"
+    model = TinyGPT(vocab=64, dim=32, heads=2, layers=2, ctx=16)
+    return model, torch.randint(0, 64, (2, 16)), "blocks"
 
 
 def _tiny_resnet() -> tuple[nn.Module, torch.Tensor, str]:

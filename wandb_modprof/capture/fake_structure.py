@@ -44,7 +44,7 @@ def fake_structure(
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     try:
         with mode:
-            fake = {
+            fake: dict[str, torch.Tensor] = {
                 name: mode.from_tensor(t)
                 for name, t in [*eager.named_parameters(), *eager.named_buffers()]
             }

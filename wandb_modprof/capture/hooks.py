@@ -20,8 +20,8 @@ from wandb_modprof.capture import autograd_private as ap
 from wandb_modprof.capture import registry as _registry
 from wandb_modprof.capture import stack_room
 from wandb_modprof.capture.callstack import call_depth
-from wandb_modprof.capture.compiled import Removable, hook_calls
 from wandb_modprof.capture.clock import make_clock, model_device
+from wandb_modprof.capture.compiled import Removable, hook_calls
 from wandb_modprof.capture.delivery import delivery
 from wandb_modprof.capture.device_memory import AcceleratorMemory, DeviceMemory
 from wandb_modprof.capture.nvtx import NvtxRanges, check_available

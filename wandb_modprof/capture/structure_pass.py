@@ -233,11 +233,7 @@ class StructurePass:
     ) -> None:
         """Record where the tensors an op produced or wrote into came from."""
         self._ops += 1
-        if (
-            self._check_stale
-            and self._ops % _STALE_CHECK_EVERY == 0
-            and not call_depth(self.root)
-        ):
+        if self._check_stale and self._ops % _STALE_CHECK_EVERY == 0 and not call_depth(self.root):
             # The forward ended without our root exit hook (KeyboardInterrupt): stop now
             # rather than at the next forward, and give compiled code its stance back.
             self.fail(RuntimeError("the forward was interrupted during the structure pass"))
