@@ -207,3 +207,62 @@ def test_compiled_regions_are_measured_at_their_boundaries(case: Case) -> None:
     assert root.metrics["fwd_ms"].mean > 0 and root.metrics["bwd_ms"].mean > 0
     assert root.metrics["act_bytes"].mean > 0
     assert root.metrics["grad_bytes"].last > 0
+
+
+# ---- outside the matrix: a profile block, and a forward fake tensors cannot run ----------------
+def _fresh_compiled(backend: str = "aot_eager") -> tuple[nn.Module, nn.Module, torch.Tensor]:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    eager, x, _ = _tiny_gpt()
+    return eager, torch.compile(eager, backend=backend), x
+
+
+def test_profile_block_of_a_compiled_model() -> None:
+    eager, model, x = _fresh_compiled()
+    start = copy.deepcopy(eager.state_dict())
+    reference = _train(model, x, 2)
+    eager.load_state_dict(start)
+    with wandb_modprof.profile(model) as prof:
+        got = _train(model, x, 2)
+    assert all(torch.equal(a, b) for a, b in zip(got, reference, strict=True))
+    assert prof.num_samples == 2  # both forwards timed: the graph came from fake tensors
+    (structure,) = prof.structures()
+    assert "blocks.1.mlp.down#0" in {c.key for c in structure.calls}
+    assert prof.model_name == "TinyGPT"
+
+
+class ValueBranch(nn.Module):
+    """Python control flow on a tensor's value: fake tensors have none."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        if float(h.sum()) > 1e9:  # (never true: the branch only needs the value)
+            h = h * 2
+        return self.b(h)
+
+
+def test_forward_that_fake_tensors_cannot_run_warns_and_trains_on() -> None:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager = ValueBranch()
+    model = torch.compile(eager, backend="aot_eager")
+    x = torch.randn(4, 8)
+    start = copy.deepcopy(eager.state_dict())
+    reference = _train(model, x, 3)
+    eager.load_state_dict(start)
+    handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
+    with pytest.warns(RuntimeWarning, match="could not be traced"):
+        got = _train(model, x, 3)
+    prof = handle.unwatch()
+    assert all(torch.equal(a, b) for a, b in zip(got, reference, strict=True))
+    assert prof.num_samples == 3
+    assert prof.structures() == []  # no graph, and no eager pass instead
+    assert prof.stats()["<root>#0"].metrics["fwd_ms"].count == 3
