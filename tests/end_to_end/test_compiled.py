@@ -266,3 +266,61 @@ def test_forward_that_fake_tensors_cannot_run_warns_and_trains_on() -> None:
     assert prof.num_samples == 3
     assert prof.structures() == []  # no graph, and no eager pass instead
     assert prof.stats()["<root>#0"].metrics["fwd_ms"].count == 3
+
+
+def test_ddp_of_a_compiled_model(tmp_path) -> None:
+    """`DDP(torch.compile(model))` (one process, gloo): the root is DDP, the graph is the
+    model's inside it, traced on fake tensors (DDP's forward would communicate)."""
+    import torch._dynamo
+    import torch.distributed as dist
+
+    eager, model, x = _fresh_compiled()
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        ddp = nn.parallel.DistributedDataParallel(model)
+        start = copy.deepcopy(eager.state_dict())
+        _train(ddp, x, 1)
+        eager.load_state_dict(start)
+        reference = _train(ddp, x, STEPS)
+        eager.load_state_dict(start)
+        handle = wandb_modprof.watch(ddp, log_freq=2, run=disabled_run())
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            got = _train(ddp, x, STEPS)
+        prof = handle.unwatch()
+    finally:
+        dist.destroy_process_group()
+    assert all(torch.equal(a, b) for a, b in zip(got, reference, strict=True))
+    assert handle.key == "modprof/TinyGPT"
+    (structure,) = prof.structures()
+    assert "blocks.0.attn.qkv#0" in {c.key for c in structure.calls}
+    assert set(prof.stats()) == {"<root>#0"}
+
+
+class PlainCounter(nn.Module):
+    """A tensor counter held as a plain attribute (neither parameter nor buffer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 1)
+        self.calls = torch.zeros(())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.lin(x)
+
+
+def test_the_fake_pass_never_writes_a_real_tensor() -> None:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    eager = PlainCounter()
+    model = torch.compile(eager, backend="aot_eager")
+    x = torch.randn(4, 8)
+    handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
+    with pytest.warns(RuntimeWarning, match="real tensor"):
+        _train(model, x, 3)  # the pass refuses the op on a real tensor before it runs
+    prof = handle.unwatch()
+    assert float(eager.calls) == 3  # the user's three steps, not one more from the pass
+    assert prof.num_samples == 3 and prof.structures() == []

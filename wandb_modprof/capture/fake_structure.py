@@ -23,7 +23,7 @@ from torch.utils.hooks import RemovableHandle
 from wandb_modprof.capture.compiled import eager_modules, unwrapped
 from wandb_modprof.capture.static_memory import ROOT_NAME
 from wandb_modprof.capture.structure_pass import StructurePass
-from wandb_modprof.capture.wrappers import type_name
+from wandb_modprof.capture.wrappers import inner_model, type_name
 from wandb_modprof.records.calls import Structure
 
 
@@ -37,11 +37,18 @@ def fake_structure(
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from torch.nn.utils.stateless import _reparametrize_module
 
-    eager = unwrapped(model)
-    structure = StructurePass(eager, training=eager.training, fake_types=(FakeTensor,))
+    # DDP's forward would broadcast and reduce: the model inside it is traced (its modules are
+    # named as in the user's model, as the capture names them).
+    outer = unwrapped(model)  # torch.compile(ddp) and DDP(torch.compile(model)) alike
+    inner = inner_model(outer)
+    eager = outer if inner is None else unwrapped(inner)
+    structure = StructurePass(eager, training=eager.training, fake_type=FakeTensor)
     handles = _hook(structure, eager)
-    # Tensors held as plain attributes (neither parameter nor buffer) stay real: allowed in.
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    # No real tensor may enter an op: FakeTensorMode would run an op on real tensors only (an
+    # in-place `self.count += 1` on a plain tensor attribute) for real, changing the model.
+    # The FLOP mode refuses such an op before it runs; the pass fails (a warning; the step
+    # then runs as always).
+    mode = FakeTensorMode(allow_non_fake_inputs=False)
     try:
         with mode:
             fake: dict[str, torch.Tensor] = {

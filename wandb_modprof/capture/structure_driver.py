@@ -23,6 +23,7 @@ from wandb_modprof.capture.compiled import compiled_in_place, is_compiled_wrappe
 from wandb_modprof.capture.fake_structure import fake_structure
 from wandb_modprof.capture.static_memory import ROOT_NAME
 from wandb_modprof.capture.structure_pass import StructurePass, prepare, structure_pass_active
+from wandb_modprof.capture.wrappers import inner_model
 from wandb_modprof.records.calls import call_signature
 
 if TYPE_CHECKING:
@@ -100,7 +101,10 @@ class StructureDriver:
         index = self.owner.index()
         if self._compiled is None or self._compiled[0] is not index:
             found = any(
-                is_compiled_wrapper(m) or compiled_in_place(m) for _, m in index.modules.values()
+                is_compiled_wrapper(m) or compiled_in_place(m)
+                for _, module in index.modules.values()
+                for m in (module, inner_model(module))  # DDP(torch.compile(model))
+                if m is not None
             )
             self._compiled = (index, found)
         return self._compiled[1]
