@@ -324,3 +324,36 @@ def test_the_fake_pass_never_writes_a_real_tensor() -> None:
     prof = handle.unwatch()
     assert float(eager.calls) == 3  # the user's three steps, not one more from the pass
     assert prof.num_samples == 3 and prof.structures() == []
+
+
+@pytest.mark.parametrize(
+    "backend", ["aot_eager", pytest.param("inductor", marks=_SLOW)], ids=lambda b: b
+)
+def test_watching_the_model_inside_a_compile_wrapper(backend: str) -> None:
+    """`compiled = torch.compile(model); watch(model)`; training calls `compiled`: the
+    wrapper runs the model's hooks under Dynamo. Ours run untraced and hook nothing inside."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    eager, model, x = _fresh_compiled(backend)
+    start = copy.deepcopy(eager.state_dict())
+    _train(model, x, 1)
+    eager.load_state_dict(start)
+    reference = _train(model, x, STEPS)
+    eager.load_state_dict(start)
+    counters.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        handle = wandb_modprof.watch(eager, log_freq=2, run=disabled_run())
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            got = _train(model, x, STEPS)
+        prof = handle.unwatch()
+    assert [str(w.message) for w in caught] == []
+    assert sum(counters["graph_break"].values()) == 0
+    assert int(counters["stats"]["unique_graphs"]) == 0
+    assert all(torch.equal(a, b) for a, b in zip(got, reference, strict=True))
+    assert prof.num_samples == 2
+    assert set(prof.stats()) == {"<root>#0"}  # the whole model runs compiled: one region
+    (structure,) = prof.structures()
+    assert "blocks.0.mlp.up#0" in {c.key for c in structure.calls}
+    assert sum(hook_counts(eager).values()) == 0

@@ -17,13 +17,14 @@ traced by Dynamo: graph breaks and recompiles):
 from __future__ import annotations
 
 import copy
+import sys
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from torch import nn
 
-from wandb_modprof.capture.inert_hook import InertHook
+from wandb_modprof.capture.inert_hook import InertHook, skip_hook_frames
 
 ORIG = "_orig_mod"  # OptimizedModule's attribute holding the user's module
 
@@ -137,6 +138,8 @@ def hook_calls(module: nn.Module, pre: PreHook, post: PostHook) -> list[Removabl
     """Our forward pre-hook and always-call forward hook on `module`: as module hooks, or
     around the compiled call of a module compiled in place (where module hooks would run
     inside compiled code)."""
+    if "torch._dynamo" in sys.modules:
+        skip_hook_frames()  # a compiled wrapper around the model runs our hooks untraced
     if compiled_in_place(module):
         return [hook_compiled_boundary(module, pre, post)]
     return [

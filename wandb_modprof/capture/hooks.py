@@ -24,6 +24,7 @@ from wandb_modprof.capture.clock import make_clock, model_device
 from wandb_modprof.capture.compiled import Removable, hook_calls
 from wandb_modprof.capture.delivery import delivery
 from wandb_modprof.capture.device_memory import AcceleratorMemory, DeviceMemory
+from wandb_modprof.capture.inert_hook import under_compile
 from wandb_modprof.capture.nvtx import NvtxRanges, check_available
 from wandb_modprof.capture.options import Options
 from wandb_modprof.capture.session import StepSession
@@ -327,7 +328,8 @@ class Capture:
     # ---- sessions ----------------------------------------------------------------------
     def _start(self, step: int, module: nn.Module, args: Any, kwargs: Any, derive: bool) -> None:
         index = self.index()  # the one model walk per sample: later stages reuse it
-        self.hook_children(index)
+        if not under_compile():  # (under a compile wrapper: hooks there would be traced)
+            self.hook_children(index)
         excluded = None
         if self.options.activations and not ap.saved_tensors_hooks_active():
             excluded = index.excluded

@@ -21,6 +21,7 @@ from wandb_modprof._warn import warn_safely
 from wandb_modprof.capture import registry as _registry
 from wandb_modprof.capture.compiled import compiled_in_place, is_compiled_wrapper
 from wandb_modprof.capture.fake_structure import fake_structure
+from wandb_modprof.capture.inert_hook import under_compile
 from wandb_modprof.capture.static_memory import ROOT_NAME
 from wandb_modprof.capture.structure_pass import StructurePass, prepare, structure_pass_active
 from wandb_modprof.capture.wrappers import inner_model
@@ -98,6 +99,8 @@ class StructureDriver:
     def compiled(self) -> bool:
         """The model has compiled regions (their boundaries are among the hooked modules):
         its graph comes from `before_step`, never from an eager pass or a timed step."""
+        if under_compile():
+            return True  # a torch.compile wrapper around the watched model: one region
         index = self.owner.index()
         if self._compiled is None or self._compiled[0] is not index:
             found = any(
