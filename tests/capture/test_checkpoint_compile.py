@@ -6,6 +6,7 @@ backward). It must show as ONE invocation per call, with the recompute reported 
 
 torch.compile: a compiled module is measured at its boundary as one leaf (hooks inside a
 compiled region never fire or cause graph breaks), and sampling must never cause a recompile.
+The matrix of compile styles x backends on whole models is `end_to_end/test_compiled.py`.
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def test_compiled_submodule_is_one_leaf_without_recompiles(compile_counter):
     keys = by_key(prof.invocations())
     assert set(keys) == {"<root>#0", "pre#0", "sub#0", "post#0"}  # nothing below "sub"
     sub = keys["sub#0"]
-    assert sub.module_type == "OptimizedModule"
+    assert sub.module_type == "Sub"  # the user's class, under the torch.compile wrapper
     assert sub.fwd_ms > 0
     assert sub.bwd_ms is not None and sub.bwd_ms > 0
     assert sub.backward_nodes >= 1
@@ -240,7 +241,9 @@ class InPlaceCompiled(nn.Module):
 
 
 @pytest.mark.parametrize("in_place", [False, True])
-def test_structure_pass_runs_compiled_code_eagerly_without_recompiles(compile_counter, in_place):
+def test_graph_of_compiled_code_is_traced_on_fake_tensors_without_recompiles(
+    compile_counter, in_place
+):
     import torch._dynamo
     import torch._dynamo.eval_frame
 
@@ -250,15 +253,24 @@ def test_structure_pass_runs_compiled_code_eagerly_without_recompiles(compile_co
     assert compile_counter.frame_count == 1
     handle = wandb_modprof.watch(model, log_freq=2, run=disabled_run())
     with torch._dynamo.config.patch(error_on_recompile=True):
-        _train(model, x, 5)  # step 1: structure pass; 2 and 4 sampled
+        _train(model, x, 5)  # step 1: graph traced beside the step; 2 and 4 sampled
     assert compile_counter.frame_count == 1
     assert torch._dynamo.eval_frame._stance.stance == "default"  # restored after the pass
     prof = handle.unwatch()
     assert prof.num_samples == 2
+    # both styles are measured at the compiled module's boundary, nothing inside it
+    assert set(by_key(prof.invocations())) == {"<root>#0", "pre#0", "sub#0", "post#0"}
     (structure,) = prof.structures()
     root_edges = {(e.src_key, e.dst_key) for e in structure.edges if e.view_key == "<root>#0"}
-    middle = [("pre#0", "post#0")] if in_place else [("pre#0", "sub#0"), ("sub#0", "post#0")]
-    assert root_edges == {("<root>#0|in:x", "pre#0"), *middle, ("post#0", "<root>#0|out:output")}
+    assert root_edges == {
+        ("<root>#0|in:x", "pre#0"),
+        ("pre#0", "sub#0"),
+        ("sub#0", "post#0"),
+        ("post#0", "<root>#0|out:output"),
+    }
     calls = {c.key: c for c in structure.calls}
-    # the compiled code ran eagerly under the FLOP counter: its matmuls are counted
+    # inside the compiled module: drawn under the user's names (no `_orig_mod`)
+    assert {"sub.up#0", "sub.act#0", "sub.down#0"} <= set(calls)
+    assert calls["sub#0"].module_type == "Sub"
+    # the compiled code's eager forward ran on fake tensors under the FLOP counter
     assert calls["<root>#0"].fwd_flops == 2 * 8 * (16 * 16 + 16 * 32 + 32 * 16 + 16 * 1)

@@ -4,6 +4,7 @@ when the pass runs (its own untimed step, again after the call sequence changes)
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import pytest
 import torch
@@ -475,22 +476,30 @@ def test_failed_passes_are_retried_a_bounded_number_of_times(monkeypatch) -> Non
     handle.unwatch()
 
 
-def test_model_compiled_in_place_skips_the_pass_and_keeps_sampling() -> None:
+def test_model_compiled_in_place_gets_its_graph_from_fake_tensors() -> None:
     import torch._dynamo
 
     torch._dynamo.reset()
     model = TwoBranchCat()
-    model.compile(backend="eager")  # the root's hooks run inside compiled code
+    model.compile(backend="eager")  # hooked around its compiled call, not inside it
     x = torch.randn(3, 16)
     handle = wandb_modprof.watch(model, log_freq=2, run=disabled_run())
-    with pytest.warns(RuntimeWarning, match="inside torch.compile"):
-        for _ in range(5):
-            model(x).sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning of ours or Dynamo's
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            for _ in range(5):
+                model(x).sum().backward()
     prof = handle.unwatch()
     torch._dynamo.reset()
-    assert prof.structures() == []
+    (structure,) = prof.structures()
+    names = {c.module_name for c in structure.calls}
+    assert names == {n or "<root>" for n, _ in model.named_modules()}  # inside the region too
     assert prof.num_samples == 2
+    assert set(prof.stats()) == {"<root>#0"}  # one compiled region: measured as one call
     assert sum(hook_counts(model).values()) == 0
+    assert model._compiled_call_impl is not None and "Boundary" not in repr(
+        model._compiled_call_impl
+    )  # our wrapper of the compiled call is gone
 
 
 def test_eval_forward_of_fast_path_modules_is_not_changed_by_the_pass() -> None:

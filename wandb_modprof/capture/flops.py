@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
 
@@ -77,9 +78,14 @@ class FlopCount(TorchDispatchMode):
 
     supports_higher_order_operators = True  # torch.cond & co. run through unchanged
 
-    def __init__(self, pass_: FlopSink) -> None:
+    def __init__(self, pass_: FlopSink, fake_type: type | None = None) -> None:
         super().__init__()
         self.pass_ = pass_
+        # The pass over fake tensors (`fake_structure`) counts FakeTensor ops as plain ones,
+        # and refuses any op on a real tensor: FakeTensorMode runs an op whose tensors are all
+        # real for real (`self.count += 1` on a plain tensor attribute would change the model).
+        self.fake_type = fake_type
+        self.plain_types = _PLAIN_TYPES if fake_type is None else (*_PLAIN_TYPES, fake_type)
 
     def __torch_dispatch__(
         self,
@@ -89,8 +95,10 @@ class FlopCount(TorchDispatchMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if func in _SHAPE_QUERIES or any(t not in _PLAIN_TYPES for t in types):
+        if func in _SHAPE_QUERIES or any(t not in self.plain_types for t in types):
             return NotImplemented  # tensor subclasses unwrap first; we see their plain ops
+        if self.fake_type is not None:
+            self._refuse_real_tensors(func, args, kwargs)
         out = func(*args, **kwargs)
         if self.pass_.failed or isinstance(func, torch._ops.HigherOrderOperator):
             return out
@@ -101,3 +109,13 @@ class FlopCount(TorchDispatchMode):
         except Exception as error:  # a formula that cannot read these arguments
             self.pass_.fail(error)
         return out
+
+    def _refuse_real_tensors(self, func: Any, args: Any, kwargs: Any) -> None:
+        fake = self.fake_type
+        assert fake is not None
+        for t in tree_leaves((args, kwargs)):
+            if isinstance(t, torch.Tensor) and not isinstance(t, fake):
+                raise RuntimeError(
+                    f"{func} got a real tensor (neither a parameter, a buffer nor an input) in "
+                    "a forward traced on fake tensors; it was not run"
+                )

@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.hooks import RemovableHandle
 
 from wandb_modprof._warn import warn_safely
 from wandb_modprof.capture import autograd_private as ap
@@ -22,9 +21,10 @@ from wandb_modprof.capture import hook_cost, stack_room
 from wandb_modprof.capture import registry as _registry
 from wandb_modprof.capture.callstack import call_depth
 from wandb_modprof.capture.clock import CpuClock, make_clock, model_device
+from wandb_modprof.capture.compiled import Removable, hook_calls
 from wandb_modprof.capture.delivery import delivery
 from wandb_modprof.capture.device_memory import AcceleratorMemory, DeviceMemory
-from wandb_modprof.capture.inert_hook import InertHook
+from wandb_modprof.capture.inert_hook import under_compile
 from wandb_modprof.capture.nvtx import NvtxRanges, check_available
 from wandb_modprof.capture.options import Options
 from wandb_modprof.capture.session import StepSession
@@ -77,8 +77,8 @@ class Capture:
             self.memory = AcceleratorMemory(device)
         self.sink = sink
         self.structures = StructureDriver(self, sink, options.structure, structure_eligible)
-        self._root_handles: list[RemovableHandle] = []
-        self._child_handles: list[RemovableHandle] = []
+        self._root_handles: list[Removable] = []
+        self._child_handles: list[Removable] = []
         self._names: dict[int, tuple[str, str]] = {}
         self._index: ModelIndex | None = None
         self._hooked_index: ModelIndex | None = None
@@ -97,12 +97,8 @@ class Capture:
 
     # ---- attach / detach ---------------------------------------------------------------
     def attach(self) -> None:
-        self._root_handles = [
-            self.model.register_forward_pre_hook(InertHook(self._root_pre), with_kwargs=True),
-            self.model.register_forward_hook(
-                InertHook(self._root_post), with_kwargs=True, always_call=True
-            ),
-        ]
+        # (around the compiled call for a root compiled in place: `compiled.hook_calls`)
+        self._root_handles = hook_calls(self.model, self._root_pre, self._root_post)
         self.attached = True
         _registry.attach_capture(self)
         if not self._lazy_children:
@@ -145,14 +141,7 @@ class Capture:
         for _, module in index.modules.values():
             if module is self.model:
                 continue
-            self._child_handles.append(
-                module.register_forward_pre_hook(InertHook(self._pre), with_kwargs=True)
-            )
-            self._child_handles.append(
-                module.register_forward_hook(
-                    InertHook(self._post), with_kwargs=True, always_call=True
-                )
-            )
+            self._child_handles.extend(hook_calls(module, self._pre, self._post))
 
     def hook_children(self, index: ModelIndex) -> None:
         """Hooks on every submodule of `index` (re-hooked if modules were added or replaced
@@ -227,6 +216,8 @@ class Capture:
                 if self._child_handles:
                     self._maybe_detach_children()
                 return
+            # A model with compiled code: its graph is traced on fake tensors, before this step.
+            self.structures.before_step(module, args, kwargs)
             # A sampled step while no graph was captured yet derives the graph from its own
             # forward (`step_dataflow`): one forward + backward gives the whole profile.
             derive = step is not None and self.structures.derive_from_sample()
@@ -339,7 +330,8 @@ class Capture:
     # ---- sessions ----------------------------------------------------------------------
     def _start(self, step: int, module: nn.Module, args: Any, kwargs: Any, derive: bool) -> None:
         index = self.index()  # the one model walk per sample: later stages reuse it
-        self.hook_children(index)
+        if not under_compile():  # (under a compile wrapper: hooks there would be traced)
+            self.hook_children(index)
         excluded = None
         if self.options.activations and not ap.saved_tensors_hooks_active():
             excluded = index.excluded

@@ -7,6 +7,7 @@ of a watched model is simply not watched.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -20,8 +21,23 @@ class InertHook:
         self.fn = fn
 
     def __call__(self, *args: Any) -> None:
-        if self.fn is not None:
-            self.fn(*args)
+        fn = self.fn
+        if fn is None:
+            return
+        # Everything up to the untraced call stays in this frame: Dynamo skips this code
+        # (`skip_hook_frames`) but would trace any function called from here.
+        untraced = _UNTRACED.get("call")
+        if untraced is not None and _UNTRACED["callback"]() not in (None, False):
+            # A `torch.compile` wrapper around the watched model runs its hooks as frames of
+            # their own (`OptimizedModule` calls the inner module's `__call__` under Dynamo):
+            # ours run eagerly, and say so to the capture (`under_compile`).
+            _state.under_compile = True
+            try:
+                untraced(fn, args)
+            finally:
+                _state.under_compile = False
+            return
+        fn(*args)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> InertHook:
         return _INERT_HOOK
@@ -36,3 +52,33 @@ _INERT_HOOK = InertHook(None)
 def inert_hook() -> InertHook:
     """What a copied hook becomes (also what unpickling one returns)."""
     return _INERT_HOOK
+
+
+# ---- torch.compile around the watched model --------------------------------------------------
+_state = threading.local()
+# Set once torch._dynamo is imported (`skip_hook_frames`), so that nothing here imports it:
+# "call": `fn(*args)` with Dynamo off for it and every frame it calls; "callback": Dynamo's
+# (C) getter of its frame callback (None or False: off). No Python frame of ours runs between.
+_UNTRACED: dict[str, Callable[..., Any]] = {}
+
+
+def under_compile() -> bool:
+    """The hook now running was called from code Dynamo is compiling (see `__call__`)."""
+    return bool(getattr(_state, "under_compile", False))
+
+
+def skip_hook_frames() -> None:
+    """Dynamo runs `InertHook.__call__` untraced, and the untraced call it makes under
+    Dynamo is ready. Needs torch._dynamo imported; called at every attach (cheap)."""
+    if "call" in _UNTRACED:
+        return
+    import torch._dynamo
+    from torch._C._dynamo.eval_frame import get_eval_frame_callback
+    from torch._dynamo.eval_frame import skip_code
+
+    def call(fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+        fn(*args)
+
+    skip_code(InertHook.__call__.__code__)
+    _UNTRACED["callback"] = get_eval_frame_callback
+    _UNTRACED["call"] = torch._dynamo.disable(call)  # type: ignore[no-untyped-call]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from wandb_modprof.capture.compiled import compiled_in_place, is_compiled_wrapper
 from wandb_modprof.capture.storage import StorageKey, extents, storages
 from wandb_modprof.capture.wrappers import inner_model
 
@@ -39,18 +40,14 @@ class GradientState:
     grad_norm: dict[str, float | None]
 
 
-def _is_compiled_wrapper(module: nn.Module) -> bool:
-    # Avoid importing torch._dynamo (slow) just for an isinstance check.
-    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
-
-
 def hookable_modules(model: nn.Module) -> dict[int, tuple[str, nn.Module]]:
     """id -> (qualified name, module) for every module we may hook.
 
-    A `torch.compile`d module is measured at its boundary as one leaf: hooks inside a compiled
-    region never fire (hooks added after compile) or force graph breaks. Modules compiled in
-    place with `Module.compile()` run their hooks inside the compiled code, so they are not
-    hooked at all (their time shows in the parent's self time).
+    A compiled region is measured at its boundary as one leaf: hooks inside one would be
+    traced by Dynamo (graph breaks, recompiles). A `torch.compile(module)` wrapper is hooked
+    as usual (its hooks run eagerly) and nothing under its `_orig_mod`; a module compiled in
+    place with `Module.compile()` (the root included) is hooked around its compiled call
+    (`compiled.hook_compiled_boundary`) and nothing below it.
 
     A `DistributedDataParallel` wrapper is the root (its forward is the step) and the modules
     inside are named as in the user's model (`fc1`, not `module.fc1`). The wrapped model
@@ -61,18 +58,17 @@ def hookable_modules(model: nn.Module) -> dict[int, tuple[str, nn.Module]]:
     inner = inner_model(model)
     if inner is not None:
         out[id(model)] = (ROOT_NAME, model)
-        if _is_compiled_wrapper(inner):  # DDP(torch.compile(model)): one leaf, the root
+        if is_compiled_wrapper(inner):  # DDP(torch.compile(model)): one leaf, the root
             return out
     walked = model if inner is None else inner
     for name, module in walked.named_modules():
         if module is inner or any(name == p or name.startswith(p + ".") for p in skip_prefixes):
             continue
-        if module is not walked and getattr(module, "_compiled_call_impl", None) is not None:
-            skip_prefixes.append(name)
-            continue
         out[id(module)] = (name or ROOT_NAME, module)
-        if _is_compiled_wrapper(module):
-            skip_prefixes.append(name + "._orig_mod" if name else "_orig_mod")
+        if compiled_in_place(module) or is_compiled_wrapper(module):
+            if not name:
+                return out  # the whole model is one compiled region
+            skip_prefixes.append(name)
     return out
 
 

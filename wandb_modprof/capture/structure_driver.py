@@ -19,8 +19,12 @@ from torch import nn
 
 from wandb_modprof._warn import warn_safely
 from wandb_modprof.capture import registry as _registry
+from wandb_modprof.capture.compiled import compiled_in_place, is_compiled_wrapper
+from wandb_modprof.capture.fake_structure import fake_structure
+from wandb_modprof.capture.inert_hook import under_compile
 from wandb_modprof.capture.static_memory import ROOT_NAME
 from wandb_modprof.capture.structure_pass import StructurePass, prepare, structure_pass_active
+from wandb_modprof.capture.wrappers import inner_model
 from wandb_modprof.records.calls import call_signature
 
 if TYPE_CHECKING:
@@ -89,15 +93,50 @@ class StructureDriver:
         self.varies = False
         self._warned = False
         self._fastpath: tuple[ModelIndex, bool] | None = None
+        self._compiled: tuple[ModelIndex, bool] | None = None
         if enabled:
             prepare()
 
     def pop_stale(self) -> None:
         self.stale = [s for s in self.stale if not s.pop_modes()]
 
+    def compiled(self) -> bool:
+        """The model has compiled regions (their boundaries are among the hooked modules):
+        its graph comes from `before_step`, never from an eager pass or a timed step."""
+        if under_compile():
+            return True  # a torch.compile wrapper around the watched model: one region
+        index = self.owner.index()
+        if self._compiled is None or self._compiled[0] is not index:
+            found = any(
+                is_compiled_wrapper(m) or compiled_in_place(m)
+                for _, module in index.modules.values()
+                for m in (module, inner_model(module))  # DDP(torch.compile(model))
+                if m is not None
+            )
+            self._compiled = (index, found)
+        return self._compiled[1]
+
+    def before_step(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+        """At a root forward of a model with compiled code, while a graph is due: draw it from
+        the eager modules on fake tensors (`fake_structure`), beside the step, which then runs
+        compiled as it would have (sampled or not): its numerics stay the compiled ones."""
+        if not (self.due and self.enabled) or not self.eligible(module) or not self.compiled():
+            return
+        if torch.compiler.is_compiling() or structure_pass_active():
+            return
+        self.due = False
+        self.passes += 1
+        structure, error = fake_structure(module, args, kwargs)
+        if structure is None:
+            # Not retried: the same forward on fake tensors fails the same way.
+            self.warn(f"the graph of the compiled model could not be traced ({error!r})")
+            return
+        self._derived.discard(structure.signature)
+        self.sink.add_structure(structure)
+
     def can_start(self, module: nn.Module) -> bool:
-        if not self.eligible(module):
-            return False
+        if not self.eligible(module) or self.compiled():
+            return False  # (compiled code: `before_step` draws the graph)
         if torch.compiler.is_compiling():
             # The root's hooks run inside compiled code (`model.compile()`): no modes there.
             self.due = False
@@ -124,8 +163,8 @@ class StructureDriver:
         before): a structure pass runs on a step the sampler did not pick and, with routing,
         sees other calls than the sampled steps (on a 4-step MoE, 12 module nodes drawn
         without edges). Deriving costs only the sampled steps of models that vary."""
-        if not self.enabled or self.derive_failed:
-            return False
+        if not self.enabled or self.derive_failed or self.compiled():
+            return False  # (a compiled model: its compiled regions' insides would be missing)
         count = self.sink.num_structures()
         if count and not (self.varies and not self.due and count < MAX_STRUCTURES):
             return False
@@ -196,8 +235,8 @@ class StructureDriver:
 
     def check(self, session: StepSession) -> None:
         """A timed step whose call sequence was never captured asks for a structure pass."""
-        if not self.enabled:
-            return
+        if not self.enabled or self.compiled():
+            return  # (a compiled model's sample has its regions' boundaries only)
         signature = call_signature(inv.key for inv in session.invocations)
         known = self.sink.has_structure(signature)
         if not known:

@@ -166,7 +166,9 @@ class _Dataflow(TorchFunctionMode):
 class StructurePass:
     """One forward seen by the structure capture; `finish()` returns the `Structure`."""
 
-    def __init__(self, root: torch.nn.Module, training: bool) -> None:
+    def __init__(
+        self, root: torch.nn.Module, training: bool, fake_type: type | None = None
+    ) -> None:
         self.root = root
         self.training = training
         # Compiled code runs eagerly during the pass: dynamo guards on the mode stack, so
@@ -177,7 +179,10 @@ class StructurePass:
         self._stack: list[_Frame] = []
         self._edges: set[DataEdge] = set()
         self._dataflow = _Dataflow(self)
-        self._flops = FlopCount(self)
+        self._flops = FlopCount(self, fake_type)
+        # A pass over fake tensors runs to its end inside one call of ours (`fake_structure`):
+        # it cannot be left behind by an interrupted forward.
+        self._check_stale = fake_type is None
         self._modes_on = False
         self._ops = 0
         self.failed = False
@@ -236,7 +241,7 @@ class StructurePass:
     ) -> None:
         """Record where the tensors an op produced or wrote into came from."""
         self._ops += 1
-        if self._ops % _STALE_CHECK_EVERY == 0 and not call_depth(self.root):
+        if self._check_stale and self._ops % _STALE_CHECK_EVERY == 0 and not call_depth(self.root):
             # The forward ended without our root exit hook (KeyboardInterrupt): stop now
             # rather than at the next forward, and give compiled code its stance back.
             self.fail(RuntimeError("the forward was interrupted during the structure pass"))
@@ -300,7 +305,9 @@ class StructurePass:
         )
         self._calls.append(call)
         # DDP's forward(*inputs) hands its arguments on unchanged: name them after the user's
-        slots = input_slots(inner_model(module) or module, args, kwargs)
+        # (`is None`, not `or`: a torch.compile wrapper's truth value calls len() on the model)
+        inner = inner_model(module)
+        slots = input_slots(module if inner is None else inner, args, kwargs)
         call.inputs = tuple(slot for slot, _ in slots)
         frame = _Frame(len(self._calls) - 1, call.key)
         for slot, tensors in slots:

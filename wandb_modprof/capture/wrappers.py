@@ -7,6 +7,8 @@ import warnings
 
 from torch import nn
 
+from wandb_modprof.capture.compiled import is_compiled_wrapper, unwrapped
+
 
 def inner_model(model: nn.Module) -> nn.Module | None:
     """The user's model inside a `DistributedDataParallel` wrapper, else None."""
@@ -29,11 +31,14 @@ def is_fsdp1(module: nn.Module) -> bool:
 
 
 def type_name(module: nn.Module) -> str:
-    """The class name users know: the inner model's for a DDP wrapper, the original class of
-    a module that `fully_shard` converted (`FSDPLinear` -> `Linear`)."""
+    """The class name users know: the inner model's for a DDP wrapper or a `torch.compile`
+    wrapper (`OptimizedModule`), the original class of a module that `fully_shard` converted
+    (`FSDPLinear` -> `Linear`)."""
     inner = inner_model(module)
     if inner is not None:
         return type_name(inner)
+    if is_compiled_wrapper(module):
+        return type_name(unwrapped(module))
     cls = type(module)
     if _is_fsdp2(module):
         for base in cls.__mro__[1:]:

@@ -1,0 +1,148 @@
+"""torch.compile'd code in a watched model: where the compiled regions are, the user's names
+under the `torch.compile(module)` wrapper, and hooks that stay outside compiled code.
+
+Three styles, all measured at the boundary of each compiled region (hooks inside one would be
+traced by Dynamo: graph breaks and recompiles):
+
+- `torch.compile(module)` gives an `OptimizedModule` wrapper whose own hooks run eagerly
+  (Dynamo picks up the frame of the inner module's forward); the inner model is `_orig_mod`,
+  whose name and class are the user's.
+- `module.compile()` compiles the module's `_call_impl` in place, module hooks included: a
+  module hook there runs inside compiled code. Its boundary is taken instead by wrapping the
+  instance's `_compiled_call_impl` (what `nn.Module.__call__` calls), which runs eagerly
+  around the compiled function.
+- per-block compile is either of these on each block.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from torch import nn
+
+from wandb_modprof.capture.inert_hook import InertHook, skip_hook_frames
+
+ORIG = "_orig_mod"  # OptimizedModule's attribute holding the user's module
+
+PreHook = Callable[[nn.Module, Any, Any], None]
+PostHook = Callable[[nn.Module, Any, Any, Any], None]
+
+
+def is_compiled_wrapper(module: nn.Module) -> bool:
+    # By name: an isinstance check would import torch._dynamo (about 1 s).
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, ORIG)
+
+
+def compiled_in_place(module: nn.Module) -> bool:
+    """`module.compile()` ran: its calls (hooks included) run compiled."""
+    return module.__dict__.get("_compiled_call_impl") is not None
+
+
+def unwrapped(module: nn.Module) -> nn.Module:
+    """The user's module under any number of `torch.compile(...)` wrappers."""
+    while is_compiled_wrapper(module):
+        module = getattr(module, ORIG)
+    return module
+
+
+def has_compiled_code(model: nn.Module) -> bool:
+    """Any compiled region among the model's modules (a compiled function called inside a
+    plain module's forward is not seen here; the structure pass runs it eagerly)."""
+    return any(is_compiled_wrapper(m) or compiled_in_place(m) for m in model.modules())
+
+
+def user_name(name: str) -> str:
+    """A qualified name with the wrappers' `_orig_mod` parts taken out."""
+    return ".".join(part for part in name.split(".") if part != ORIG)
+
+
+def eager_modules(model: nn.Module) -> Iterator[tuple[str, nn.Module]]:
+    """(user's name, module) for every module that runs in the model's forward, compiled
+    regions included, each once: a wrapper stands for its `_orig_mod` (one call, one name)."""
+    root = unwrapped(model)
+    for name, module in root.named_modules():
+        parts = name.split(".") if name else []
+        if parts and parts[-1] == ORIG:
+            continue  # called through its wrapper, which has this name already
+        yield user_name(name), module
+
+
+# ---- hooks at the boundary of a module compiled in place -----------------------------------
+class _Boundary:
+    """Stands in for a module's `_compiled_call_impl`: our hooks run eagerly around the
+    compiled call. Copies (deepcopy of the model: EMA, SWA) get the compiled call alone."""
+
+    __slots__ = ("compiled", "module_ref", "post", "pre")
+
+    def __init__(
+        self, module: nn.Module, compiled: Callable[..., Any], pre: PreHook, post: PostHook
+    ) -> None:
+        self.compiled = compiled
+        self.module_ref = weakref.ref(module)  # no cycle through the module's own __dict__
+        self.pre = pre
+        self.post = post
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        module = self.module_ref()
+        if module is None:  # (cannot happen while the module is being called)
+            return self.compiled(*args, **kwargs)
+        self.pre(module, args, kwargs)
+        try:
+            result = self.compiled(*args, **kwargs)
+        except Exception:
+            self.post(module, args, kwargs, None)  # as nn.Module's always-call hooks
+            raise
+        self.post(module, args, kwargs, result)
+        return result
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return copy.deepcopy(self.compiled, memo)
+
+    def __reduce__(self) -> Any:
+        return self.compiled.__reduce__()
+
+
+class BoundaryHandle:
+    """Like a `RemovableHandle`: `remove()` puts the compiled call back (once; only if it is
+    still ours, so a later `module.compile()` by the user is kept)."""
+
+    def __init__(self, module: nn.Module, boundary: _Boundary) -> None:
+        self.module: nn.Module | None = module
+        self.boundary = boundary
+
+    def remove(self) -> None:
+        module, self.module = self.module, None
+        if module is not None and module.__dict__.get("_compiled_call_impl") is self.boundary:
+            module.__dict__["_compiled_call_impl"] = self.boundary.compiled
+
+
+def hook_compiled_boundary(module: nn.Module, pre: PreHook, post: PostHook) -> BoundaryHandle:
+    """Our pre / post hooks around a module compiled in place, outside its compiled code."""
+    compiled = module.__dict__["_compiled_call_impl"]
+    boundary = _Boundary(module, compiled, pre, post)
+    # Straight into __dict__: nn.Module.__setattr__ would do the same for a plain callable,
+    # with more checks on a hot path.
+    module.__dict__["_compiled_call_impl"] = boundary
+    return BoundaryHandle(module, boundary)
+
+
+class Removable(Protocol):
+    def remove(self) -> None: ...
+
+
+def hook_calls(module: nn.Module, pre: PreHook, post: PostHook) -> list[Removable]:
+    """Our forward pre-hook and always-call forward hook on `module`: as module hooks, or
+    around the compiled call of a module compiled in place (where module hooks would run
+    inside compiled code)."""
+    if "torch._dynamo" in sys.modules:
+        skip_hook_frames()  # a compiled wrapper around the model runs our hooks untraced
+    if compiled_in_place(module):
+        return [hook_compiled_boundary(module, pre, post)]
+    return [
+        module.register_forward_pre_hook(InertHook(pre), with_kwargs=True),
+        module.register_forward_hook(InertHook(post), with_kwargs=True, always_call=True),
+    ]
