@@ -172,3 +172,17 @@ def test_no_calibration_while_global_hooks_watch(monkeypatch: pytest.MonkeyPatch
     finally:
         handle.remove()
     assert seen == []
+
+
+def test_an_overstated_hook_cost_never_gives_a_negative_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The dispatch taken out per child call is a measured constant; were it far above the
+    real cost, a container still reads at least its children's sum, with self time 0."""
+    monkeypatch.setattr(hook_cost, "measured", lambda: HookCost(call_ns=50_000_000))
+    recs = _profile(_model())
+    for rec in recs.values():
+        assert rec.fwd_ms >= 0 and rec.fwd_self_ms >= 0, rec
+        kids = [r for r in recs.values() if r.parent_key == rec.key]
+        assert rec.fwd_ms == pytest.approx(rec.fwd_self_ms + sum(k.fwd_ms for k in kids))
+    assert recs["0#0"].fwd_self_ms == 0  # 2 x 50 ms taken out of a window of ~6 ms
