@@ -104,3 +104,25 @@ def test_summary_on_a_terminal_that_cannot_encode_a_name(saved):
     out = proc.stdout.decode("ascii")
     assert "profile of \\udfff:" in out
     assert "\\u6ce8\\u610f\\ud800#0" in out  # CJK kept by the escaping, then written as ascii
+
+
+def test_the_garbage_collection_note_prints_names_escaped(tmp_path, capsys):
+    """The summary's note naming calls whose sample held a garbage collection prints their
+    keys escaped like every other name (it printed a raw ESC whenever a collection happened to
+    land in the odd-named call: the test above failed at random)."""
+    from models import Pausing
+
+    junk = [[i] for i in range(200_000)]  # tracked objects: the forced collection takes ms
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4))
+    model._modules["a\x1bb"] = Pausing(4)
+    with wandb_modprof.profile(model) as prof:
+        for step in range(3):  # sampled, structure pass, sampled with the collection
+            model._modules["a\x1bb"].collect_next = step == 2
+            model(torch.randn(3, 4)).sum().backward()
+    del junk
+    path = prof.save(tmp_path / "gc.modprof.json")
+    assert _cli.main(["summary", str(path)]) == _cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "left out by the median: a\\x1bb#0" in out, out  # the note is there, escaped
+    assert not any(c < " " and c != "\n" for c in out), repr(out)

@@ -178,7 +178,9 @@ def format_mode_summary(values: ModeValues, n: int) -> str:
     lines = [head, f"top {len(shown)} of {len(measured)} module calls ({kind} over samples)"]
     held = [v for v in shown if v.gc_samples]
     if held:
-        calls = ", ".join(f"{v.key} ({v.gc_samples} of {values.num_samples})" for v in held[:n])
+        calls = ", ".join(
+            f"{escape_text(v.key)} ({v.gc_samples} of {values.num_samples})" for v in held[:n]
+        )
         lines.append(f"(samples holding a garbage collection, left out by the median: {calls})")
     lines += render_columns(header, rows, right)
     if m.total and m.key != "self":
