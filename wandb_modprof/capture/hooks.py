@@ -217,7 +217,8 @@ class Capture:
                     self._maybe_detach_children()
                 return
             # A model with compiled code: its graph is traced on fake tensors, before this step.
-            self.structures.before_step(module, args, kwargs)
+            if self.structures.due:  # (an unsampled step with no graph due: attribute reads)
+                self.structures.before_step(module, args, kwargs)
             # A sampled step while no graph was captured yet derives the graph from its own
             # forward (`step_dataflow`): one forward + backward gives the whole profile.
             derive = step is not None and self.structures.derive_from_sample()
