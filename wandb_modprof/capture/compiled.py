@@ -17,14 +17,16 @@ traced by Dynamo: graph breaks and recompiles):
 from __future__ import annotations
 
 import copy
+import dataclasses
 import sys
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from torch import nn
 
 from wandb_modprof.capture.inert_hook import InertHook, skip_hook_frames
+from wandb_modprof.records.calls import CallInfo
 
 ORIG = "_orig_mod"  # OptimizedModule's attribute holding the user's module
 
@@ -69,6 +71,42 @@ def eager_modules(model: nn.Module) -> Iterator[tuple[str, nn.Module]]:
         if parts and parts[-1] == ORIG:
             continue  # called through its wrapper, which has this name already
         yield user_name(name), module
+
+
+def region_roots(eager: nn.Module) -> set[str]:
+    """The user's names of the modules below `eager` whose call is one compiled region: a
+    `torch.compile` wrapper (per-block style, `model.layers[i] = torch.compile(b)`) or a
+    module compiled in place (`b.compile()`). The root's own compiled state is the caller's
+    to know (the watched model may be a wrapper, or run under one it cannot see)."""
+    return {
+        name
+        for name, module in eager_modules(eager)
+        if module is not eager and (is_compiled_wrapper(module) or compiled_in_place(module))
+    }
+
+
+def mark_regions(calls: Iterable[CallInfo], roots: set[str]) -> tuple[CallInfo, ...]:
+    """`calls` with `compiled_region` set: a call of a module named in `roots` is a region's
+    root (its own key) unless it lies in a region already, and every call below a root gets
+    the root's key. Only the outermost region counts: its boundary is where the hooks are
+    (`static_memory.hookable_modules` hooks nothing inside it), a region compiled within it
+    is traced into the outer one's graph."""
+    calls = tuple(calls)
+    by_key = {c.key: c for c in calls}
+    region: dict[str, str | None] = {}
+
+    def of(call: CallInfo) -> str | None:
+        if call.key not in region:
+            # parents before children: walk up first (iteratively: deep models nest far)
+            chain = [call]
+            while chain[-1].parent_key in by_key and chain[-1].parent_key not in region:
+                chain.append(by_key[chain[-1].parent_key])  # type: ignore[index]
+            for c in reversed(chain):
+                above = region.get(c.parent_key) if c.parent_key is not None else None
+                region[c.key] = above or (c.key if c.module_name in roots else None)
+        return region[call.key]
+
+    return tuple(dataclasses.replace(c, compiled_region=of(c)) for c in calls)
 
 
 # ---- hooks at the boundary of a module compiled in place -----------------------------------
