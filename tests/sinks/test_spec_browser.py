@@ -942,6 +942,13 @@ def test_nodes_inside_a_compiled_block_say_so_in_the_card(
     assert "Compiled region (torch.compile)," in lines, lines
     assert f"measured as one call: its {count} calls inside" in lines, lines
     assert any(line.startswith("Forward: ") for line in lines), lines  # measured
+    fused = sum(
+        int(r["meta_number"])
+        for r in rows
+        if r["row_kind"] == "meta" and r["meta_key"] == "compiled_region"
+    )
+    totals = [str(i.text) for i in panel.items("total_text")]
+    assert f"{fused} calls fused in 2 compiled regions" in totals, totals
     lines = _card_lines(panel, "wte#0")  # outside every region: no note
     assert not any("ompiled" in line for line in lines), lines
     # inside the block: every module node says it ran fused, and has no time of its own
@@ -950,6 +957,8 @@ def test_nodes_inside_a_compiled_block_say_so_in_the_card(
     lines = _card_lines(panel, "blocks.0.attn#0")
     assert _inside(lines, "blocks.0"), lines
     assert not any(line.startswith("Forward: ") for line in lines), lines
+    (head,) = [str(i.text) for i in panel.items("strip_head")]
+    assert "inside compiled region blocks.0, no call of this view ran on its own" in head, head
     shot(panel, "compiled-inner-card")
     limit = _card_text_limit(spec)  # no note cut at the card's edge
     for item in sorted(panel.items("card_text"), key=lambda i: i.y)[1:]:

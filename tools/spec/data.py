@@ -165,6 +165,18 @@ def _regions() -> list[Data]:
             ],
         },
         {
+            "name": "regions_sum",
+            "source": "m_regions",
+            "transform": [
+                {
+                    "type": "aggregate",
+                    "fields": ["meta_number", "meta_number"],
+                    "ops": ["sum", "count"],
+                    "as": ["fused", "n"],
+                }
+            ],
+        },
+        {
             "name": "region_at",
             "source": "m_regions",
             "transform": [

@@ -275,6 +275,13 @@ def _totals() -> list[Data]:
         "isValid(tot.num_samples) ? format(tot.num_samples, 'd') + ' samples  ·  ' + "
         "format(tot.invocations, 'd') + ' calls' : ''"
     )
+    # compiled regions (meta `compiled_region`): the calls inside have FLOPs only, so they are
+    # absent from the time and memory top lists; this line says where they went
+    joined.append(
+        "regions_tot.n > 0 ? format(regions_tot.fused, 'd') + (regions_tot.fused === 1 ? "
+        "' call' : ' calls') + ' fused in ' + regions_tot.n + ' compiled region' + "
+        "(regions_tot.n === 1 ? '' : 's') : ''"
+    )
     return [
         {
             "name": "totals_items",

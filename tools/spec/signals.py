@@ -157,6 +157,8 @@ def _meta() -> list[Signal]:
         # call's key and name ('' outside compiled code)
         {"name": "region_key", "update": _first("region_at", "meta_value", "''")},
         {"name": "region_label", "update": _first("region_at", "rlabel", "''")},
+        # how many regions, and the calls fused inside them all (the totals' last line)
+        {"name": "regions_tot", "update": _first("regions_sum", "", "{'n': 0, 'fused': 0}")},
         {"name": "banner_h", "update": "reduced_text || unseen_text ? 22 : 0"},
         {"name": "gw", "update": f"max(60, width - {GX0})"},
         # the detail strip (`strip.py`) takes its height and a gap below the graph
