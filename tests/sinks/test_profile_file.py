@@ -385,7 +385,7 @@ _STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.
             (*_CALL, "compiled_region"),
             ROOT,
             re.escape(
-                'calls[1].compiled_region: expected null, its own key (its parent\'s region), '
+                "calls[1].compiled_region: expected null, its own key (its parent's region), "
                 'got "<root>#0"'
             ),
         ),

@@ -100,7 +100,7 @@ def mark_regions(calls: Iterable[CallInfo], roots: set[str]) -> tuple[CallInfo, 
             # parents before children: walk up first (iteratively: deep models nest far)
             chain = [call]
             while chain[-1].parent_key in by_key and chain[-1].parent_key not in region:
-                chain.append(by_key[chain[-1].parent_key])  # type: ignore[index]
+                chain.append(by_key[chain[-1].parent_key])
             for c in reversed(chain):
                 above = region.get(c.parent_key) if c.parent_key is not None else None
                 region[c.key] = above or (c.key if c.module_name in roots else None)

@@ -12,10 +12,9 @@ wrappers' `_orig_mod` is looked through), so the graph's calls match the measure
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
-
-import dataclasses
 
 import torch
 from torch import nn

@@ -68,9 +68,7 @@ def region_meta(tree: CallTree) -> list[MetaRow]:
     The panel's hover cards say so on the root and on every node inside (views are numbered
     depth first: a node is inside when its view's id lies in the root's view's interval). No
     row without compiled code, so tables of eager models are unchanged."""
-    return [
-        ("compiled_region", r.key, float(r.inside)) for r in regions(tree)[:MAX_REGION_ROWS]
-    ]
+    return [("compiled_region", r.key, float(r.inside)) for r in regions(tree)[:MAX_REGION_ROWS]]
 
 
 def unseen_meta(prof: ProfileData) -> list[MetaRow]:

@@ -45,9 +45,10 @@ def regions(tree: CallTree) -> tuple[Region, ...]:
 
 
 def note(region: Region) -> str:
-    """One line on a region: what is measured and what is not."""
+    """One line on a region: what is measured and what is not (the calls inside have their
+    FLOPs, from the graph traced on fake tensors, and nothing else)."""
     calls = f"{region.inside} module call{'' if region.inside == 1 else 's'}"
     return (
-        f"{region.label} ran as one compiled region (torch.compile), measured as one call; "
-        f"the {calls} inside it ran fused, without time or memory of their own"
+        f"compiled region {region.label} (torch.compile): measured as one call; "
+        f"its {calls} inside ran fused (FLOPs only)"
     )
