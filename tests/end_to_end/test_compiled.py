@@ -406,3 +406,31 @@ def test_the_table_says_which_nodes_ran_fused(case: Case, tmp_path) -> None:
     for root in roots:
         label = case.model_name if root == "<root>#0" else root[:-2]
         assert f"compiled region {label} (torch.compile): measured as one call" in text, text
+
+
+@_SLOW
+@pytest.mark.parametrize("flag", [False, True], ids=["default", "enable_kernel_profile"])
+def test_inductor_cpu_kernels_emit_no_profiler_event_by_default(flag: bool) -> None:
+    """What blocks per-module time inside a compiled region (README, torch.compile): on CPU
+    inductor's fused C++ kernels open no profiler range unless
+    `config.cpp.enable_kernel_profile` was set before compiling, and a fused kernel spans
+    modules (GELU and LayerNorm, two modules, run as one kernel)."""
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+    from torch.profiler import ProfilerActivity, profile
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+    with inductor_config.patch({"cpp.enable_kernel_profile": flag}):
+        compiled = torch.compile(model, backend="inductor")
+        compiled(x).sum().backward()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            compiled(x).sum().backward()
+    kernels = {e.name for e in prof.events() if "cpp_fused" in e.name}
+    if not flag:
+        assert kernels == set()
+    else:
+        assert any("gelu" in k and "layer_norm" in k and "backward" not in k for k in kernels)
+    torch._dynamo.reset()
