@@ -604,7 +604,8 @@ def _structure(draw: st.DrawFn) -> Structure:
     def region(key: str | None) -> str | None:
         if key is None:
             return None
-        return region(parents[key]) or (key if key in roots else None)
+        above = region(parents[key])
+        return above if above is not None else key if key in roots else None
 
     calls = tuple(
         draw(

@@ -99,11 +99,15 @@ def mark_regions(calls: Iterable[CallInfo], roots: set[str]) -> tuple[CallInfo, 
         if call.key not in region:
             # parents before children: walk up first (iteratively: deep models nest far)
             chain = [call]
-            while chain[-1].parent_key in by_key and chain[-1].parent_key not in region:
-                chain.append(by_key[chain[-1].parent_key])
+            seen = {call.key}  # (a cycle of parents cannot come from one forward; no hang)
+            while (up := chain[-1].parent_key) in by_key and up not in region and up not in seen:
+                chain.append(by_key[up])
+                seen.add(up)
             for c in reversed(chain):
                 above = region.get(c.parent_key) if c.parent_key is not None else None
-                region[c.key] = above or (c.key if c.module_name in roots else None)
+                if above is None and c.module_name in roots:
+                    above = c.key
+                region[c.key] = above
         return region[call.key]
 
     return tuple(dataclasses.replace(c, compiled_region=of(c)) for c in calls)
