@@ -888,7 +888,6 @@ def test_calls_no_graph_saw_are_flagged_in_the_banner_and_the_card(
     assert panel.errors() == []
 
 
-<<<<<<< HEAD
 def test_the_wandb_table_draws_what_the_full_table_draws(
     open_panel: OpenPanel, spec: dict[str, Any], resnet_prof: wandb_modprof.Profile
 ) -> None:
@@ -925,9 +924,7 @@ def test_the_wandb_table_draws_what_the_full_table_draws(
     assert panels[0].errors() == panels[1].errors() == []
 
 
-def test_a_group_card_names_its_first_members(
-    open_panel: OpenPanel, spec: dict[str, Any]
-) -> None:
+def test_a_group_card_names_its_first_members(open_panel: OpenPanel, spec: dict[str, Any]) -> None:
     """A layer whose cheapest experts were merged to fit the table: the group's hover card
     says how many and names the first ones (all are in `group_members`, which is why that
     column reaches W&B: `spec.read_columns`)."""
@@ -959,7 +956,8 @@ def test_a_group_card_names_its_first_members(
     (named,) = named_lines
     assert named.rstrip("…") in "e.g. " + ", ".join(first), (named, first)
     assert first[0] in named
-=======
+
+
 # ---- torch.compile'd models: the compiled-region notes (issue 16 item 3) ---------------------
 def _compiled_rows(style: str) -> list[dict[str, Any]]:
     """TinyGPT trained under `watch`, compiled (aot_eager) as a whole or block by block."""
@@ -1058,5 +1056,4 @@ def test_a_whole_compiled_model_names_its_class_in_the_card(
     shot(panel, "whole-compiled-card")
     lines = _card_lines(panel, f"{ROOT}|self")
     assert "Compiled region TinyGPT: the calls" in lines, lines
->>>>>>> c16
     assert panel.errors() == []
