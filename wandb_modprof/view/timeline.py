@@ -75,11 +75,14 @@ def build_timeline(
     notes: list[str] = []
     if curve is not None and len(points) < len(curve.t_ms):
         notes.append(f"memory curve: {len(points)} of {len(curve.t_ms)} points")
-    per_view = _view_spans(sample, graphs, groups)
+    source = _ViewSpans(sample, graphs, groups)
     skipped = 0
     coarsened = 0
-    for graph in graphs:
-        mine = per_view.get(graph.view_key, [])
+    for i, graph in enumerate(graphs):
+        if left <= 0:  # nothing more fits: the views left are not computed, only counted
+            skipped += sum(source.has_spans(g.view_key) for g in graphs[i:])
+            break
+        mine = source.of_view(graph.view_key)
         fitted = _fit(mine, SPANS_PER_VIEW)
         if len(fitted) < len(mine):
             coarsened += 1
@@ -95,56 +98,60 @@ def build_timeline(
     return Timeline(tuple(spans), tuple(points), "; ".join(notes), _meta(sample, curve))
 
 
-def _view_spans(
-    sample: Sample, graphs: Sequence[ViewGraph], groups: Mapping[str, list[str]]
-) -> dict[str, list[Span]]:
-    """Per view key, its nodes' forward spans then backward spans (merged runs)."""
-    inv = {r.key: r for r in sample.invocations}
-    # call key -> (view key, node key) for every module or group node of a drawn view
-    node_of: dict[str, tuple[str, str]] = {}
-    for graph in graphs:
-        for node in graph.nodes:
-            if node.kind == "module":
-                node_of[node.node_key] = (graph.view_key, node.node_key)
-            elif node.kind == "group":
-                for member in groups.get(node.node_key, []):
-                    node_of[member] = (graph.view_key, node.node_key)
-    out: dict[str, list[Span]] = {g.view_key: [] for g in graphs}
-    for key, (view, drawn) in node_of.items():
-        rec = inv.get(key)
-        if rec is not None:
-            out[view].append((view, drawn, "fwd", rec.fwd_start_ms, _fwd_end(rec), 1))
-    for view, spans in out.items():
-        spans.sort(key=lambda s: s[3])
-        out[view] = _merge_consecutive(spans)
-    backward: dict[str, list[Span]] = {g.view_key: [] for g in graphs}
-    # every drawn view above the run's owner sees it, as the span of its node there: the
-    # nodes are found once per owner (a MoE step has ~50,000 runs of ~15,000 owners)
-    seen_by: dict[str, list[tuple[str, str]]] = {}
-    for run in sorted(sample.runs, key=lambda r: r.start_ms):
-        hits = seen_by.get(run.owner_key)
-        if hits is None:
-            hits = seen_by[run.owner_key] = _drawn_above(run.owner_key, node_of, inv)
-        for view, drawn in hits:
-            backward[view].append((view, drawn, "bwd", run.start_ms, run.end_ms, 1))
-    for view in out:
-        out[view] += _merge_consecutive(backward[view])
-    return out
+class _ViewSpans:
+    """Each drawn view's spans, computed when asked (`build_timeline` stops asking once its
+    budget is spent: a MoE step has ~3,000 views and ~50,000 backward runs)."""
 
+    def __init__(
+        self, sample: Sample, graphs: Sequence[ViewGraph], groups: Mapping[str, list[str]]
+    ) -> None:
+        self._inv = {r.key: r for r in sample.invocations}
+        # call key -> (view key, node key) for every module or group node of a drawn view
+        node_of: dict[str, tuple[str, str]] = {}
+        for graph in graphs:
+            for node in graph.nodes:
+                if node.kind == "module":
+                    node_of[node.node_key] = (graph.view_key, node.node_key)
+                elif node.kind == "group":
+                    for member in groups.get(node.node_key, []):
+                        node_of[member] = (graph.view_key, node.node_key)
+        self._keys: dict[str, list[tuple[str, str]]] = {}  # view -> (call key, node key)
+        for key, (view, drawn) in node_of.items():
+            self._keys.setdefault(view, []).append((key, drawn))
+        self._children: dict[str, list[str]] = {}
+        for r in sample.invocations:
+            if r.parent_key is not None:
+                self._children.setdefault(r.parent_key, []).append(r.key)
+        # owner -> its runs, each with its rank in start order (the order spans are merged in)
+        self._runs: dict[str, list[tuple[int, float, float]]] = {}
+        for rank, run in enumerate(sorted(sample.runs, key=lambda r: r.start_ms)):
+            self._runs.setdefault(run.owner_key, []).append((rank, run.start_ms, run.end_ms))
 
-def _drawn_above(
-    key: str, node_of: Mapping[str, tuple[str, str]], inv: Mapping[str, InvocationRecord]
-) -> list[tuple[str, str]]:
-    """(view key, node key) of every drawn node that is the call `key` or an ancestor of it."""
-    hits: list[tuple[str, str]] = []
-    up: str | None = key
-    while up is not None:
-        hit = node_of.get(up)
-        if hit is not None:
-            hits.append(hit)
-        rec = inv.get(up)
-        up = rec.parent_key if rec is not None else None
-    return hits
+    def has_spans(self, view: str) -> bool:
+        return any(k in self._inv or k in self._runs for k, _ in self._keys.get(view, ()))
+
+    def of_view(self, view: str) -> list[Span]:
+        """The view's nodes' forward spans, then their backward spans (merged runs): a node's
+        backward is every run of its call's subtree."""
+        keys = self._keys.get(view, [])
+        fwd: list[Span] = []
+        for key, drawn in keys:
+            rec = self._inv.get(key)
+            if rec is not None:
+                fwd.append((view, drawn, "fwd", rec.fwd_start_ms, _fwd_end(rec), 1))
+        fwd.sort(key=lambda s: s[3])
+        ranked: list[tuple[int, Span]] = []
+        limit = len(self._inv) + 1  # a parent cycle in a damaged file cannot loop forever
+        for key, drawn in keys:
+            todo, walked = [key], 0
+            while todo and walked <= limit:
+                k = todo.pop()
+                walked += 1
+                for rank, t0, t1 in self._runs.get(k, ()):
+                    ranked.append((rank, (view, drawn, "bwd", t0, t1, 1)))
+                todo.extend(self._children.get(k, ()))
+        ranked.sort(key=lambda r: r[0])
+        return _merge_consecutive(fwd) + _merge_consecutive([span for _, span in ranked])
 
 
 def _fwd_end(rec: InvocationRecord) -> float:
