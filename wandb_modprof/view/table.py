@@ -53,6 +53,8 @@ accepts.
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -82,8 +84,11 @@ from wandb_modprof.view.reduce import MIN_VIEW_ROWS, reduce_views
 from wandb_modprof.view.refs import from_ref, number_views
 from wandb_modprof.view.rows import RowSource, meta_rows, timeline_rows, view_rows
 from wandb_modprof.view.timeline import build_timeline, timeline_budget
+from wandb_modprof.view.values import as_float, finite
 
 if TYPE_CHECKING:
+    from wandb_modprof.records.graph import ViewGraph
+    from wandb_modprof.records.sample import ModuleStats
     from wandb_modprof.records.snapshot import ProfileData
 
 # The schema lives in `columns` (the row writer needs it too); it is re-exported here, where the
@@ -164,6 +169,19 @@ class ProfileTable:
         return out
 
 
+def _heat(graph: ViewGraph, stats: Mapping[str, ModuleStats]) -> tuple[float, ...]:
+    """Per node of `graph` its forward + backward time (the medians the panel colours by; the
+    forward alone where no backward ran), NaN where neither was measured: the layout ranks a
+    grid of many siblings by it, hottest first (`view/blocks.py`)."""
+    out = []
+    for node in graph.nodes:
+        metrics = stats[node.node_key].metrics if node.node_key in stats else {}
+        parts = [finite(as_float(metrics[m].typical)) for m in ("fwd_ms", "bwd_ms") if m in metrics]
+        known = [p for p in parts if p is not None]
+        out.append(sum(known) if known else math.nan)
+    return tuple(out)
+
+
 # the stored column each of the first four `RESOLVED_COLUMNS` is read from (`group_keys`: one
 # ref per line of `group_members`)
 _REF_COLUMNS = ("node_ref", "name_ref", "src_ref", "dst_ref")
@@ -204,7 +222,8 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = 
     )
     rows = meta_rows(meta)
     refs = number_views([g.view_key for g in reduction.graphs], calls)
-    for graph in sorted(reduction.graphs, key=lambda g: refs[g.view_key].view_id):
+    for drawn in sorted(reduction.graphs, key=lambda g: refs[g.view_key].view_id):
+        graph = dataclasses.replace(drawn, heat=_heat(drawn, prof.stats))
         # `layout_view` looked up here, at call time: benchmarks/scale.py times the layout by
         # replacing it in this module.
         rows += view_rows(graph, layout_view(graph), refs[graph.view_key], src)
