@@ -38,6 +38,13 @@ from dataclasses import dataclass
 from wandb_modprof.records.graph import ViewGraph
 from wandb_modprof.view.blocks import Block, Grid, find_blocks, grid_boxes, grid_size
 from wandb_modprof.view.geometry import (
+    BLOCK_GAP_PX,
+    BLOCK_HEAD_PX,
+    BLOCK_MAX_COLS,
+    BLOCK_MIN_COLS,
+    BLOCK_MIN_SIBLINGS,
+    BLOCK_PAD_PX,
+    BLOCK_VIEW_ASPECT,
     CHAR_W_PX,
     EDGE_GAP_PX,
     FONT_FAMILY,
@@ -66,6 +73,13 @@ from wandb_modprof.view.routing import bands, route
 # The font and spacing constants are shared with the Vega spec generator, which imports them
 # from here; they and the result types are defined in `geometry`.
 __all__ = [
+    "BLOCK_GAP_PX",
+    "BLOCK_HEAD_PX",
+    "BLOCK_MAX_COLS",
+    "BLOCK_MIN_COLS",
+    "BLOCK_MIN_SIBLINGS",
+    "BLOCK_PAD_PX",
+    "BLOCK_VIEW_ASPECT",
     "CHAR_W_PX",
     "EDGE_GAP_PX",
     "FONT_FAMILY",
