@@ -42,8 +42,9 @@ BLOCK_MAX_COLS = 16
 BLOCK_GAP_PX = 8  # between the grid's boxes: no edge runs inside the frame
 BLOCK_PAD_PX = 8
 BLOCK_HEAD_PX = 24
-# The view's width / height the grid's column count aims at: about the panel's graph area.
-BLOCK_VIEW_ASPECT = 1.6
+# The view's width / height the grid's column count aims at: about the panel's graph area,
+# which is 1.5 (1,200 x 700 px panel) to 2.2 (the same with the timeline strip below it) wide.
+BLOCK_VIEW_ASPECT = 2.0
 
 Point = tuple[float, float]
 
