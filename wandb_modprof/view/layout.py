@@ -24,6 +24,12 @@ A layered (Sugiyama) layout, top to bottom:
    band vertically through its slot, and runs diagonally only in the box-free gaps between
    bands, so no edge crosses a box.
 
+Many siblings (`blocks`): more than 32 modules of one type with the same predecessors and
+successors (a mixture-of-experts layer's experts) are one vertex of the steps above, as large
+as the grid they are then placed in, inside a frame (`BlockFrame`), hottest first by the
+view's `heat`; their edges are bundled: one per predecessor into the frame, one per successor
+out of it.
+
 Edges drawn against the flow (only in cycles) run from the source's top-centre to the
 destination's bottom-centre; edges inside one layer (input to input, output to output) from
 top-centre to top-centre, over the layer. Limit: a view whose own code adds every call's

@@ -21,6 +21,11 @@ structure passes into one call tree and its views (`graphs`), fit them into the 
 (`reduce`), lay out each view drawn (`layout`), write the rows (`meta`, `rows`, with the cell
 values from `values` and `ranks`). The column names live in `columns`, re-exported here.
 
+A view whose many siblings are drawn as a grid (`view/blocks.py`: a mixture-of-experts layer's
+experts) has one more node row per grid, its frame: `node_kind` "block", the frame's box, its
+title in `label` / `sublabel`, the nodes inside in `group_members` (grid order) and
+`group_count`, no metric; the edges of the framed nodes are bundled at the frame.
+
 Cells are always a string, a finite number or a bool: a metric that was not measured for a
 node is written as 0 and its column name is listed in that row's `missing` cell (`"*"`: none
 of the metrics apply, e.g. input nodes). No `null` (W&B rewrites nulls in specs; browsers
