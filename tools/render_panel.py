@@ -11,9 +11,9 @@ trains a few steps with AdamW under `wandb_modprof.profile`, so optimizer state 
 too. Also `report_gpt2.png`: the self-contained HTML report (`prof.to_html`) of the same
 GPT-2 profile, opened from file:// with the network blocked, drilled into `transformer`, and
 `panel_moe_grid.png`: `tests/models.py`'s MoEStack (two layers of 128 expert MLPs), the first
-layer's view, its experts drawn as a grid hottest first (`view/blocks.py`), log colour scale. `--only NAME`
-renders one model's pictures. Needs `make vendor` and Debian's chromium (as the browser tests
-do).
+layer's view, its experts drawn as a grid hottest first (`view/blocks.py`), log colour scale.
+`--only NAME` renders one model's pictures. Needs `make vendor` and Debian's chromium (as the
+browser tests do).
 """
 
 from __future__ import annotations
