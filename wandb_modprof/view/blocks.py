@@ -23,10 +23,11 @@ grid's, row by row, so the hottest experts are the first row.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from wandb_modprof.records.graph import GraphNode
+from wandb_modprof.records.graph import GraphNode, ViewGraph
 from wandb_modprof.view.geometry import (
     BLOCK_GAP_PX,
     BLOCK_HEAD_PX,
@@ -102,6 +103,22 @@ def find_blocks(
             )
         )
     return sorted(blocks, key=lambda b: min(b.members))
+
+
+def drawn_rows(graph: ViewGraph) -> int:
+    """The node and edge rows the table writes for `graph`: a row per node, per edge (each
+    pair once, no self loops) and, where siblings form grids, a frame row per grid, with the
+    grid's edges bundled as the layout draws them. `view/reduce.py` sizes views by it."""
+    counts = Counter(n.sublabel for n in graph.nodes if n.kind == "module")
+    if not counts or max(counts.values()) < BLOCK_MIN_SIBLINGS:  # the usual view: no grid
+        return len(graph.nodes) + len(graph.edges)
+    index = {n.node_key: i for i, n in enumerate(graph.nodes)}
+    pairs = list(dict.fromkeys((index[e.src_key], index[e.dst_key]) for e in graph.edges))
+    pairs = [(s, d) for s, d in pairs if s != d]
+    found = find_blocks(graph.nodes, pairs, ())
+    frame = {i: -1 - b for b, block in enumerate(found) for i in block.members}
+    bundled = {(frame.get(s, s), frame.get(d, d)) for s, d in pairs}
+    return len(graph.nodes) + len(found) + len(bundled)
 
 
 def _rank(heat: float) -> tuple[int, float]:
