@@ -18,7 +18,7 @@ from models import MoEStack, moe_input
 from test_layout import bottom_centre, segment_hits, shrunk
 
 import wandb_modprof
-from wandb_modprof.records.graph import GraphEdge, GraphNode, ViewGraph
+from wandb_modprof.records.graph import GraphEdge, GraphNode, NodeKind, ViewGraph
 from wandb_modprof.view.layout import (
     BLOCK_GAP_PX,
     BLOCK_MAX_COLS,
@@ -214,6 +214,55 @@ def test_property_grids(experts: int, heat: list[float], group: bool, label_len:
     lay = layout_view(g)
     check_grid(g, lay)
     assert len(lay.frames) == 1 and len(lay.frames[0].members) == experts + group
+
+
+@st.composite
+def graphs_with_siblings(draw: st.DrawFn) -> ViewGraph:
+    """A few nodes of any kind, 33 to 80 siblings sharing random predecessors and successors
+    among them (cycles, edges into inputs and out of outputs included), random extra edges,
+    nodes in any order."""
+    extra: list[NodeKind] = ["module", "self", "input", "output", "group"]
+    kinds: list[NodeKind] = ["input", "output"]
+    kinds += draw(st.lists(st.sampled_from(extra), max_size=6))
+    others = [GraphNode(f"n{i}", k, "L" * draw(st.integers(0, 20)), k) for i, k in enumerate(kinds)]
+    members = [
+        GraphNode(f"e{j}", "module", f"e{j}", "MLP") for j in range(draw(st.integers(33, 80)))
+    ]
+    keys = [n.node_key for n in others]
+    preds = draw(st.lists(st.sampled_from(keys), max_size=3, unique=True))
+    succs = draw(
+        st.lists(st.sampled_from(keys), min_size=0 if preds else 1, max_size=3, unique=True)
+    )
+    edges = [(p, m.node_key) for p in preds for m in members]
+    edges += [(m.node_key, q) for q in succs for m in members]
+    edges += draw(st.lists(st.tuples(st.sampled_from(keys), st.sampled_from(keys)), max_size=8))
+    nodes = draw(st.permutations(others + members))
+    return ViewGraph(VIEW, tuple(nodes), tuple(GraphEdge(a, b) for a, b in edges))
+
+
+@settings(max_examples=60, deadline=None)
+@given(graphs_with_siblings())
+def test_property_any_graph_with_siblings(g: ViewGraph) -> None:
+    """Whatever surrounds the siblings: one frame holding all of them, clear of every other
+    box, members clear of one another, everything in the canvas, deterministic."""
+    lay = layout_view(g)
+    (frame,) = lay.frames
+    members = sorted(n.node_key for n in g.nodes if n.node_key.startswith("e"))
+    assert sorted(frame.members) == members
+    boxes = {b.node_key: b for b in lay.boxes}
+    for b in [*lay.boxes, frame.box]:
+        assert b.x_px >= -TOL and b.x_px + b.w_px <= lay.width_px + TOL
+        assert b.y_px >= -TOL and b.y_px + b.h_px <= lay.height_px + TOL
+    for key, b in boxes.items():
+        if key in frame.members:
+            assert inside(b, frame.box)
+        else:
+            assert not overlap(b, frame.box, 0.0), (b, frame.box)
+    grid = [boxes[k] for k in frame.members]
+    for i, a in enumerate(grid):
+        assert not any(overlap(a, b, BLOCK_GAP_PX) for b in grid[i + 1 :])
+    assert not {k for e in lay.edges for k in (e.src_key, e.dst_key)} & set(members)
+    assert layout_view(g) == lay
 
 
 # ---- a real MoE's table -----------------------------------------------------------------------
