@@ -886,3 +886,76 @@ def test_calls_no_graph_saw_are_flagged_in_the_banner_and_the_card(
     shot(panel, "unseen-card")
     assert note not in card("moe.experts.3#0")  # derived from step 4: drawn with its edges
     assert panel.errors() == []
+
+
+def test_the_wandb_table_draws_what_the_full_table_draws(
+    open_panel: OpenPanel, spec: dict[str, Any], resnet_prof: wandb_modprof.Profile
+) -> None:
+    """The W&B table carries only the columns the spec reads (`spec.read_columns`): fed those
+    rows, the panel draws and says exactly what it does from the full table, in every mode,
+    in the root view and a drilled-in one, and in the hover card."""
+    from wandb_modprof.sinks.wandb_log import wandb_table
+
+    table = resnet_prof.table()
+    cells = wandb_table(table)
+    assert len(cells.columns) < len(table.columns)
+    logged = [dict(zip(cells.columns, row, strict=True)) for row in cells.data]
+    full = _rows(table)
+    panels = [open_panel(spec, rows) for rows in (full, logged)]
+
+    def seen(panel: browser.Panel) -> tuple[Any, ...]:
+        hover = "layer1#0" if panel.signal("view_now") == ROOT else None
+        card: list[str] = []
+        if hover is not None:
+            panel.hover("node_rect", lambda i: i.datum["node_key"] == hover)
+            card = [str(i.text) for i in sorted(panel.items("card_text"), key=lambda i: i.y)]
+            panel.move_away()
+        totals = [str(i.text) for i in panel.items("total_text")]
+        return fills(panel), card, totals, len(panel.items("edge_path"))
+
+    for mode in [m.key for m in _modes.MODES if m.key != "optim"]:
+        for panel in panels:
+            panel.click("mode_entry", lambda i, mode=mode: i.datum["key"] == mode)
+        assert seen(panels[0]) == seen(panels[1]), mode
+    for panel in panels:
+        panel.click("node_rect", lambda i: i.datum["node_key"] == "layer1#0")
+        assert panel.signal("view_now") != ROOT
+    assert seen(panels[0]) == seen(panels[1])
+    assert panels[0].errors() == panels[1].errors() == []
+
+
+def test_a_group_card_names_its_first_members(
+    open_panel: OpenPanel, spec: dict[str, Any]
+) -> None:
+    """A layer whose cheapest experts were merged to fit the table: the group's hover card
+    says how many and names the first ones (all are in `group_members`, which is why that
+    column reaches W&B: `spec.read_columns`)."""
+    from models import MoEStack, moe_input
+
+    from wandb_modprof.sinks.wandb_log import wandb_table
+
+    torch.manual_seed(0)
+    model = MoEStack(layers=1, experts=48)
+    x = moe_input(model)
+    prof = _profile(model, x)
+    table = prof.table(max_rows=150)
+    cells = wandb_table(table)
+    assert "group_members" in cells.columns
+    rows = _rows(table)
+    groups = [r for r in rows if r["row_kind"] == "node" and r["node_kind"] == "group"]
+    assert groups, "the table fits without merging: lower max_rows"
+    group = groups[0]
+    logged = [dict(zip(cells.columns, row, strict=True)) for row in cells.data]
+    panel = open_panel(spec, logged)
+    panel.click("node_rect", lambda i: i.datum["node_key"] == group["view_key"])  # drill in
+    assert panel.signal("view_now") == group["view_key"]
+    panel.hover("node_rect", lambda i: i.datum["node_kind"] == "group")
+    lines = [str(i.text) for i in sorted(panel.items("card_text"), key=lambda i: i.y)]
+    assert f"{group['group_count']} modules merged to fit the table" in lines, lines
+    first = group["group_members"].split("\n")[:3]
+    named_lines = [line for line in lines if line.startswith("e.g. ")]
+    assert len(named_lines) == 1, "\n".join(lines)
+    (named,) = named_lines
+    assert named.rstrip("…") in "e.g. " + ", ".join(first), (named, first)
+    assert first[0] in named
+    assert panel.errors() == []

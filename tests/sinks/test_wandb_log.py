@@ -138,14 +138,35 @@ def test_wandb_infers_the_declared_column_types():
     prof = profiled(TinyGPT(), gpt_input())
     table = prof.table()
     cells = _wandb_log.wandb_table(table)
+    read = _spec.read_columns(tuple(table.columns))
+    at = [table.columns.index(c) for c in read]
+    rows = [[r[i] for i in at] for r in table.rows]
     expected = wandb.Table(
-        columns=list(table.columns),
-        data=[list(r) for r in table.rows],
-        dtype=_wandb_log.column_types(table.columns),
+        columns=list(read),
+        data=rows,
+        dtype=_wandb_log.column_types(read),
         optional=False,
     )
-    assert cells.data == expected.data == [list(r) for r in table.rows]
+    assert cells.columns == list(read)
+    assert cells.data == expected.data == rows
     assert cells._column_types == expected._column_types
+
+
+def test_the_wandb_table_holds_the_columns_the_panel_reads():
+    """Only columns the spec names (the rest cost W&B per-cell work and draw nothing); every
+    column left out is named nowhere in the spec, and the ones the panel needs are in."""
+    prof = profiled(TinyGPT(), gpt_input())
+    table = prof.table()
+    cells = _wandb_log.wandb_table(table)
+    text = _spec.spec_text()
+    left_out = [c for c in table.columns if c not in cells.columns]
+    assert len(left_out) >= 20, left_out
+    for name in left_out:
+        assert not re.search(rf"\b{name}\b", text), name
+    for name in ("row_kind", "node_ref", "fwd_ms", "bwd_ms", "fwd_ms_mean", "x_px", "missing"):
+        assert name in cells.columns
+        assert re.search(rf"\b{name}\b", text), name
+    assert [c for c in table.columns if c in cells.columns] == cells.columns  # same order
 
 
 def test_offline_run_without_entity_logs_tables_and_says_how_to_get_the_panel(tmp_path):
@@ -171,7 +192,8 @@ def test_offline_run_without_entity_logs_tables_and_says_how_to_get_the_panel(tm
     run.finish()
     files = _table_files(tmp_path, "ResNet")
     assert len(files) == 2
-    assert strict_json(files[0].read_text())["columns"] == list(handle.profile().table().columns)
+    columns = tuple(handle.profile().table().columns)
+    assert strict_json(files[0].read_text())["columns"] == list(_spec.read_columns(columns))
 
 
 def test_offline_notice_is_emitted_once_per_process_with_the_command(tmp_path):

@@ -40,11 +40,21 @@ def lists() -> list[Data]:
 def _card_line() -> str:
     """Line `datum.line_i` of the hover card: the node, its value in every mode, then notes."""
     v = "datum.mv"
-    spread = "datum.samples > 0 && isValid(datum.fwd_ms_std) && datum.node_kind === 'module'"
     value = (
         f"isValid({v}) ? datum.ml + ': ' + ({fmt('datum.mu', v)}) + ({share('datum.mt', v)}) : ''"
     )
-    notes = [
+    notes = _card_notes()
+    out = "''"
+    for i, note in reversed(list(enumerate(notes, start=N + 1))):
+        out = f"datum.line_i === {i} ? ({note}) : ({out})"
+    header = "datum.module_name ? datum.module_name + ' (' + datum.module_type + ')' : datum.label"
+    return f"datum.line_i === 0 ? ({header}) : datum.line_i <= {N} ? ({value}) : ({out})"
+
+
+def _card_notes() -> list[str]:
+    """The hover card's notes after the modes' values, one line each (empty: not shown)."""
+    spread = "datum.samples > 0 && isValid(datum.fwd_ms_std) && datum.node_kind === 'module'"
+    return [
         "cmp ? (isValid(datum.bv) && datum.bv > 0 && isValid(datum.v) ? 'vs baseline: ' + "
         f"({fmt_ratio('datum.v / datum.bv')}) : 'not in the baseline run') : ''",
         # The spread, split over two short lines: one line of it ("Forward spread: ... over 3
@@ -60,8 +70,15 @@ def _card_line() -> str:
         f"' of ' + datum.samples + ' samples (' + ({fmt_ms('datum.gc_ms_max')}) + ')' : ''",
         f"!{missing('rank_slowest')} && datum.rank_count > 1 ? 'Slowest rank: ' + "
         "datum.rank_slowest + ' of ' + datum.rank_count : ''",
+        # (its line 2: the slowest rank's fwd + bwd beside the mean over ranks)
+        f"!{missing('rank_slowest')} && datum.rank_count > 1 ? 'fwd+bwd ' + "
+        f"({fmt_ms('datum.rank_fwd_bwd_max_ms')}) + ', mean ' + "
+        f"({fmt_ms('datum.rank_fwd_bwd_mean_ms')}) : ''",
         "datum.has_view ? 'Click to open' : ''",
         "datum.node_kind === 'group' ? datum.group_count + ' modules merged to fit the table' : ''",
+        # the first members by name (all of them are in the table's `group_members`)
+        "datum.node_kind === 'group' && datum.group_members ? truncate('e.g. ' + "
+        "join(slice(split(datum.group_members, '\\n'), 0, 3), ', '), 46) : ''",
         # Calls no captured graph holds (meta `unseen_calls`) are the module nodes drawn without
         # an edge; the note stays off in tables where every call was seen.
         "unseen_text && datum.node_kind === 'module' && !indata('vedges', 'src_key', "
@@ -69,15 +86,10 @@ def _card_line() -> str:
         "!indata('vframed', 'member', datum.node_key) ? "
         "'No edges: appeared after the graph was drawn' : ''",
     ]
-    out = "''"
-    for i, note in reversed(list(enumerate(notes, start=N + 1))):
-        out = f"datum.line_i === {i} ? ({note}) : ({out})"
-    header = "datum.module_name ? datum.module_name + ' (' + datum.module_type + ')' : datum.label"
-    return f"datum.line_i === 0 ? ({header}) : datum.line_i <= {N} ? ({value}) : ({out})"
 
 
 def _card() -> Data:
-    lines = N + 9  # the header, one per mode, eight notes
+    lines = N + 1 + len(_card_notes())  # the header, one per mode, the notes
     per_mode = [
         _formula(
             f"m{field}",

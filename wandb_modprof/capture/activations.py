@@ -23,11 +23,9 @@ Two deliberate choices keep training unchanged:
 
 from __future__ import annotations
 
-import functools
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -78,15 +76,34 @@ def ledgered_unpack(clock: Clock) -> Callable[[_Packed], torch.Tensor]:
     return unpack_ledgered
 
 
-def _released(curve: list[int] | None, entry: list[Any], _ref: object) -> None:
-    """Weak-reference callback: a packed object holding `entry`'s storage died; when it was the
-    last one, the storage is no longer saved (runs inside autograd: must not raise)."""
-    entry[4] -= 1  # packed objects still holding the storage (a count: MoE layers save one
-    # tensor from every expert, and rescanning all refs at every save and release was quadratic)
-    if entry[4] or entry[3] or curve is None:
-        return
-    entry[3] = True
-    curve += (time.perf_counter_ns(), -entry[1])
+class _Saved:
+    """One saved storage: who saved it first, its bytes, and the weak references to the packed
+    objects holding it. Also the references' callback (one object per storage, not a
+    `functools.partial` per reference: fewer objects for the garbage collector, `gc_pause`).
+    Its call runs inside autograd when a packed object dies: it must not raise."""
+
+    __slots__ = ("curve", "live", "nbytes", "owner", "refs", "released")
+
+    def __init__(self, owner: int, nbytes: int, curve: list[int] | None) -> None:
+        self.owner = owner
+        self.nbytes = nbytes
+        self.curve = curve
+        self.refs: list[weakref.ref[_Packed]] = []  # alive, so that their callbacks run
+        self.released = False  # no packed object holds it any more (or the step is over)
+        # Packed objects still holding the storage (a count: MoE layers save one tensor from
+        # every expert, and rescanning all refs at every save and release was quadratic).
+        self.live = 0
+
+    def hold(self, packed: _Packed) -> None:
+        self.live += 1
+        self.refs.append(weakref.ref(packed, self))
+
+    def __call__(self, _ref: object) -> None:
+        self.live -= 1
+        if self.live or self.released or self.curve is None:
+            return
+        self.released = True
+        self.curve += (time.perf_counter_ns(), -self.nbytes)
 
 
 class ActivationCounter:
@@ -104,13 +121,12 @@ class ActivationCounter:
         self._excluded = excluded  # parameters and buffers: not activations
         self._current = current
         self._on_error = on_error
-        # storage -> [owner, nbytes, weak refs to the packed objects holding it, released, live]
-        self._saved: dict[StorageKey, list[Any]] = {}
+        self._saved: dict[StorageKey, _Saved] = {}
         # Flat (perf_counter_ns, signed bytes) pairs: saved bytes added and released over the
         # step (None: not recorded, e.g. on an accelerator, whose allocator gives the curve).
         self.curve: list[int] | None = [] if curve else None
         # Entries outlive `close()`: their releases come during the backward.
-        self._entries: list[list[Any]] = []
+        self._entries: list[_Saved] = []
         self.bytes_by_invocation: dict[int, int] = {}
         self._ctx: torch.autograd.graph.saved_tensors_hooks | None = None
 
@@ -134,12 +150,11 @@ class ActivationCounter:
                     if key in self._excluded:
                         continue
                     entry = self._saved.get(key)
-                    if entry is not None and entry[4] > 0:
-                        # saved again: counted once, by the first saver
-                        entry[2].append(self._ref(packed, entry))
+                    if entry is not None and entry.live > 0:
+                        entry.hold(packed)  # saved again: counted once, by the first saver
                     else:
-                        entry = [owner, nbytes, [], False, 0]
-                        entry[2].append(self._ref(packed, entry))
+                        entry = _Saved(owner, nbytes, curve)
+                        entry.hold(packed)
                         self._saved[key] = entry
                         if curve is not None:
                             self._entries.append(entry)
@@ -148,22 +163,21 @@ class ActivationCounter:
             self._on_error(error)
         return packed
 
-    def _ref(self, packed: _Packed, entry: list[Any]) -> weakref.ref[_Packed]:
-        entry[4] += 1
-        return weakref.ref(packed, functools.partial(_released, self.curve, entry))
-
     def close(self) -> None:
         """End of the forward: charge the storages that are still saved."""
-        for owner, nbytes, _, _, live in self._saved.values():
-            if live > 0:
-                self.bytes_by_invocation[owner] = self.bytes_by_invocation.get(owner, 0) + nbytes
+        for entry in self._saved.values():
+            if entry.live > 0:
+                owner = entry.owner
+                self.bytes_by_invocation[owner] = (
+                    self.bytes_by_invocation.get(owner, 0) + entry.nbytes
+                )
         self._saved = {}
 
     def stop_curve(self) -> None:
         """The step is over: later releases (a retained graph freed by the next step) are not
         part of this step's curve."""
         for entry in self._entries:
-            entry[3] = True
+            entry.released = True
         self._entries = []
 
     # ---- our saved-tensor hooks on the thread's hook stack --------------------------------

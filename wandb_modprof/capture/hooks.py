@@ -17,7 +17,7 @@ from torch import nn
 
 from wandb_modprof._warn import warn_safely
 from wandb_modprof.capture import autograd_private as ap
-from wandb_modprof.capture import hook_cost, stack_room
+from wandb_modprof.capture import gc_pause, hook_cost, stack_room
 from wandb_modprof.capture import registry as _registry
 from wandb_modprof.capture.callstack import call_depth
 from wandb_modprof.capture.clock import CpuClock, make_clock, model_device
@@ -82,6 +82,7 @@ class Capture:
         self._names: dict[int, tuple[str, str]] = {}
         self._index: ModelIndex | None = None
         self._hooked_index: ModelIndex | None = None
+        self._index_checked = False  # `_index` matched the model in the forward running now
         self.owner: object = None  # the WatchHandle / ProfileBlock: alive as long as the hooks
         self._forward: StepSession | None = None
         self._sessions: list[StepSession] = []
@@ -125,11 +126,14 @@ class Capture:
 
     def index(self) -> ModelIndex:
         """Modules, parameters and static bytes; rebuilt only when the model changed."""
-        if self._index is None or not self._index.current(self.model):
+        # Checked once per root forward (the graph check and the sample's start both ask;
+        # each check walks every module and tensor of the model).
+        if self._index is None or not (self._index_checked or self._index.current(self.model)):
             self._index = build_index(self.model)
             self._names = {
                 mid: (name, type_name(m)) for mid, (name, m) in self._index.modules.items()
             }
+        self._index_checked = self._root_depth > 0  # valid until this forward's root returns
         return self._index
 
     def _attach_children(self) -> None:
@@ -197,6 +201,9 @@ class Capture:
                     return
                 self._recover_interrupted()
             self._root_depth = 1
+            self._index_checked = False
+            if gc_pause.holding():  # a sampled window left without its end (a failed backward)
+                gc_pause.release_all()
             if self.sample_due:
                 self._deliver_fn()
             if self._stale_sessions:
@@ -243,6 +250,7 @@ class Capture:
                 self._post(module, args, kwargs, result)  # a checkpoint recompute of the root
                 return
             self._root_depth = max(0, self._root_depth - 1)
+            self._index_checked = False
             if self.structures.current is not None:
                 self.structures.exit(module, result)
                 return

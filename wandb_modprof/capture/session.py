@@ -24,13 +24,13 @@ session (ints and stamps), never a tensor.
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from wandb_modprof.capture import autograd_private as ap
+from wandb_modprof.capture import gc_pause
 from wandb_modprof.capture.activations import ActivationCounter
 from wandb_modprof.capture.call_keys import CallKeys
 from wandb_modprof.capture.clock import Clock
@@ -44,6 +44,8 @@ from wandb_modprof.capture.static_memory import PendingGradientState
 from wandb_modprof.capture.step_dataflow import StepDataflow
 from wandb_modprof.capture.storage import StorageKey
 from wandb_modprof.records.calls import Structure
+
+_PRE: Any = object()  # `_NodeHook`'s marker: called as a pre-hook
 
 
 class StepSession:
@@ -143,6 +145,7 @@ class StepSession:
         if parent == -1:
             self._start_activations()
             self.gc.start()
+            gc_pause.hold(id(self))  # no collection inside the timed forward (`gc_pause`)
         self._stack.append(idx)
         if self.nvtx is not None:
             self.nvtx.forward_enter(name)
@@ -226,6 +229,7 @@ class StepSession:
             self.activations.push()
 
     def _end_forward(self) -> None:
+        gc_pause.release(id(self))  # the forward's window closed: held again in the backward
         if self.nvtx is not None:
             self.nvtx.forward_abort()  # ranges a failed forward left open
         # Pop our saved-tensor hooks first, whatever happened: the hook stack must stay balanced.
@@ -316,8 +320,9 @@ class StepSession:
             )
             if not in_range:
                 self.nodes.grad_new[slot] = _grad_to_create(node.variable)
-            pre = node.register_prehook(functools.partial(self._node_pre, slot))
-            post = node.register_hook(functools.partial(self._node_post, slot))
+            hook = _NodeHook(self, slot)
+            pre = node.register_prehook(hook)
+            post = node.register_hook(hook)
             if not in_range:
                 self._persistent_handles += [pre, post]
             hooked += 1
@@ -340,6 +345,7 @@ class StepSession:
                 if self.nodes.accumulate[slot]:
                     return  # another graph reached this shared node; ours has not run
                 self.bwd_started = True
+                gc_pause.hold(id(self))  # until `finish` (or the sample's drop)
                 self.bwd_t_begin = self.clock.stamp()
                 ap.queue_end_of_backward(self.finish)
             stack = self._exec_stack()
@@ -395,6 +401,7 @@ class StepSession:
             if self.bwd_started:
                 self.bwd_t_end = self.clock.stamp()
             self.closed = True
+            gc_pause.release(id(self))
             self.gc.stop()
             if self.activations is not None:
                 self.activations.stop_curve()
@@ -463,12 +470,31 @@ class StepSession:
         """Drop the sample. During the forward the remaining exits must still run (to pop the
         saved-tensor hooks), so only a finished forward closes the session right away."""
         self.failed = True
+        gc_pause.release(id(self))
         self.gc.stop()
         if self.nvtx is not None:
             self.nvtx.backward_end()
         if self.forward_done:
             self.closed = True
             self.release_persistent_hooks()
+
+
+class _NodeHook:
+    """A node's pre-hook and hook in one object (told apart by their arguments): per node one
+    small object instead of two partials of two bound methods with their argument tuples, a
+    sixth of the objects a sampled step left to the garbage collector (`gc_pause`)."""
+
+    __slots__ = ("session", "slot")
+
+    def __init__(self, session: StepSession, slot: int) -> None:
+        self.session = session
+        self.slot = slot
+
+    def __call__(self, grads: Any, grad_outputs: Any = _PRE) -> None:
+        if grad_outputs is _PRE:  # a pre-hook gets the grad outputs only
+            self.session._node_pre(self.slot, grads)
+        else:
+            self.session._node_post(self.slot, grads, grad_outputs)
 
 
 def _grad_to_create(param: Any) -> int:

@@ -9,6 +9,7 @@ HTML report, static pictures, tests).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -46,6 +47,20 @@ def _spec_file() -> Traversable:
     if checkout.is_file():
         return checkout
     return resources.files("wandb_modprof.vega_specs").joinpath(SPEC_FILE)
+
+
+@functools.cache
+def read_columns(columns: tuple[str, ...]) -> tuple[str, ...]:
+    """Those of `columns` the spec reads: each named anywhere in the spec's text as a whole
+    word (`datum.fwd_ms`, a transform's field list). Over-inclusive on purpose: a name in a
+    comment or a string keeps its column. The W&B table carries only these (`wandb_log`):
+    W&B's per-cell costs are most of a large log, and 30 of the table's 83 columns (the
+    spread of self and backward times, bytes the panel shows no mode for, rank details) are
+    read by no mark; the full table is in the profile file and the HTML report."""
+    text = spec_text()
+    return tuple(
+        c for c in columns if re.search(rf"(?<![A-Za-z0-9_]){re.escape(c)}(?![A-Za-z0-9_])", text)
+    )
 
 
 def filled(string_fields: Mapping[str, str] | None = None) -> dict[str, Any]:

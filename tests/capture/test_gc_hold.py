@@ -1,0 +1,167 @@
+"""The garbage collector is held off inside a sampled step's timed windows, and only there
+(`capture/gc_pause.py`): no natural collection lands inside a timed call; the collector is on
+again between the forward and the backward, after the backward, after a forward that raises,
+after a forward whose backward never comes, and after a backward that raised (at the next
+step); a collector the user turned off stays off; unsampled steps are left alone."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+import torch
+from helpers import disabled_run
+from torch import nn
+
+import wandb_modprof
+from wandb_modprof.capture import gc_pause
+
+
+class Allocating(nn.Module):
+    """Records whether the collector is on while it runs, and makes many tracked objects (far
+    past the 700-allocation threshold of a young collection)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.seen: list[bool] = []
+        self.keep: list[Any] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(gc.isenabled())
+        self.keep = [{"i": i} for i in range(5000)]  # tracked dicts, alive until next call
+        return self.fc(x)
+
+
+class Model(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = Allocating()
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x).relu())
+
+
+class Seen(torch.autograd.Function):
+    """Identity whose backward records whether the collector is on (and may raise)."""
+
+    seen: list[bool] = []  # noqa: RUF012 (a test's record)
+    fail = False
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        Seen.seen.append(gc.isenabled())
+        if Seen.fail:
+            raise RuntimeError("backward failed on purpose")
+        return grad
+
+
+class WithSeen(Model):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return Seen.apply(super().forward(x))
+
+
+@pytest.fixture(autouse=True)
+def _collector_on() -> Any:
+    was = gc.isenabled()
+    gc.enable()
+    Seen.seen, Seen.fail = [], False
+    yield
+    assert not gc_pause.holding()
+    if not was:
+        gc.disable()
+
+
+def test_off_inside_the_sampled_windows_on_between_and_after() -> None:
+    model = WithSeen()
+    x = torch.randn(4, 8)
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(4):
+            out = model(x)
+            between = gc.isenabled()  # the user's loss code
+            out.sum().backward()
+            assert between and gc.isenabled()
+    assert prof.num_samples >= 2
+    # held in every sampled forward and backward; the structure pass (an untimed step) is
+    # left alone
+    assert sum(not on for on in model.a.seen) == prof.num_samples, model.a.seen
+    assert [not on for on in Seen.seen] == [not on for on in model.a.seen], Seen.seen
+
+
+def test_no_natural_collection_lands_inside_a_timed_call() -> None:
+    model = Model()
+    x = torch.randn(4, 8)
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(4):
+            model(x).sum().backward()
+    # Each forward made 5,000 tracked dicts: without the hold, several young collections ran
+    # inside `a` in every sample (gc_ms > 0).
+    gc_ms = [s.metrics["gc_ms"].max for s in prof.stats().values()]
+    assert max(gc_ms) == 0.0, prof.stats()
+    # an explicit collection inside a call still runs and is still charged (`gc_watch`)
+
+
+def test_unsampled_steps_are_left_alone() -> None:
+    model = WithSeen()
+    x = torch.randn(4, 8)
+    handle = wandb_modprof.watch(model, log_freq=3, run=disabled_run())
+    try:
+        for _ in range(7):
+            model(x).sum().backward()
+    finally:
+        handle.unwatch()
+    sampled = [not on for on in model.a.seen]
+    assert 1 <= sum(sampled) < len(sampled) - 2, model.a.seen
+    assert sum(not on for on in Seen.seen) == sum(sampled)
+
+
+def test_a_collector_the_user_turned_off_stays_off() -> None:
+    model = Model()
+    x = torch.randn(4, 8)
+    with wandb_modprof.profile(model):
+        model(x).sum().backward()
+        gc.disable()
+        for _ in range(2):
+            out = model(x)
+            assert not gc.isenabled()
+            out.sum().backward()
+            assert not gc.isenabled()
+    assert not gc.isenabled()
+    gc.enable()
+
+
+def test_on_again_after_a_forward_that_raises_or_has_no_backward() -> None:
+    model = Model()
+    x = torch.randn(4, 8)
+    with wandb_modprof.profile(model):
+        model(x).sum().backward()
+        with pytest.raises(RuntimeError):
+            model(torch.randn(4, 3))  # the user's shape error, inside a sampled forward
+        assert gc.isenabled()
+        model(x)  # its backward never comes
+        assert gc.isenabled()
+        model(x).sum().backward()
+        assert gc.isenabled()
+
+
+def test_on_again_after_a_backward_that_raised() -> None:
+    model = WithSeen()
+    x = torch.randn(4, 8)
+    with wandb_modprof.profile(model):
+        for _ in range(3):  # past the structure pass: every step now is sampled
+            model(x).sum().backward()
+        Seen.fail = True
+        with pytest.raises(RuntimeError, match="on purpose"):
+            model(x).sum().backward()
+        Seen.fail = False
+        assert Seen.seen[-1] is False  # the failing backward ran held
+        out = model(x)  # the next step's start releases the hold the failed backward left
+        assert gc.isenabled() and not gc_pause.holding()
+        out.sum().backward()
+    assert gc.isenabled()
