@@ -229,6 +229,7 @@ def test_profile_block_of_a_compiled_model() -> None:
     assert prof.num_samples == 2  # both forwards timed: the graph came from fake tensors
     (structure,) = prof.structures()
     assert "blocks.1.mlp.down#0" in {c.key for c in structure.calls}
+    assert {c.compiled_region for c in structure.calls} == {"<root>#0"}
     assert prof.model_name == "TinyGPT"
 
 
@@ -296,6 +297,7 @@ def test_ddp_of_a_compiled_model(tmp_path) -> None:
     (structure,) = prof.structures()
     assert "blocks.0.attn.qkv#0" in {c.key for c in structure.calls}
     assert set(prof.stats()) == {"<root>#0"}
+    assert {c.compiled_region for c in structure.calls} == {"<root>#0"}  # DDP's inner model
 
 
 class PlainCounter(nn.Module):
@@ -356,4 +358,79 @@ def test_watching_the_model_inside_a_compile_wrapper(backend: str) -> None:
     assert set(prof.stats()) == {"<root>#0"}  # the whole model runs compiled: one region
     (structure,) = prof.structures()
     assert "blocks.0.mlp.up#0" in {c.key for c in structure.calls}
+    # the wrapper we never see makes the root one compiled region (`under_compile`)
+    assert {c.compiled_region for c in structure.calls} == {"<root>#0"}
     assert sum(hook_counts(eager).values()) == 0
+
+
+def test_the_table_says_which_nodes_ran_fused(case: Case, tmp_path) -> None:
+    """Issue 16 item 3: the structure records the compiled regions, the table carries one
+    `compiled_region` meta row per region, and every module node inside one has its FLOPs
+    only; the profile file keeps the regions (version 4), the summary names them."""
+    (structure,) = case.prof.structures()
+    calls = {c.key: c for c in structure.calls}
+    roots = {f"{b}#0" for b in case.blocks} if case.style == "blocks" else {"<root>#0"}
+    assert {k for k, c in calls.items() if c.compiled_region == k} == roots
+    stats = case.prof.stats()
+    for key, call in calls.items():
+        if call.compiled_region is None:
+            assert case.style == "blocks" and key in stats  # outside: measured as always
+        elif call.compiled_region != key:
+            assert call.compiled_region in roots and key not in stats  # fused: not measured
+    records = case.prof.table().resolved()
+    meta = {
+        r["meta_value"]: r["meta_number"]
+        for r in records
+        if r["row_kind"] == "meta" and r["meta_key"] == "compiled_region"
+    }
+    assert set(meta) == roots
+    for root in roots:
+        inside = sum(1 for c in calls.values() if c.compiled_region == root and c.key != root)
+        assert meta[root] == inside > 0
+    flops_only = {"fwd_flops", "fwd_self_flops"}
+    for row in records:
+        if row["row_kind"] != "node" or row["node_kind"] != "module":
+            continue
+        call = calls[row["node_key"]]
+        measured = {"fwd_ms", "bwd_ms", "act_bytes"} - set(row["missing"].split(","))
+        if call.compiled_region not in (None, call.key):
+            assert measured == set() and not flops_only & set(row["missing"].split(","))
+        else:
+            assert measured == {"fwd_ms", "bwd_ms", "act_bytes"}, row["node_key"]
+    back = wandb_modprof.load(case.prof.save(tmp_path / "c.modprof.json"))
+    assert back.structures() == case.prof.structures()  # the regions kept, exactly
+    from wandb_modprof.sinks.summary import format_mode_summary
+    from wandb_modprof.sinks.values import mode_values
+
+    text = format_mode_summary(mode_values(case.prof.snapshot(), "fwd_bwd"), 20)
+    for root in roots:
+        label = case.model_name if root == "<root>#0" else root[:-2]
+        assert f"compiled region {label} (torch.compile): measured as one call" in text, text
+
+
+@_SLOW
+@pytest.mark.parametrize("flag", [False, True], ids=["default", "enable_kernel_profile"])
+def test_inductor_cpu_kernels_emit_no_profiler_event_by_default(flag: bool) -> None:
+    """What blocks per-module time inside a compiled region (README, torch.compile): on CPU
+    inductor's fused C++ kernels open no profiler range unless
+    `config.cpp.enable_kernel_profile` was set before compiling, and a fused kernel spans
+    modules (GELU and LayerNorm, two modules, run as one kernel)."""
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+    from torch.profiler import ProfilerActivity, profile
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+    with inductor_config.patch({"cpp.enable_kernel_profile": flag}):
+        compiled = torch.compile(model, backend="inductor")
+        compiled(x).sum().backward()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            compiled(x).sum().backward()
+    kernels = {e.name for e in prof.events() if "cpp_fused" in e.name}
+    if not flag:
+        assert kernels == set()
+    else:
+        assert any("gelu" in k and "layer_norm" in k and "backward" not in k for k in kernels)
+    torch._dynamo.reset()

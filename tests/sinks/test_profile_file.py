@@ -204,7 +204,7 @@ def test_file_header_paths_and_determinism(tmp_path: Path) -> None:
     assert written == tmp_path / "run.json" and sorted(os.listdir(tmp_path)) == ["run.json"]
     doc = json.loads(written.read_text(encoding="utf-8"))
     assert list(doc)[:3] == ["format", "version", "wandb_modprof_version"]
-    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 3
+    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 4
     assert doc["wandb_modprof_version"] == wandb_modprof.__version__
     assert set(doc) - {"format", "version", "wandb_modprof_version"} == {
         "model_name",
@@ -291,10 +291,10 @@ _STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.
         (
             ("version",),
             999,
-            rf"version 999 \(written by wandb_modprof {_VERSION}\); .* reads version 1, 2, 3; "
+            rf"version 999 \(written by wandb_modprof {_VERSION}\); .* reads version 1, 2, 3, 4; "
             "upgrade",
         ),
-        (("version",), 0, r"unsupported file format version 0 .*reads version 1, 2, 3$"),
+        (("version",), 0, r"unsupported file format version 0 .*reads version 1, 2, 3, 4$"),
         (("version",), True, r"version: expected an integer, got true"),
         (("version",), "1", r'version: expected an integer, got "1"'),
         (("wandb_modprof_version",), 1, r"wandb_modprof_version: expected a string, got 1"),
@@ -380,6 +380,16 @@ _STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.
             re.escape("""calls[1].depth: expected 1 (its parent "<root>#0"'s depth + 1), got 2"""),
         ),
         ((*_CALL, "key"), ROOT, r'calls\[1\]\.key: "<root>#0" repeats an earlier call\'s key'),
+        # compiled regions (version 4): a region must be the call's own or its parent's
+        (
+            (*_CALL, "compiled_region"),
+            ROOT,
+            re.escape(
+                "calls[1].compiled_region: expected null, its own key (its parent's region), "
+                'got "<root>#0"'
+            ),
+        ),
+        ((*_CALL, "compiled_region"), 1, r"calls\[1\]\.compiled_region: expected a string"),
         # the memory curve (version 3)
         (("last_sample", "memory", "source"), "disk", r'memory\.source: expected "device" or'),
         (
@@ -587,8 +597,26 @@ def _stats(draw: st.DrawFn) -> dict[str, ModuleStats]:
 @st.composite
 def _structure(draw: st.DrawFn) -> Structure:
     tree = draw(_tree(exact=True, min_size=1))
+    # compiled regions (version 4): some calls are roots; below a root, its key (outermost wins)
+    roots = draw(st.sets(st.sampled_from([k for k, _, _ in tree])))
+    parents = {k: p for k, p, _ in tree}
+
+    def region(key: str | None) -> str | None:
+        if key is None:
+            return None
+        above = region(parents[key])
+        return above if above is not None else key if key in roots else None
+
     calls = tuple(
-        draw(_builds(CallInfo, key=st.just(k), parent_key=st.just(p), depth=st.just(d)))
+        draw(
+            _builds(
+                CallInfo,
+                key=st.just(k),
+                parent_key=st.just(p),
+                depth=st.just(d),
+                compiled_region=st.just(region(k)),
+            )
+        )
         for k, p, d in tree
     )
     call = st.sampled_from([k for k, _, _ in tree])
@@ -652,10 +680,10 @@ def test_a_version_1_file_loads_without_invented_medians(tmp_path: Path) -> None
     assert node["fwd_ms"] == data.stats["blocks.0#0"].metrics["fwd_ms"].mean
     assert {"gc_samples", "gc_ms_max"} <= set(node["missing"].split(","))
     assert "means: this profile file (version 1) kept no medians" in prof.summary()
-    # saved again: version 3, the unknowns kept as null, and it reads back the same
+    # saved again: version 4, the unknowns kept as null, and it reads back the same
     again = prof.save(tmp_path / "again.modprof.json")
     doc = json.loads(again.read_text(encoding="ascii"))
-    assert doc["version"] == 3 and doc["last_sample"]["memory"] is None
+    assert doc["version"] == 4 and doc["last_sample"]["memory"] is None
     first = next(iter(doc["stats"].values()))
     assert first["gc_samples"] is None and first["metrics"]["fwd_ms"]["median"] is None
     assert _same(wandb_modprof.load(again).snapshot().stats, data.stats)
@@ -697,7 +725,7 @@ def test_a_version_2_file_loads_without_a_curve(tmp_path: Path) -> None:
     assert all(i.fwd_mem_peak_bytes is None for i in data.last.invocations)  # CPU, version 2
     again = prof.save(tmp_path / "again.modprof.json")
     doc = json.loads(again.read_text(encoding="ascii"))
-    assert doc["version"] == 3 and doc["last_sample"]["memory"] is None
+    assert doc["version"] == 4 and doc["last_sample"]["memory"] is None
     assert _same(wandb_modprof.load(again).last_sample, prof.last_sample)
 
 
@@ -717,3 +745,35 @@ def test_a_version_3_file_keeps_the_curve_exactly(saved_text: str, tmp_path: Pat
     assert back is not None and back.memory is not None
     assert list(back.memory.live_bytes) == curve["live_bytes"]
     assert list(back.memory.t_ms) == curve["t_ms"]
+
+
+# ---- version 3 (before compiled regions) ---------------------------------------------------
+V3_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_gpt_compiled.v3.modprof.json"
+
+
+def test_a_version_3_file_loads_as_no_compiled_regions(tmp_path: Path) -> None:
+    """The fixture was written by the version-3 writer (main before the compiled-region
+    records: TinyGPT under `torch.compile(model, backend="aot_eager")`, 3 samples). Its graph
+    lies wholly in a compiled region, but the file did not say so: never invented."""
+    raw = json.loads(V3_FIXTURE.read_text(encoding="ascii"))
+    assert raw["version"] == 3 and "compiled_region" not in raw["structures"][0]["calls"][0]
+    prof = wandb_modprof.load(V3_FIXTURE)
+    (structure,) = prof.structures()
+    assert len(structure.calls) == len(raw["structures"][0]["calls"]) > 20
+    assert all(c.compiled_region is None for c in structure.calls)
+    assert set(prof.stats()) == {ROOT}  # (measured at the region's boundary only, as written)
+    table = prof.table()
+    assert not [r for r in table.records() if r["meta_key"] == "compiled_region"]
+    again = prof.save(tmp_path / "again.modprof.json")
+    doc = json.loads(again.read_text(encoding="ascii"))
+    assert doc["version"] == 4
+    assert all(c["compiled_region"] is None for c in doc["structures"][0]["calls"])
+    assert wandb_modprof.load(again).structures() == prof.structures()
+
+
+def test_a_version_3_file_with_a_compiled_region_is_refused(tmp_path: Path) -> None:
+    doc = json.loads(V3_FIXTURE.read_text(encoding="ascii"))
+    doc["structures"][0]["calls"][0]["compiled_region"] = ROOT
+    message = re.escape('calls[0]: unknown field "compiled_region" (in a version 3 file)')
+    with pytest.raises(ModProfError, match=message):
+        _load_text(tmp_path, json.dumps(doc))

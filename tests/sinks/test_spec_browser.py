@@ -957,4 +957,104 @@ def test_a_group_card_names_its_first_members(open_panel: OpenPanel, spec: dict[
     (named,) = named_lines
     assert named.rstrip("…") in "e.g. " + ", ".join(first), (named, first)
     assert first[0] in named
+
+
+# ---- torch.compile'd models: the compiled-region notes (issue 16 item 3) ---------------------
+def _compiled_rows(style: str) -> list[dict[str, Any]]:
+    """TinyGPT trained under `watch`, compiled (aot_eager) as a whole or block by block."""
+    import torch._dynamo
+    from helpers import disabled_run
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager = TinyGPT(vocab=64, dim=32, heads=2, layers=2, ctx=16)
+    x = torch.randint(0, 64, (2, 16))
+    if style == "whole":
+        model: nn.Module = torch.compile(eager, backend="aot_eager")
+    else:
+        for block in eager.blocks:
+            block.compile(backend="aot_eager")
+        model = eager
+    handle = wandb_modprof.watch(model, log_freq=2, run=disabled_run())
+    for _ in range(4):
+        model(x).float().pow(2).mean().backward()
+        model.zero_grad(set_to_none=True)
+    return _rows(handle.unwatch().table())
+
+
+def _card_lines(panel: browser.Panel, key: str) -> list[str]:
+    panel.hover("node_rect", lambda i: i.datum["node_key"] == key)
+    return [str(i.text) for i in sorted(panel.items("card_text"), key=lambda i: i.y)]
+
+
+INSIDE_NOTE = ["fused by torch.compile, its own time", "and memory are not measured"]
+
+
+def _inside(lines: list[str], region: str) -> bool:
+    """The card holds the three lines of the note, in order, on consecutive lines."""
+    note = [f"Inside compiled region {region}:", *INSIDE_NOTE]
+    return any(lines[i : i + 3] == note for i in range(len(lines)))
+
+
+def test_nodes_inside_a_compiled_block_say_so_in_the_card(
+    open_panel: OpenPanel, spec: dict[str, Any], shot: Shot
+) -> None:
+    rows = _compiled_rows("blocks")
+    panel = open_panel(spec, rows)
+    # the block: measured as one call, and how many calls ran fused inside it
+    inside = sum(1 for r in rows if r["row_kind"] == "meta" and r["meta_key"] == "compiled_region")
+    assert inside == 2  # one row per compiled block
+    (count,) = [
+        int(r["meta_number"])
+        for r in rows
+        if r["row_kind"] == "meta" and r["meta_value"] == "blocks.0#0"
+    ]
+    lines = _card_lines(panel, "blocks.0#0")
+    assert "Compiled region (torch.compile)," in lines, lines
+    assert f"measured as one call: its {count} calls inside" in lines, lines
+    assert any(line.startswith("Forward: ") for line in lines), lines  # measured
+    fused = sum(
+        int(r["meta_number"])
+        for r in rows
+        if r["row_kind"] == "meta" and r["meta_key"] == "compiled_region"
+    )
+    totals = [str(i.text) for i in panel.items("total_text")]
+    assert f"{fused} calls fused in 2 compiled regions" in totals, totals
+    lines = _card_lines(panel, "wte#0")  # outside every region: no note
+    assert not any("ompiled" in line for line in lines), lines
+    # inside the block: every module node says it ran fused, and has no time of its own
+    panel.click("node_rect", lambda i: i.datum["node_key"] == "blocks.0#0")
+    assert panel.signal("view_now") == "blocks.0#0"
+    lines = _card_lines(panel, "blocks.0.attn#0")
+    assert _inside(lines, "blocks.0"), lines
+    assert not any(line.startswith("Forward: ") for line in lines), lines
+    (head,) = [str(i.text) for i in panel.items("strip_head")]
+    assert "inside compiled region blocks.0, no call of this view ran on its own" in head, head
+    shot(panel, "compiled-inner-card")
+    limit = _card_text_limit(spec)  # no note cut at the card's edge
+    for item in sorted(panel.items("card_text"), key=lambda i: i.y)[1:]:
+        assert item.width < limit - 4, (item.text, item.width, limit)
+    # the block's own view: its `self` node holds the block's whole time, and says why
+    lines = _card_lines(panel, "blocks.0#0|self")
+    assert "Compiled region blocks.0: the calls" in lines, lines
+    assert any(line.startswith("Forward: ") for line in lines), lines
+    # one level deeper, the view's own ops are inside the region too
+    panel.click("node_rect", lambda i: i.datum["node_key"] == "blocks.0.attn#0")
+    assert panel.signal("view_now") == "blocks.0.attn#0"
+    lines = _card_lines(panel, "blocks.0.attn#0|self")
+    assert _inside(lines, "blocks.0"), lines
+    assert panel.errors() == []
+
+
+def test_a_whole_compiled_model_names_its_class_in_the_card(
+    open_panel: OpenPanel, spec: dict[str, Any], shot: Shot
+) -> None:
+    rows = _compiled_rows("whole")
+    panel = open_panel(spec, rows)
+    assert panel.signal("region_key") == ROOT
+    lines = _card_lines(panel, "blocks.1#0")
+    assert _inside(lines, "TinyGPT"), lines
+    shot(panel, "whole-compiled-card")
+    lines = _card_lines(panel, f"{ROOT}|self")
+    assert "Compiled region TinyGPT: the calls" in lines, lines
     assert panel.errors() == []

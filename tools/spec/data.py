@@ -134,6 +134,56 @@ def _meta() -> list[Data]:
                 ("mem_peak_ms", "mem_peak_ms"),
             )
         ],
+        *_regions(),
+    ]
+
+
+def _regions() -> list[Data]:
+    """The compiled regions (meta `compiled_region`: text the root call's key, number the
+    calls fused inside it) with their root's view interval (`rv0`..`rv1`, -1: not drawn) and
+    the name the card says; `region_at`: the regions holding the current view, outermost
+    first (views are numbered depth first: inside a region, a view's id lies in its root's
+    view's interval). Only the outermost region is recorded, so there is one at most."""
+    lookup = {
+        "type": "lookup",
+        "from": "cur_views",
+        "key": "view_key",
+        "fields": ["meta_value"],
+        "values": ["view_id", "view_last", "view_parent", "name_ref", "module_type"],
+        "as": ["rv0", "rv1", "rparent", "rname", "rtype"],
+        "default": -1,
+    }
+    return [
+        {
+            "name": "m_regions",
+            "source": "meta",
+            "transform": [
+                _filter("datum.meta_key === 'compiled_region'"),
+                lookup,
+                # the whole model: named by its class, as the breadcrumbs do
+                _formula("rlabel", "datum.rparent === -1 ? datum.rtype + '' : datum.rname + ''"),
+            ],
+        },
+        {
+            "name": "regions_sum",
+            "source": "m_regions",
+            "transform": [
+                {
+                    "type": "aggregate",
+                    "fields": ["meta_number", "meta_number"],
+                    "ops": ["sum", "count"],
+                    "as": ["fused", "n"],
+                }
+            ],
+        },
+        {
+            "name": "region_at",
+            "source": "m_regions",
+            "transform": [
+                _filter("datum.rv0 >= 0 && datum.rv0 <= view_now_id && view_now_id <= datum.rv1"),
+                {"type": "collect", "sort": {"field": "rv0"}},
+            ],
+        },
     ]
 
 

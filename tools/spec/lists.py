@@ -74,6 +74,10 @@ def _card_notes() -> list[str]:
         f"!{missing('rank_slowest')} && datum.rank_count > 1 ? 'fwd+bwd ' + "
         f"({fmt_ms('datum.rank_fwd_bwd_max_ms')}) + ', mean ' + "
         f"({fmt_ms('datum.rank_fwd_bwd_mean_ms')}) : ''",
+        # Compiled regions (meta `compiled_region`): a region's root was measured as one call;
+        # the calls inside ran fused (drawn from the graph traced on fake tensors, grey in the
+        # time and memory modes), and the root's own view gives its `self` node the whole time.
+        *_region_lines(),
         "datum.has_view ? 'Click to open' : ''",
         "datum.node_kind === 'group' ? datum.group_count + ' modules merged to fit the table' : ''",
         # the first members by name (all of them are in the table's `group_members`)
@@ -86,6 +90,48 @@ def _card_notes() -> list[str]:
         "!indata('vframed', 'member', datum.node_key) ? "
         "'No edges: appeared after the graph was drawn' : ''",
     ]
+
+
+# The card's kinds of node in a compiled region, each with its three lines.
+_INSIDE = (
+    "region_key !== '' && (datum.node_kind === 'module' || datum.node_kind === 'group' || "
+    "(datum.node_kind === 'self' && view_now !== region_key))"
+)
+_ROOT_SELF = "region_key !== '' && datum.node_kind === 'self' && view_now === region_key"
+_ROOT = "datum.region_n >= 0 && datum.node_kind === 'module'"
+_REGION_LINES = (
+    (
+        _INSIDE,
+        "'Inside compiled region ' + region_label + ':'",
+        "'fused by torch.compile, its own time'",
+        "'and memory are not measured'",
+    ),
+    (
+        _ROOT_SELF,
+        "'Compiled region ' + region_label + ': the calls'",
+        "'inside ran fused, so its whole time'",
+        "'and memory are here'",
+    ),
+    (
+        _ROOT,
+        "'Compiled region (torch.compile),'",
+        "'measured as one call' + (datum.region_n > 0 ? ': its ' + datum.region_n + "
+        "(datum.region_n === 1 ? ' call' : ' calls') + ' inside' : '')",
+        "datum.region_n > 0 ? 'ran fused, not measured on their own' : ''",
+    ),
+)
+
+
+def _region_lines() -> list[str]:
+    """Three card lines, each saying the line of whichever kind the node is (they exclude
+    each other: a region's root lies outside every region)."""
+    out = []
+    for i in range(3):
+        line = "''"
+        for when, *texts in reversed(_REGION_LINES):
+            line = f"({when}) ? ({texts[i]}) : ({line})"
+        out.append(line)
+    return out
 
 
 def _card() -> Data:
@@ -110,6 +156,16 @@ def _card() -> Data:
             _formula("line_i", str(list(range(lines)))),
             {"type": "flatten", "fields": ["line_i"], "as": ["line_i"]},
             *per_mode,
+            # a compiled region's root: how many calls ran fused inside it (-1: not a root)
+            {
+                "type": "lookup",
+                "from": "m_regions",
+                "key": "meta_value",
+                "fields": ["node_key"],
+                "values": ["meta_number"],
+                "as": ["region_n"],
+                "default": -1,
+            },
             _formula("mv", "datum['v_' + datum.mk]"),
             _formula("line", _card_line()),
             _filter("datum.line !== ''"),
@@ -231,6 +287,13 @@ def _totals() -> list[Data]:
     joined.append(
         "isValid(tot.num_samples) ? format(tot.num_samples, 'd') + ' samples  ·  ' + "
         "format(tot.invocations, 'd') + ' calls' : ''"
+    )
+    # compiled regions (meta `compiled_region`): the calls inside have FLOPs only, so they are
+    # absent from the time and memory top lists; this line says where they went
+    joined.append(
+        "regions_tot.n > 0 ? format(regions_tot.fused, 'd') + (regions_tot.fused === 1 ? "
+        "' call' : ' calls') + ' fused in ' + regions_tot.n + ' compiled region' + "
+        "(regions_tot.n === 1 ? '' : 's') : ''"
     )
     return [
         {

@@ -153,6 +153,12 @@ def _meta() -> list[Signal]:
         {"name": "statistic", "update": _first("m_statistic", "meta_value", "'mean'")},
         # calls no captured graph holds (`view.meta.unseen_meta`): drawn without edges
         {"name": "unseen_text", "update": _first("m_unseen", "meta_value", "''")},
+        # the compiled region (`view.meta.region_meta`) the current view lies in: its root
+        # call's key and name ('' outside compiled code)
+        {"name": "region_key", "update": _first("region_at", "meta_value", "''")},
+        {"name": "region_label", "update": _first("region_at", "rlabel", "''")},
+        # how many regions, and the calls fused inside them all (the totals' last line)
+        {"name": "regions_tot", "update": _first("regions_sum", "", "{'n': 0, 'fused': 0}")},
         {"name": "banner_h", "update": "reduced_text || unseen_text ? 22 : 0"},
         {"name": "gw", "update": f"max(60, width - {GX0})"},
         # the detail strip (`strip.py`) takes its height and a gap below the graph

@@ -174,8 +174,11 @@ def _heading() -> str:
         f"(peak_bytes > 0 ? ' · peak ' + ({fmt_bytes('peak_bytes')}) + "
         f"(peak_key ? ' during ' + ({peak_name}) + ' ' + peak_phase : '') : '')"
     )
+    # Inside a compiled region (`region_key`) the calls of this view ran fused: no span.
     time = (
-        "'Timeline of step ' + tl_step + ': the calls of this view, forward then backward (paler)'"
+        "'Timeline of step ' + tl_step + ': ' + (region_key ? 'inside compiled region ' + "
+        "region_label + ', no call of this view ran on its own' : "
+        "'the calls of this view, forward then backward (paler)')"
     )
     return f"{MEMORY} ? ({memory}) : ({time})"
 

@@ -101,8 +101,12 @@ class Profile:
 
     def summary(self, n: int = 10) -> str:
         """A terminal table of the top modules by forward, backward and activation memory."""
+        from wandb_modprof.view.graphs import merge
+        from wandb_modprof.view.regions import regions
+
         data = self.snapshot()
-        return format_summary(data.model_name, data.num_samples, data.stats, data.last, n)
+        compiled = regions(merge(data.structures, data.stats.values()))
+        return format_summary(data.model_name, data.num_samples, data.stats, data.last, n, compiled)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain builtins: model name, sample count, last sample's records, and statistics."""

@@ -12,6 +12,7 @@ wrappers' `_orig_mod` is looked through), so the graph's calls match the measure
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +21,15 @@ from torch import nn
 from torch.utils._pytree import tree_map_only
 from torch.utils.hooks import RemovableHandle
 
-from wandb_modprof.capture.compiled import eager_modules, unwrapped
+from wandb_modprof.capture.compiled import (
+    compiled_in_place,
+    eager_modules,
+    is_compiled_wrapper,
+    mark_regions,
+    region_roots,
+    unwrapped,
+)
+from wandb_modprof.capture.inert_hook import under_compile
 from wandb_modprof.capture.static_memory import ROOT_NAME
 from wandb_modprof.capture.structure_pass import StructurePass
 from wandb_modprof.capture.wrappers import inner_model, type_name
@@ -72,7 +81,23 @@ def fake_structure(
             handle.remove()
     if structure.failed or not structure.forward_done:
         return None, structure.error or RuntimeError("forward hooks fired out of order")
-    return structure.finish(), None
+    graph = structure.finish()
+    roots = {ROOT_NAME} if _root_compiled(model, inner, eager) else region_roots(eager)
+    return dataclasses.replace(graph, calls=mark_regions(graph.calls, roots)), None
+
+
+def _root_compiled(model: nn.Module, inner: nn.Module | None, eager: nn.Module) -> bool:
+    """The whole forward is one compiled region: the watched model is a `torch.compile`
+    wrapper (or DDP around one), the model was compiled in place (`model.compile()`), or our
+    root hook runs under a wrapper around the watched model (`compiled = torch.compile(model)`
+    after `watch(model)`)."""
+    return (
+        under_compile()
+        or is_compiled_wrapper(model)
+        or (inner is not None and is_compiled_wrapper(inner))
+        or compiled_in_place(model)
+        or compiled_in_place(eager)
+    )
 
 
 def _hook(structure: StructurePass, eager: nn.Module) -> list[RemovableHandle]:

@@ -19,6 +19,12 @@ class CallInfo:
     input and output nodes of this call's own view. `fwd_flops` includes children's FLOPs,
     `fwd_self_flops` only those of ops in the call's own code. `flops_known` is False for
     calls no structure pass saw (their node comes from the statistics alone).
+
+    `compiled_region` is the key of the compiled region (`torch.compile`) the call ran in:
+    its own key for a region's root (the call measured at the region's boundary), an
+    ancestor's for a call inside one, whose own time and memory compilation fused into the
+    region's (`capture.fake_structure`); None outside compiled code, and for every call of a
+    graph from a profile file before version 4, which did not record it.
     """
 
     key: str
@@ -33,6 +39,7 @@ class CallInfo:
     fwd_flops: int
     fwd_self_flops: int
     flops_known: bool
+    compiled_region: str | None = None
 
 
 @dataclass(frozen=True)

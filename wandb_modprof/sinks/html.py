@@ -175,6 +175,34 @@ def _meta(table: ProfileTable) -> dict[str, float | None]:
     return out
 
 
+def region_note(table: ProfileTable) -> str:
+    """What the table's `compiled_region` meta rows say, in a sentence ('' without any): the
+    regions' names (from their views' rows; the key where a view is not drawn) and the calls
+    that ran fused inside them, drawn grey in the time and memory modes."""
+    records = table.records()
+    keys = [
+        (str(r["meta_value"]), int(r["meta_number"]))
+        for r in records
+        if r["row_kind"] == "meta" and r["meta_key"] == "compiled_region"
+    ]
+    if not keys:
+        return ""
+    names = {
+        str(r["view_key"]): str(r["module_type"] if r["view_parent"] == -1 else r["name_ref"])
+        for r in records
+        if r["row_kind"] == "view"
+    }
+    shown = ", ".join(names.get(key, key) for key, _ in keys[:8])
+    more = f" and {len(keys) - 8} more" if len(keys) > 8 else ""
+    fused = sum(n for _, n in keys)
+    regions = "one compiled region" if len(keys) == 1 else f"{len(keys)} compiled regions"
+    return (
+        f"torch.compile: {regions} ({shown}{more}), each measured as one call; the {fused} "
+        "module calls inside ran fused, so they are drawn with their FLOPs only (grey in the "
+        "time and memory modes; their hover cards say so)."
+    )
+
+
 _TOTALS_HEADS = ("model", "forward / step", "backward / step", "activations", "parameters")
 
 
@@ -292,6 +320,11 @@ def tables_html(
         "forward onwards)."
         for label, _, meta in summaries
         if not meta.get("num_samples")
+    ]
+    notes += [
+        f"{label}: {note}" if len(tables) > 1 else note
+        for (label, _, table) in tables
+        if (note := region_note(table))
     ]
     written = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z").strip()
     heads, totals = _totals(summaries, len(tables) > 1)

@@ -4,7 +4,7 @@ does the file I/O and the header; `profile_schema.py` turns the records into JSO
 
 The file is one JSON object (UTF-8, in fact pure ASCII):
 
-    {"format": "wandb_modprof.profile", "version": 3, "wandb_modprof_version": "0.1.0",
+    {"format": "wandb_modprof.profile", "version": 4, "wandb_modprof_version": "0.1.0",
      "model_name": ..., "num_samples": ..., "stats": {key: ModuleStats},
      "last_sample": Sample | null, "structures": [Structure]}
 
@@ -46,6 +46,13 @@ time). With it the sample holds the step's whole timeline: each call's forward s
 call by `owner_key`) and the memory over the step. Version-1 and -2 files load with `memory`
 null (not measured), and on CPU their calls' `fwd_mem_peak_bytes` / `bwd_mem_peak_bytes` stay
 null as recorded (version 3 fills them on CPU from the curve).
+
+Version 4 added each structure call's `compiled_region`: null outside compiled code, else the
+key of the compiled region's root call (`torch.compile`) the call ran in, its own key for the
+root. It must name a call of the same structure: the call itself (and then no ancestor is in
+a region: only the outermost region counts) or an ancestor that is its own region's root.
+Files of versions 1-3 load with every call's `compiled_region` null (not recorded: drawn as
+before, without the compiled-region notes).
 """
 
 from __future__ import annotations
@@ -64,8 +71,8 @@ if TYPE_CHECKING:
     from wandb_modprof.records.snapshot import ProfileData
 
 FORMAT = "wandb_modprof.profile"
-VERSION = 3
-SUPPORTED_VERSIONS = (1, 2, 3)
+VERSION = 4
+SUPPORTED_VERSIONS = (1, 2, 3, 4)
 
 
 # ---- writing -------------------------------------------------------------------------------
@@ -167,6 +174,8 @@ def _parse(raw: bytes) -> FileData:
         _migrate_v1(doc)
     if version <= 2:
         _migrate_v2(doc, version)
+    if version <= 3:
+        _migrate_v3(doc, version)
     data: FileData = decode(doc, FileData, "")
     return data
 
@@ -209,3 +218,22 @@ def _migrate_v2(doc: dict[str, Any], version: int) -> None:
             where = "last_sample"
             raise FileError(where, f'unknown field "memory" (in a version {version} file)')
         last["memory"] = None
+
+
+def _migrate_v3(doc: dict[str, Any], version: int) -> None:
+    """Give every structure call of a version-1 to -3 document the `compiled_region` field
+    version 4 added, as null (not recorded). A file of those versions that has it is refused."""
+    structures = doc.get("structures")
+    if not isinstance(structures, list):
+        return
+    for i, structure in enumerate(structures):
+        calls = structure.get("calls") if isinstance(structure, dict) else None
+        if not isinstance(calls, list):
+            continue
+        for j, call in enumerate(calls):
+            if isinstance(call, dict):
+                if "compiled_region" in call:
+                    where = f"structures[{i}].calls[{j}]"
+                    problem = f'unknown field "compiled_region" (in a version {version} file)'
+                    raise FileError(where, problem)
+                call["compiled_region"] = None

@@ -219,6 +219,7 @@ def _check(obj: object, where: str) -> None:
         _check_tree(
             obj.calls, lambda i: f"{where}.calls[{i}]", "a call of this structure", exact=True
         )
+        _check_regions(obj.calls, where)
         for i, edge in enumerate(obj.edges):
             for name in ("view_key", "src_key", "dst_key"):
                 node = getattr(edge, name)
@@ -230,6 +231,28 @@ def _check(obj: object, where: str) -> None:
                 if not ok:
                     at = f"{where}.edges[{i}].{name}"
                     raise FileError(at, f"{json.dumps(node)} is not a call of this structure")
+
+
+def _check_regions(calls: Sequence[CallInfo], where: str) -> None:
+    """A call's `compiled_region` (after `_check_tree`: parents known, no cycle) is null, its
+    own key with no ancestor in a region (the outermost region is the one measured), or an
+    ancestor's key that is that ancestor's own region."""
+    by_key = {c.key: c for c in calls}
+    for i, call in enumerate(calls):
+        region = call.compiled_region
+        if region is None:
+            continue
+        at = f"{where}.calls[{i}].compiled_region"
+        parent = by_key.get(call.parent_key) if call.parent_key is not None else None
+        above = parent.compiled_region if parent is not None else None
+        if region == call.key:
+            if above is not None:
+                got = f"its own key inside region {json.dumps(above)}"
+                raise FileError(at, f"expected {json.dumps(above)} (the outermost region), {got}")
+        elif region != above:  # (so, up the chain, some ancestor is its own region's root)
+            expected = "null, its own key" + (f" or {json.dumps(above)}" if above else "")
+            got = json.dumps(region)
+            raise FileError(at, f"expected {expected} (its parent's region), got {got}")
 
 
 def _check_values(obj: object, where: str) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from wandb_modprof.sinks.escape import escape_text
 from wandb_modprof.sinks.units import format_value
+from wandb_modprof.view.regions import Region, note
 
 if TYPE_CHECKING:
     from wandb_modprof.records.sample import ModuleStats, Sample
@@ -40,6 +41,7 @@ def format_summary(
     stats: Mapping[str, ModuleStats],
     last: Sample | None,
     n: int,
+    regions: Sequence[Region] = (),
 ) -> str:
     model_name = escape_text(model_name)
     if last is None or not stats:
@@ -64,6 +66,7 @@ def format_summary(
     kind = statistic_words(stats.values())
     lines = [head, totals_line, f"({kind} over samples; self = excluding child modules)"]
     lines += gc_notes(list(stats.values()), n)
+    lines += region_notes(regions, n)
     lines.append("")
     lines += _section(
         "Top modules by forward time", top("fwd_self_ms"), "fwd_self_ms", "fwd_ms", "ms"
@@ -114,6 +117,15 @@ def gc_notes(stats: Sequence[ModuleStats], n: int) -> list[str]:
     return lines
 
 
+def region_notes(regions: Sequence[Region], n: int) -> list[str]:
+    """A line per compiled region (at most `n`): measured as one call, the calls inside it
+    ran fused (drawn from the graph, but absent from every list of times and memory)."""
+    lines = [escape_text(note(r)) for r in regions[:n]]
+    if len(regions) > n:
+        lines.append(f"(and {len(regions) - n} more compiled regions)")
+    return lines
+
+
 # ---- one analysis mode: `wandb-modprof summary` ------------------------------------------
 def format_percent(share: float | None) -> str:
     return "-" if share is None else f"{share:.1%}"
@@ -152,9 +164,10 @@ def format_mode_summary(values: ModeValues, n: int) -> str:
     if values.total is not None:
         head += f", model total {format_value(m.unit, values.total)}"
     measured = [v for v in values.modules if v.value is not None]
+    regions = region_notes(values.regions, n)
     if not measured:
         why = "no sampled steps" if values.num_samples == 0 else "not measured in this profile"
-        return f"{head}\nno module has a value in mode {m.key} ({why}).\n"
+        return "\n".join([head, f"no module has a value in mode {m.key} ({why}).", *regions]) + "\n"
     measured.sort(key=lambda v: v.value or 0.0, reverse=True)
     shown = measured[:n]
     header = ["#", "module", "type", "calls", m.label]
@@ -187,4 +200,5 @@ def format_mode_summary(values: ModeValues, n: int) -> str:
         lines.append("(share: of the model total; a module's value includes its children)")
     if per_module and m.total:
         lines.append("(same: another call of a module above; its memory is counted once)")
+    lines += regions
     return "\n".join(lines) + "\n"

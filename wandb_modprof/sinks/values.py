@@ -27,6 +27,7 @@ from wandb_modprof.records.ranks import RankData
 from wandb_modprof.records.sample import ModuleStats
 from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_data
 from wandb_modprof.view.graphs import merge, view_graphs
+from wandb_modprof.view.regions import Region, regions
 from wandb_modprof.view.values import as_float, finite
 
 
@@ -55,6 +56,8 @@ class ModeValues:
     modules: tuple[ModuleValue, ...]
     total: float | None
     statistic: str = "median"  # what the values are: `ProfileData.statistic`
+    # the compiled regions (`view/regions.py`): the calls inside have FLOPs only
+    regions: tuple[Region, ...] = ()
 
     def share(self, value: float | None) -> float | None:
         """`value` as a fraction of the model total, where the mode has one."""
@@ -96,7 +99,9 @@ def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValu
     )
     root = tree.calls[0] if tree.calls else None
     total = _total(m, data, root)
-    return ModeValues(data.model_name, data.num_samples, m, modules, total, data.statistic)
+    return ModeValues(
+        data.model_name, data.num_samples, m, modules, total, data.statistic, regions(tree)
+    )
 
 
 def _gc_samples(stats: ModuleStats | None) -> int | None:

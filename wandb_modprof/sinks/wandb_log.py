@@ -235,7 +235,7 @@ def wandb_table(table: ProfileTable) -> Any:
     check, on a loaded 2-core machine; see README, Scale). W&B infers each column's type from
     its values; `view.columns` types every column by construction (`column_types`), and the
     tests check W&B reads the same types. Only the columns the panel's spec reads go in
-    (`spec.read_columns`: 53 of 83 today), since W&B's per-cell work (type checks here,
+    (`spec.read_columns`: about two thirds of them), since W&B's per-cell work (type checks here,
     serialisation in `run.log`) is most of a large log's cost; the file has everything."""
     import wandb
 

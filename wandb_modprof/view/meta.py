@@ -15,6 +15,7 @@ from wandb_modprof.view.columns import TABLE_FORMAT, TABLE_VERSION
 from wandb_modprof.view.graphs import CallTree
 from wandb_modprof.view.ranks import rank_meta
 from wandb_modprof.view.reduce import Reduction
+from wandb_modprof.view.regions import regions
 from wandb_modprof.view.rows import MetaRow
 
 if TYPE_CHECKING:
@@ -51,7 +52,23 @@ def profile_meta(prof: ProfileData, tree: CallTree, has_views: bool) -> list[Met
     meta.append(("total_fwd_flops", "", flops))
     meta.extend(rank_meta(prof.ranks))
     meta.extend(unseen_meta(prof))
+    meta.extend(region_meta(tree))
     return meta
+
+
+# At most this many `compiled_region` rows (they come out of the row budget before the views):
+# a model with one compiled block per layer has one per layer, far fewer than this.
+MAX_REGION_ROWS = 256
+
+
+def region_meta(tree: CallTree) -> list[MetaRow]:
+    """One `compiled_region` row per compiled region (`view/regions.py`), in forward order,
+    at most `MAX_REGION_ROWS`: text the key of its root call (measured as one call), number
+    how many calls ran fused inside it (drawn, with every metric but the FLOPs `missing`).
+    The panel's hover cards say so on the root and on every node inside (views are numbered
+    depth first: a node is inside when its view's id lies in the root's view's interval). No
+    row without compiled code, so tables of eager models are unchanged."""
+    return [("compiled_region", r.key, float(r.inside)) for r in regions(tree)[:MAX_REGION_ROWS]]
 
 
 def unseen_meta(prof: ProfileData) -> list[MetaRow]:

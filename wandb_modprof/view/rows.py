@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from wandb_modprof.records.calls import CallInfo
@@ -233,6 +234,9 @@ def timeline_rows(
     return rows
 
 
+_in_column_order = itemgetter(*COLUMNS)  # a row dict's cells as the table's tuple, in one call
+
+
 def _row(cells: dict[str, Cell], values: dict[str, float] | None = None) -> Row:
     """One row; `values` are the metric columns measured for it, the others are missing.
     A value that is not a finite float counts as missing too (see the module docstring)."""
@@ -250,7 +254,8 @@ def _row(cells: dict[str, Cell], values: dict[str, float] | None = None) -> Row:
                 row[column] = int(row[column])
         missing = [c for c in MISSABLE_COLUMNS if c not in measured]
         row["missing"] = "*" if len(missing) == len(MISSABLE_COLUMNS) else ",".join(missing)
-    return tuple(row[c] for c in COLUMNS)
+    cells_in_order: Row = _in_column_order(row)
+    return cells_in_order
 
 
 def _edge_path(points: Sequence[tuple[float, float]]) -> str:
