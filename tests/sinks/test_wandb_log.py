@@ -18,8 +18,8 @@ from conftest import requires_cuda
 from helpers import (
     RecordingRun,
     check_logged_tables,
-    logged_cells,
     disabled_run,
+    logged_cells,
     profiled,
     strict_json,
     train_step,

@@ -148,3 +148,34 @@ def test_budget_merges_spans_and_keeps_the_peak(resnet_prof):
         table = build_table(big, max_rows=max_rows)
         check_table(table, max_rows)
         assert "timeline: " in table.reduced
+
+
+def test_a_view_of_more_nodes_than_the_span_cap_keeps_one_span_per_node_and_phase():
+    """600 sibling modules: more nodes than `SPANS_PER_VIEW`, so merging each node's spans
+    cannot reach the cap. The table is built (it hung: the merge gap doubled forever), each
+    node keeps one forward and one backward span, and nothing of the step is lost."""
+    from torch import nn
+
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(600)])
+    x = torch.randn(1, 2)
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(2):
+            model(x).sum().backward()
+    data = prof.snapshot()
+    root = data.last.invocations[0].key
+    children = [r for r in data.last.invocations if r.parent_key == root]
+    assert len(children) > SPANS_PER_VIEW
+    # every run 4 times, so merging has work to do before it meets the node count
+    runs = tuple(r for r in data.last.runs for _ in range(4))
+    sample = dataclasses.replace(data.last, runs=runs)
+    nodes = tuple(GraphNode(r.key, "module", r.key, r.module_type) for r in children)
+    timeline = build_timeline(sample, [ViewGraph(root, nodes, ())], {}, budget=3000)
+    per_node: dict[tuple[str, str], int] = {}
+    for span in timeline.spans:
+        per_node[(span[1], span[2])] = per_node.get((span[1], span[2]), 0) + 1
+    assert len(timeline.spans) == len(per_node) == 2 * len(children)
+    assert set(per_node.values()) == {1}
+    assert sum(s[5] for s in timeline.spans if s[2] == "bwd") == len(runs)
+    table = prof.table()
+    check_table(table, 10_000)
+    assert sum(r[0] == "span" for r in table.rows) > 0

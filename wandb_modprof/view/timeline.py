@@ -8,7 +8,8 @@ meta triples that describe them, and what the downsampling left out (for the `re
   (and checkpoint recomputes) charged to it or to its descendants, consecutive runs of the same
   node merged into one span (`group_count`: how many runs). A group node (merged modules) gets
   its members' spans. At most `SPANS_PER_VIEW` per view: beyond that a node's spans closer
-  than a gap are merged, the gap doubling until they fit.
+  than a gap are merged, the gap doubling until they fit (a view of more nodes than that keeps
+  one forward and one backward span per node: spans of different nodes are never merged).
 * `mem` rows: the curve (`Sample.memory`), at most `CURVE_POINTS` points: the time axis is cut
   into `CURVE_POINTS // 2` buckets and each keeps its lowest and highest point, in time order,
   so the peak is always kept exactly.
@@ -117,18 +118,33 @@ def _view_spans(
         spans.sort(key=lambda s: s[3])
         out[view] = _merge_consecutive(spans)
     backward: dict[str, list[Span]] = {g.view_key: [] for g in graphs}
+    # every drawn view above the run's owner sees it, as the span of its node there: the
+    # nodes are found once per owner (a MoE step has ~50,000 runs of ~15,000 owners)
+    seen_by: dict[str, list[tuple[str, str]]] = {}
     for run in sorted(sample.runs, key=lambda r: r.start_ms):
-        up: str | None = run.owner_key
-        # every drawn view above the run's owner sees it, as the span of its node there
-        while up is not None:
-            hit = node_of.get(up)
-            if hit is not None:
-                backward[hit[0]].append((hit[0], hit[1], "bwd", run.start_ms, run.end_ms, 1))
-            rec = inv.get(up)
-            up = rec.parent_key if rec is not None else None
+        hits = seen_by.get(run.owner_key)
+        if hits is None:
+            hits = seen_by[run.owner_key] = _drawn_above(run.owner_key, node_of, inv)
+        for view, drawn in hits:
+            backward[view].append((view, drawn, "bwd", run.start_ms, run.end_ms, 1))
     for view in out:
         out[view] += _merge_consecutive(backward[view])
     return out
+
+
+def _drawn_above(
+    key: str, node_of: Mapping[str, tuple[str, str]], inv: Mapping[str, InvocationRecord]
+) -> list[tuple[str, str]]:
+    """(view key, node key) of every drawn node that is the call `key` or an ancestor of it."""
+    hits: list[tuple[str, str]] = []
+    up: str | None = key
+    while up is not None:
+        hit = node_of.get(up)
+        if hit is not None:
+            hits.append(hit)
+        rec = inv.get(up)
+        up = rec.parent_key if rec is not None else None
+    return hits
 
 
 def _fwd_end(rec: InvocationRecord) -> float:
@@ -154,14 +170,21 @@ def _merge_consecutive(spans: list[Span], gap: float = -1.0) -> list[Span]:
 
 
 def _fit(spans: list[Span], cap: int) -> list[Span]:
-    """At most `cap` spans: merge each node's spans across gaps, doubling the gap."""
+    """At most `cap` spans: merge each node's spans across gaps, doubling the gap. A view with
+    more than `cap` nodes keeps one forward and one backward span per node (spans of different
+    nodes are never merged): the gap stops growing once it spans the whole step (it looped
+    forever there: `prof.table()` of a 600-module `Sequential` hung)."""
     if len(spans) <= cap:
         return spans
     ends = [s[4] for s in spans] + [s[3] for s in spans]
-    gap = max((max(ends) - min(ends)) / (4 * cap), 1e-6)
+    extent = max(ends) - min(ends)
+    gap = max(extent / (4 * cap), 1e-6)
+    ordered = sorted(spans, key=lambda s: (s[2] != "fwd", s[3]))
     fitted = spans
     while len(fitted) > cap:
-        fitted = _merge_consecutive(sorted(spans, key=lambda s: (s[2] != "fwd", s[3])), gap)
+        fitted = _merge_consecutive(ordered, gap)
+        if gap > extent:
+            break  # every node's spans are one per phase now: no wider gap merges more
         gap *= 2
     return fitted
 
