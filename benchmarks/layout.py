@@ -15,7 +15,9 @@ Cases
   round it as a residual); every view also has its edge-less ``self`` node. Timed is the
   layout of all 25 views, one after the other, as a report would do;
 * ``fan``: one input feeding 2,000 calls side by side (labels of varied length) that all
-  feed one output: a single 2,000-wide layer;
+  feed one output: a single 2,000-wide layer (64 module types, so that no 33 siblings share one);
+* ``grid``: the same fan with one module type, a mixture-of-experts layer's shape: the 2,000
+  siblings are drawn as a grid in one frame with bundled edges (`view/blocks.py`);
 * ``residual-stream``: a stress case beyond the issue's three: one view of 80 calls whose own
   code adds every call's output to the stream (``x = x + f(x)``), so the structure pass
   records an edge from every call (and the input) to every later call: 3,321 edges.
@@ -121,10 +123,13 @@ def residual_stream(n: int) -> list[ViewGraph]:
     return [_view("stream", calls, edges)]
 
 
-def fan(n: int) -> list[ViewGraph]:
-    calls = [(f"m{i}{'_wide' * (i % 5)}", "Linear") for i in range(n)]
+def fan(n: int, grid: bool = False) -> list[ViewGraph]:
+    # 64 module types: at most 32 siblings of one type, so the fan stays one layered row; with
+    # `grid`, one type: more than 32 siblings of it are a grid in a frame (`view/blocks.py`)
+    types = 1 if grid else 64
+    calls = [(f"m{i}{'_wide' * (i % 5)}", f"Linear{i % types}") for i in range(n)]
     edges = [("in", key) for key, _ in calls] + [(key, "out") for key, _ in calls]
-    return [_view("fan", calls, edges)]
+    return [_view("grid" if grid else "fan", calls, edges)]
 
 
 @dataclass(frozen=True)
@@ -139,12 +144,14 @@ def cases(quick: bool) -> list[Case]:
             Case("chain+skips", lambda: chain_with_skips(200)),
             Case("model-like", lambda: model_like(blocks=4, sublayers=5)),
             Case("fan", lambda: fan(200)),
+            Case("grid", lambda: fan(200, grid=True)),
             Case("residual-stream", lambda: residual_stream(20)),
         ]
     return [
         Case("chain+skips", lambda: chain_with_skips(2000)),
         Case("model-like", lambda: model_like(blocks=24, sublayers=20)),
         Case("fan", lambda: fan(2000)),
+        Case("grid", lambda: fan(2000, grid=True)),
         Case("residual-stream", lambda: residual_stream(80)),
     ]
 

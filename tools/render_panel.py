@@ -9,8 +9,11 @@ clicks `layer2`, then its residual block `0`) for three analysis modes, each pic
 clicking its legend entry, with the hover card of the most expensive node shown. Each model
 trains a few steps with AdamW under `wandb_modprof.profile`, so optimizer state is measured
 too. Also `report_gpt2.png`: the self-contained HTML report (`prof.to_html`) of the same
-GPT-2 profile, opened from file:// with the network blocked, drilled into `transformer`. Needs
-`make vendor` and Debian's chromium (as the browser tests do).
+GPT-2 profile, opened from file:// with the network blocked, drilled into `transformer`, and
+`panel_moe_grid.png`: `tests/models.py`'s MoEStack (two layers of 128 expert MLPs), the first
+layer's view, its experts drawn as a grid hottest first (`view/blocks.py`), log colour scale.
+`--only NAME` renders one model's pictures. Needs `make vendor` and Debian's chromium (as the
+browser tests do).
 """
 
 from __future__ import annotations
@@ -60,6 +63,14 @@ def resnet_profile() -> Any:
     return _train(model, torch.randn(8, 3, 32, 32), lambda m, x: m(x).square().mean())
 
 
+def moe_profile() -> Any:
+    from models import MoEStack, moe_input
+
+    torch.manual_seed(0)
+    model = MoEStack()
+    return _train(model, moe_input(model), lambda m, x: m(x).square().mean(), steps=3)
+
+
 def screenshot(
     browser: Any, prof: Any, mode: str, scale: str, path: Path, opens: list[str]
 ) -> None:
@@ -94,6 +105,7 @@ def report_screenshot(browser: Any, prof: Any, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="docs/images", type=Path)
+    parser.add_argument("--only", choices=("gpt2", "resnet", "moe"), default=None)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
@@ -103,8 +115,16 @@ def main() -> None:
         for name, make, opens in (
             ("gpt2", gpt2_profile, ["transformer"]),
             ("resnet", resnet_profile, ["layer2", "0"]),
+            ("moe", moe_profile, ["layers.0"]),
         ):
+            if args.only not in (None, name):
+                continue
             prof = make()
+            if name == "moe":
+                path = args.out / "panel_moe_grid.png"
+                screenshot(browser, prof, "fwd_bwd", "log", path, opens)
+                print(f"wrote {path}")
+                continue
             for mode, scale in MODES:
                 path = args.out / f"panel_{name}_{mode}.png"
                 screenshot(browser, prof, mode, scale, path, opens)

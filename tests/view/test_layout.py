@@ -211,7 +211,9 @@ def check_layout(g: ViewGraph, lay: ViewLayout, *, dag: bool) -> None:
 
 
 # ---- examples -----------------------------------------------------------------------------
-@pytest.mark.parametrize("stage", ["layout", "geometry", "layering", "placement", "routing"])
+@pytest.mark.parametrize(
+    "stage", ["layout", "geometry", "layering", "placement", "routing", "blocks"]
+)
 def test_docstring_examples(stage: str) -> None:
     result = doctest.testmod(importlib.import_module(f"wandb_modprof.view.{stage}"))
     assert result.attempted > 0 and result.failed == 0
@@ -232,7 +234,7 @@ def test_box_size_fits_both_lines() -> None:
     [
         residual_block(),
         chain_with_skips(60, skip=2, long_skip=9),
-        fan(40),
+        fan(32),  # the widest fan drawn as one row: 33 siblings and more are a grid (below)
         fan(3, width_of=11),
     ],
     ids=["residual", "chain", "fan", "small-fan"],

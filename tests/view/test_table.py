@@ -320,9 +320,11 @@ def _one_thread() -> Iterator[None]:
 @pytest.mark.usefixtures("_one_thread")
 def test_every_expert_of_a_128_expert_layer_is_in_the_table() -> None:
     """A real MoE (two layers of 128 expert MLPs, top-2 routing, every expert of the first
-    layer hit): with room, every expert is its own node; squeezed to 500 rows, each layer's
+    layer hit): with room, every expert is its own node; squeezed to 300 rows, each layer's
     view still draws its costliest experts and merges the others into one group node that
-    names them, with their count and sums, and the note names each group with count and sum."""
+    names them, with their count and sums, and the note names each group with count and sum.
+    500 rows draw every expert: a layer's experts are a grid whose edges are bundled (3
+    edge rows per expert before, `view/blocks.py`), and the reduction counts the rows so."""
     model = MoEStack()
     x = moe_input(model)
     with wandb_modprof.profile(model) as prof:
@@ -341,8 +343,15 @@ def test_every_expert_of_a_128_expert_layer_is_in_the_table() -> None:
     drawn = {r["node_key"] for r in whole.resolved() if r["node_kind"] == "module"}
     assert set(experts[0] + experts[1]) <= drawn
 
-    table = prof.table(max_rows=500)
-    check_table(table, 500)
+    roomy = prof.table(max_rows=500)
+    check_table(roomy, 500)
+    drawn = {r["node_key"] for r in roomy.resolved() if r["node_kind"] == "module"}
+    assert set(experts[0] + experts[1]) <= drawn
+    assert "merged" not in roomy.reduced and len(roomy.rows) <= 500
+
+    # 300 rows: each layer's experts are a grid (bundled edges), the cheapest in its group
+    table = prof.table(max_rows=300)
+    check_table(table, 300)
     records = table.resolved()
     for layer, keys in experts.items():
         view = f"layers.{layer}#0"
@@ -409,13 +418,15 @@ class _ManyInputs(nn.Module):
         return torch.stack([fc(x) for fc, x in zip(self.fcs, xs, strict=True)]).sum()
 
 
-@pytest.mark.parametrize("max_rows", [100, 200])
+@pytest.mark.parametrize("max_rows", [100, 150])
 @pytest.mark.parametrize("side", ["inputs", "outputs"])
 def test_a_view_with_many_inputs_or_outputs_merges_them_into_one_group(
     side: str, max_rows: int
 ) -> None:
     """Grouping every module still leaves 120 input (output) nodes and 120 edges: too big for
-    the limit, so those merge into one group too, and as many modules as then fit are drawn."""
+    the limit, so those merge into one group too, and as many modules as then fit are drawn:
+    sharing the merged end, they are a grid whose edges are bundled (`view/blocks.py`), so at
+    200 rows every one of them is."""
     model = _ManyOutputs() if side == "outputs" else _ManyInputs()
     with wandb_modprof.profile(model) as prof:
         for _ in range(2):
@@ -441,11 +452,24 @@ def test_a_view_with_many_inputs_or_outputs_merges_them_into_one_group(
     assert f"to stay within {max_rows} rows" in table.reduced
     meta = {r["meta_key"]: r for r in records if r["row_kind"] == "meta"}
     assert meta["reduced"]["meta_number"] == 120 - len(kept)  # calls not drawn
-    # every kept module still meets the merged end; merged edges are not doubled
+    # every kept module still meets the merged end, itself or through the frame of the grid
+    # it is drawn in (more than 32 Linear siblings sharing the merged end: `view/blocks.py`,
+    # whose edges are the frame's); merged edges are not doubled
     edges = [(r["src_key"], r["dst_key"]) for r in records if r["row_kind"] == "edge"]
     assert len(edges) == len(set(edges))
-    ends = {(merged["node_key"], k) if side == "inputs" else (k, merged["node_key"]) for k in kept}
+    frame_of = {
+        m: r["node_key"]
+        for r in nodes.values()
+        if r["node_kind"] == "block"
+        for m in str(r["group_keys"]).split("\n")
+    }
+    drawn = {frame_of.get(k, k) for k in kept}
+    assert set(kept) <= set(frame_of)  # more than 32 kept: all in the grid
+    ends = {(merged["node_key"], k) if side == "inputs" else (k, merged["node_key"]) for k in drawn}
     assert ends <= set(edges)
+    whole = prof.table(max_rows=200).resolved()
+    assert sum(r["node_kind"] == "module" for r in whole) == 120
+    assert not [r for r in whole if r["node_kind"] == "group" and r["label"] != f"120 {side}"]
 
 
 def test_reduction_notes_name_the_actual_row_limit() -> None:

@@ -316,6 +316,18 @@ def _drawn() -> list[Data]:
             ],
         },
         {
+            # the nodes inside a grid's frame (`view/blocks.py`, the frame's `group_members`):
+            # drawn without edges of their own, since the frame's edges stand for theirs
+            "name": "vframed",
+            "source": "vnodes",
+            "transform": [
+                _filter("datum.node_kind === 'block'"),
+                _formula("member_ref", "split(datum.group_members, '\\n')"),
+                {"type": "flatten", "fields": ["member_ref"]},
+                _formula("member", resolve_ref("datum.member_ref")),
+            ],
+        },
+        {
             "name": "focus",
             "source": "vnodes",
             "transform": [_filter("focus_key !== '' && datum.node_key === focus_key")],

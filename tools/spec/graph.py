@@ -17,9 +17,12 @@ from tools.spec.theme import (
     TEXT_FONT_PX,
     TITLE_FONT_PX,
 )
+from wandb_modprof.view.geometry import BLOCK_HEAD_PX, BLOCK_PAD_PX
 
 Mark = dict[str, Any]
 PORT = "datum.node_kind === 'input' || datum.node_kind === 'output'"
+BLOCK = "(datum.node_kind === 'block')"
+BLOCK_FILL = "#f3f5f9"
 
 
 def graph() -> Mark:
@@ -74,7 +77,9 @@ def _node_box() -> dict[str, Any]:
         "width": {"signal": "k * datum.w_px"},
         "height": {"signal": "k * datum.h_px"},
         "cornerRadius": {"signal": f"{PORT} ? k * 18 : k * 4"},
-        "fill": {"field": "fill"},
+        # a grid's frame (`view/blocks.py`) is a pale panel behind its members, never coloured
+        "fill": {"signal": f"{BLOCK} ? '{BLOCK_FILL}' : datum.fill"},
+        "zindex": {"signal": f"{BLOCK} ? 0 : 1"},
         "stroke": {
             "signal": "datum.node_key === card_key ? '#000000' : "
             "(datum.has_view ? '#333333' : '#999999')"
@@ -91,10 +96,19 @@ def _nodes() -> list[Mark]:
     centre = {"x": {"signal": "datum.sx + k * datum.w_px / 2"}, "align": {"value": "center"}}
     inside = {"baseline": {"value": "middle"}, "fill": {"field": "ink"}}
     fit = {"limit": {"signal": "k * datum.w_px - 4"}}
+    # A frame's title is one line in its head, left-aligned above the grid: "128 MLP modules ·
+    # hottest first (fwd + bwd)".
     label = text(
-        **centre,
-        y={"signal": "datum.sy + k * datum.h_px * 0.42"},
-        text={"signal": "show_text ? datum.label : ''"},
+        x={"signal": f"{BLOCK} ? datum.sx + k * {BLOCK_PAD_PX} : datum.sx + k * datum.w_px / 2"},
+        align={"signal": f"{BLOCK} ? 'left' : 'center'"},
+        y={
+            "signal": f"{BLOCK} ? datum.sy + k * {BLOCK_HEAD_PX / 2} : "
+            "datum.sy + k * datum.h_px * 0.42"
+        },
+        text={
+            "signal": "show_text ? "
+            f"({BLOCK} ? datum.label + ' · ' + datum.sublabel : datum.label) : ''"
+        },
         fontSize={"signal": f"{NODE_FONT_PX} * k"},
         **inside,
         **fit,
@@ -103,7 +117,7 @@ def _nodes() -> list[Mark]:
         **centre,
         y={"signal": "datum.sy + k * datum.h_px * 0.76"},
         text={
-            "signal": f"show_text && k * {NODE_SUBLABEL_FONT_PX} >= {MIN_READABLE_PX} "
+            "signal": f"show_text && !{BLOCK} && k * {NODE_SUBLABEL_FONT_PX} >= {MIN_READABLE_PX} "
             "? datum.sublabel : ''"
         },
         fontSize={"signal": f"{NODE_SUBLABEL_FONT_PX} * k"},

@@ -86,7 +86,8 @@ def _card_notes() -> list[str]:
         # Calls no captured graph holds (meta `unseen_calls`) are the module nodes drawn without
         # an edge; the note stays off in tables where every call was seen.
         "unseen_text && datum.node_kind === 'module' && !indata('vedges', 'src_key', "
-        "datum.node_key) && !indata('vedges', 'dst_key', datum.node_key) ? "
+        "datum.node_key) && !indata('vedges', 'dst_key', datum.node_key) && "
+        "!indata('vframed', 'member', datum.node_key) ? "
         "'No edges: appeared after the graph was drawn' : ''",
     ]
 

@@ -41,8 +41,13 @@ class GraphEdge:
 
 @dataclass(frozen=True)
 class ViewGraph:
-    """Nodes in forward order (inputs first, outputs last) and edges sorted by (src, dst)."""
+    """Nodes in forward order (inputs first, outputs last) and edges sorted by (src, dst).
+
+    `heat`: per node, in node order, its forward + backward time in ms (NaN: not measured), or
+    empty when not known; the layout ranks a grid of many siblings by it, hottest first (call
+    order without it). The view stage adds it just before the layout (`view/table.py`)."""
 
     view_key: str
     nodes: tuple[GraphNode, ...]
     edges: tuple[GraphEdge, ...]
+    heat: tuple[float, ...] = ()

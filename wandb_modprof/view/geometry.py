@@ -32,6 +32,19 @@ EDGE_GAP_PX = 8  # horizontal clearance of an edge crossing a layer band, to box
 MARGIN_PX = 16
 # igraph's crossing-reduction sweeps; more barely changes model graphs and costs time.
 SUGIYAMA_MAXITER = 100
+# Many siblings (a mixture-of-experts layer's experts, `view/blocks.py`): more than
+# BLOCK_MIN_SIBLINGS - 1 modules of one type with the same predecessors and successors are
+# drawn as a grid inside one frame, BLOCK_MIN_COLS to BLOCK_MAX_COLS boxes a row, rather than
+# one layer row thousands of pixels wide. The head holds the frame's title line.
+BLOCK_MIN_SIBLINGS = 33
+BLOCK_MIN_COLS = 8
+BLOCK_MAX_COLS = 16
+BLOCK_GAP_PX = 8  # between the grid's boxes: no edge runs inside the frame
+BLOCK_PAD_PX = 8
+BLOCK_HEAD_PX = 24
+# The view's width / height the grid's column count aims at: about the panel's graph area,
+# which is 1.5 (1,200 x 700 px panel) to 2.2 (the same with the timeline strip below it) wide.
+BLOCK_VIEW_ASPECT = 2.0
 
 Point = tuple[float, float]
 
@@ -58,15 +71,31 @@ class EdgePath:
 
 
 @dataclass(frozen=True)
+class BlockFrame:
+    """The frame around a grid of siblings (`view/blocks.py`): its box (`node_key` is
+    `"<view>|block:<n>"`), its title line (`label`: "128 MLP modules", `sublabel`: the
+    order) and the keys of the nodes inside, in grid order (row by row, hottest first)."""
+
+    box: NodeBox
+    label: str
+    sublabel: str
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ViewLayout:
     """Boxes in the graph's node order, edges in its edge order (self loops dropped, duplicate
-    edges once, at their first position)."""
+    edges once, at their first position), except that the edges into and out of a grid of
+    siblings are bundled: one from each predecessor to its frame, one from the frame to each
+    successor, in the position of the first edge they stand for. `frames`: the grids' frames
+    (none in most views)."""
 
     view_key: str
     width_px: float
     height_px: float
     boxes: tuple[NodeBox, ...]
     edges: tuple[EdgePath, ...]
+    frames: tuple[BlockFrame, ...] = ()
 
 
 def box_size(node: GraphNode) -> tuple[float, float]:

@@ -24,6 +24,12 @@ A layered (Sugiyama) layout, top to bottom:
    band vertically through its slot, and runs diagonally only in the box-free gaps between
    bands, so no edge crosses a box.
 
+Many siblings (`blocks`): more than 32 modules of one type with the same predecessors and
+successors (a mixture-of-experts layer's experts) are one vertex of the steps above, as large
+as the grid they are then placed in, inside a frame (`BlockFrame`), hottest first by the
+view's `heat`; their edges are bundled: one per predecessor into the frame, one per successor
+out of it.
+
 Edges drawn against the flow (only in cycles) run from the source's top-centre to the
 destination's bottom-centre; edges inside one layer (input to input, output to output) from
 top-centre to top-centre, over the layer. Limit: a view whose own code adds every call's
@@ -33,8 +39,18 @@ lane dummies (80 calls: 0.1 s, 200 calls: 1.3 s).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from wandb_modprof.records.graph import ViewGraph
+from wandb_modprof.view.blocks import Block, Grid, find_blocks, grid_boxes, grid_size
 from wandb_modprof.view.geometry import (
+    BLOCK_GAP_PX,
+    BLOCK_HEAD_PX,
+    BLOCK_MAX_COLS,
+    BLOCK_MIN_COLS,
+    BLOCK_MIN_SIBLINGS,
+    BLOCK_PAD_PX,
+    BLOCK_VIEW_ASPECT,
     CHAR_W_PX,
     EDGE_GAP_PX,
     FONT_FAMILY,
@@ -49,8 +65,10 @@ from wandb_modprof.view.geometry import (
     SUBLABEL_CHAR_W_PX,
     SUBLABEL_FONT_PX,
     SUGIYAMA_MAXITER,
+    BlockFrame,
     EdgePath,
     NodeBox,
+    Point,
     ViewLayout,
     box_size,
 )
@@ -61,6 +79,13 @@ from wandb_modprof.view.routing import bands, route
 # The font and spacing constants are shared with the Vega spec generator, which imports them
 # from here; they and the result types are defined in `geometry`.
 __all__ = [
+    "BLOCK_GAP_PX",
+    "BLOCK_HEAD_PX",
+    "BLOCK_MAX_COLS",
+    "BLOCK_MIN_COLS",
+    "BLOCK_MIN_SIBLINGS",
+    "BLOCK_PAD_PX",
+    "BLOCK_VIEW_ASPECT",
     "CHAR_W_PX",
     "EDGE_GAP_PX",
     "FONT_FAMILY",
@@ -75,6 +100,7 @@ __all__ = [
     "SUBLABEL_CHAR_W_PX",
     "SUBLABEL_FONT_PX",
     "SUGIYAMA_MAXITER",
+    "BlockFrame",
     "EdgePath",
     "NodeBox",
     "ViewLayout",
@@ -104,10 +130,39 @@ def layout_view(graph: ViewGraph) -> ViewLayout:
     edges = _unique_edges(graph, index)
     if not nodes:
         return ViewLayout(graph.view_key, 2.0 * MARGIN_PX, 2.0 * MARGIN_PX, (), ())
-    kinds = [node.kind for node in nodes]
+    found = find_blocks(nodes, edges, graph.heat)
+    if found:
+        return _with_blocks(graph, edges, found)
+    keys = [node.node_key for node in nodes]
+    lay = _layered(keys, [node.kind for node in nodes], [box_size(n) for n in nodes], edges)
+    return ViewLayout(
+        view_key=graph.view_key,
+        width_px=lay.width_px,
+        height_px=lay.height_px,
+        boxes=lay.boxes,
+        edges=tuple(EdgePath(keys[s], keys[d], lay.paths[i]) for i, (s, d) in enumerate(edges)),
+    )
+
+
+@dataclass(frozen=True)
+class _Layered:
+    """Steps 1 to 3 on vertices given as keys, kinds, sizes and index-pair edges: a box per
+    vertex and a path per edge, and the view's size."""
+
+    boxes: tuple[NodeBox, ...]
+    paths: list[tuple[Point, ...]]
+    width_px: float
+    height_px: float
+
+
+def _layered(
+    keys: list[str],
+    kinds: list[str],
+    sizes: list[tuple[float, float]],
+    edges: list[tuple[int, int]],
+) -> _Layered:
     down, flipped = orient(kinds, edges)
     layer = layers(kinds, [e for e in down if e is not None])
-    sizes = [box_size(node) for node in nodes]
     # Only the downward edges are placed; same-layer ones are routed over their layer.
     centres, dummy_x = place(kinds, layer, sizes, [e for e in down if e is not None])
 
@@ -117,21 +172,85 @@ def layout_view(graph: ViewGraph) -> ViewLayout:
     right = max([c + w / 2 for c, (w, _) in zip(centres, sizes, strict=True)] + dummies)
     shift = MARGIN_PX - left
     boxes: list[NodeBox] = []
-    for i, node in enumerate(nodes):
+    for i, key in enumerate(keys):
         w, h = sizes[i]
         top = band.top[layer[i]] + (band.height[layer[i]] - h) / 2  # centred in the band
-        boxes.append(NodeBox(node.node_key, round(centres[i] + shift - w / 2, 2), top, w, h))
+        boxes.append(NodeBox(key, round(centres[i] + shift - w / 2, 2), top, w, h))
     lanes = [[x + shift for x in xs] for xs in dummy_x]
     paths = route(edges, down, flipped, layer, band, boxes, lanes)
+    return _Layered(tuple(boxes), paths, round(right - left + 2 * MARGIN_PX, 2), band.view_h_px)
+
+
+def _with_blocks(graph: ViewGraph, edges: list[tuple[int, int]], found: list[Block]) -> ViewLayout:
+    """A view with blocks of siblings (`view/blocks.py`): each block is one vertex, as large as
+    its grid's frame, where its first member was in node order; its members' edges become one
+    edge per predecessor into it and one per successor out of it (the bundle). Once placed, the
+    members fill the frame's grid, row by row in the block's order."""
+    nodes = graph.nodes
+    block_of = {i: b for b, block in enumerate(found) for i in block.members}
+    vertex: dict[int, int] = {}  # node index -> its vertex (a block's members share one)
+    frame_vertex: dict[int, int] = {}
+    keys: list[str] = []
+    kinds: list[str] = []
+    sizes: list[tuple[float, float]] = []
+    for i, node in enumerate(nodes):
+        b = block_of.get(i)
+        if b is not None and b in frame_vertex:
+            vertex[i] = frame_vertex[b]
+            continue
+        vertex[i] = len(keys)
+        if b is None:
+            keys.append(node.node_key)
+            kinds.append(node.kind)
+            sizes.append(box_size(node))
+        else:
+            frame_vertex[b] = len(keys)
+            keys.append(f"{graph.view_key}|block:{b}")
+            kinds.append("module")
+            sizes.append((0.0, 0.0))  # the grid's size, below
+    bundled: list[tuple[int, int]] = []
+    seen: set[tuple[int, int]] = set()
+    for s, d in edges:
+        pair = (vertex[s], vertex[d])
+        if pair[0] != pair[1] and pair not in seen:  # no edge joins two members of one block
+            seen.add(pair)
+            bundled.append(pair)
+    # The column count needs the height of the other layers; layers do not depend on sizes.
+    down, _ = orient(kinds, bundled)
+    layer = layers(kinds, [e for e in down if e is not None])
+    framed = {layer[v] for v in frame_vertex.values()}
+    band_h: dict[int, float] = {}
+    for v, (_, h) in enumerate(sizes):
+        band_h[layer[v]] = max(band_h.get(layer[v], 0.0), h)
+    others_h = 2 * MARGIN_PX + sum(h + LAYER_GAP_PX for k, h in band_h.items() if k not in framed)
+    grids: dict[int, Grid] = {}
+    for b, v in frame_vertex.items():
+        members = [nodes[i] for i in found[b].members]
+        grids[b] = grid_size([box_size(n)[0] for n in members], box_size(members[0])[1], others_h)
+        sizes[v] = (grids[b].w_px, grids[b].h_px)
+    lay = _layered(keys, kinds, sizes, bundled)
+    boxes: list[NodeBox | None] = [None] * len(nodes)
+    frames: list[BlockFrame] = []
+    for b, v in frame_vertex.items():
+        block = found[b]
+        member_keys = [nodes[i].node_key for i in block.members]
+        for i, box in zip(
+            block.members, grid_boxes(lay.boxes[v], grids[b], member_keys), strict=True
+        ):
+            boxes[i] = box
+        order = "hottest first (fwd + bwd)" if block.by_heat else "in call order"
+        label = f"{block.modules} {block.module_type} modules"
+        frames.append(BlockFrame(lay.boxes[v], label, order, tuple(member_keys)))
+    for i in range(len(nodes)):
+        if boxes[i] is None:
+            boxes[i] = lay.boxes[vertex[i]]
     return ViewLayout(
         view_key=graph.view_key,
-        width_px=round(right - left + 2 * MARGIN_PX, 2),
-        height_px=band.view_h_px,
-        boxes=tuple(boxes),
-        edges=tuple(
-            EdgePath(nodes[s].node_key, nodes[d].node_key, paths[i])
-            for i, (s, d) in enumerate(edges)
-        ),
+        width_px=lay.width_px,
+        height_px=lay.height_px,
+        boxes=tuple(box for box in boxes if box is not None),
+        edges=tuple(EdgePath(keys[s], keys[d], lay.paths[j]) for j, (s, d) in enumerate(bundled)),
+        frames=tuple(frames),
     )
 
 

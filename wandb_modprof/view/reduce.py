@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from wandb_modprof.records.calls import CallInfo
 from wandb_modprof.records.graph import GraphEdge, GraphNode, ViewGraph
 from wandb_modprof.records.sample import ModuleStats
+from wandb_modprof.view.blocks import drawn_rows
 from wandb_modprof.view.values import as_float
 
 # The most rows one view takes once its modules, its inputs and its outputs are each merged into
@@ -229,8 +230,10 @@ def _merged_note(
 
 
 def _size(graph: ViewGraph) -> int:
-    """The rows a view takes: its `view` row, a row per node and a row per edge."""
-    return 1 + len(graph.nodes) + len(graph.edges)
+    """The rows a view takes: its `view` row, a row per node and a row per edge; a view whose
+    many siblings are drawn as a grid (a layer's experts) has a frame row per grid and only
+    the grid's bundled edges (`view/blocks.py`), so it takes far fewer."""
+    return 1 + drawn_rows(graph)
 
 
 def _merge_nodes(graph: ViewGraph, into: dict[str, GraphNode]) -> ViewGraph:

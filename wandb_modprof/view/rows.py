@@ -10,7 +10,7 @@ number or a bool (a value that is not finite is written as 0 and named in `missi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import TYPE_CHECKING
@@ -35,7 +35,7 @@ from wandb_modprof.view.values import finite, group_values, module_values, self_
 
 if TYPE_CHECKING:
     from wandb_modprof.records.ranks import RankData
-    from wandb_modprof.view.layout import ViewLayout
+    from wandb_modprof.view.layout import BlockFrame, ViewLayout
 
 Row = tuple[Cell, ...]
 # (key, text, number); a number that is None or not a finite float is missing
@@ -105,6 +105,10 @@ def view_rows(graph: ViewGraph, layout: ViewLayout, ref: ViewRef, src: RowSource
     def rel(full: str) -> str:
         return to_ref(full, graph.view_key, view_name)
 
+    # A grid's frame (`view/blocks.py`) comes before the nodes it holds, so it is drawn
+    # behind them; it names them in `group_members`, as a group node names what it merged.
+    for frame in layout.frames:
+        rows.append(_row(_frame_cells(frame, rel) | ids | size))
     kids = [
         src.stats[n.node_key] for n in graph.nodes if n.kind == "module" and n.node_key in src.stats
     ]
@@ -140,6 +144,25 @@ def view_rows(graph: ViewGraph, layout: ViewLayout, ref: ViewRef, src: RowSource
         }
         rows.append(_row(cells))
     return rows
+
+
+def _frame_cells(frame: BlockFrame, rel: Callable[[str], str]) -> dict[str, Cell]:
+    """A frame's node row (`node_kind` "block"): its box and title, no metric (`missing` "*")."""
+    box = frame.box
+    return {
+        "row_kind": "node",
+        "node_ref": rel(box.node_key),
+        "node_kind": "block",
+        "label": frame.label,
+        "sublabel": frame.sublabel,
+        "x_px": box.x_px,
+        "y_px": box.y_px,
+        "w_px": box.w_px,
+        "h_px": box.h_px,
+        "group_count": len(frame.members),
+        "group_members": "\n".join(rel(k) for k in frame.members),
+        "missing": "*",
+    }
 
 
 def _node_values(

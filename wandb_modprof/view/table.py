@@ -21,6 +21,11 @@ structure passes into one call tree and its views (`graphs`), fit them into the 
 (`reduce`), lay out each view drawn (`layout`), write the rows (`meta`, `rows`, with the cell
 values from `values` and `ranks`). The column names live in `columns`, re-exported here.
 
+A view whose many siblings are drawn as a grid (`view/blocks.py`: a mixture-of-experts layer's
+experts) has one more node row per grid, its frame: `node_kind` "block", the frame's box, its
+title in `label` / `sublabel`, the nodes inside in `group_members` (grid order) and
+`group_count`, no metric; the edges of the framed nodes are bundled at the frame.
+
 Cells are always a string, a finite number or a bool: a metric that was not measured for a
 node is written as 0 and its column name is listed in that row's `missing` cell (`"*"`: none
 of the metrics apply, e.g. input nodes). No `null` (W&B rewrites nulls in specs; browsers
@@ -53,6 +58,8 @@ accepts.
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -82,8 +89,11 @@ from wandb_modprof.view.reduce import MIN_VIEW_ROWS, reduce_views
 from wandb_modprof.view.refs import from_ref, number_views
 from wandb_modprof.view.rows import RowSource, meta_rows, timeline_rows, view_rows
 from wandb_modprof.view.timeline import build_timeline, timeline_budget
+from wandb_modprof.view.values import as_float, finite
 
 if TYPE_CHECKING:
+    from wandb_modprof.records.graph import ViewGraph
+    from wandb_modprof.records.sample import ModuleStats
     from wandb_modprof.records.snapshot import ProfileData
 
 # The schema lives in `columns` (the row writer needs it too); it is re-exported here, where the
@@ -164,6 +174,19 @@ class ProfileTable:
         return out
 
 
+def _heat(graph: ViewGraph, stats: Mapping[str, ModuleStats]) -> tuple[float, ...]:
+    """Per node of `graph` its forward + backward time (the medians the panel colours by; the
+    forward alone where no backward ran), NaN where neither was measured: the layout ranks a
+    grid of many siblings by it, hottest first (`view/blocks.py`)."""
+    out = []
+    for node in graph.nodes:
+        metrics = stats[node.node_key].metrics if node.node_key in stats else {}
+        parts = [finite(as_float(metrics[m].typical)) for m in ("fwd_ms", "bwd_ms") if m in metrics]
+        known = [p for p in parts if p is not None]
+        out.append(sum(known) if known else math.nan)
+    return tuple(out)
+
+
 # the stored column each of the first four `RESOLVED_COLUMNS` is read from (`group_keys`: one
 # ref per line of `group_members`)
 _REF_COLUMNS = ("node_ref", "name_ref", "src_ref", "dst_ref")
@@ -204,7 +227,8 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = 
     )
     rows = meta_rows(meta)
     refs = number_views([g.view_key for g in reduction.graphs], calls)
-    for graph in sorted(reduction.graphs, key=lambda g: refs[g.view_key].view_id):
+    for drawn in sorted(reduction.graphs, key=lambda g: refs[g.view_key].view_id):
+        graph = dataclasses.replace(drawn, heat=_heat(drawn, prof.stats))
         # `layout_view` looked up here, at call time: benchmarks/scale.py times the layout by
         # replacing it in this module.
         rows += view_rows(graph, layout_view(graph), refs[graph.view_key], src)
