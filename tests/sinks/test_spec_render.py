@@ -232,10 +232,16 @@ def _with_version(rows: list[dict[str, Any]], version: float) -> list[dict[str, 
 
 def test_a_table_of_another_format_version_is_refused_with_a_message(resnet: ProfileTable) -> None:
     rows = records(resnet)
-    assert next(r["meta_number"] for r in rows if r["meta_key"] == "table_format") == 2.0
-    newer = render(_with_version(rows, 3.0))
+    assert next(r["meta_number"] for r in rows if r["meta_key"] == "table_format") == 3.0
+    newer = render(_with_version(rows, 4.0))
     assert texts(newer, "message") == [
-        "This table was written by a newer wandb_modprof (table format v3); this panel reads v2"
+        "This table was written by a newer wandb_modprof (table format v4); this panel reads v3"
+    ]
+    # a format-2 table (before grid frames and compiled-region rows) is refused the same way
+    v2 = render(_with_version(rows, 2.0))
+    assert texts(v2, "message") == [
+        "This table was written by an older wandb_modprof (table format v2); this panel reads "
+        "v3: log the profile again with this version"
     ]
     # a format-1 table (every row held its view's key and path; no view rows) as logged
     # before: refused with a message, not drawn wrong
@@ -249,7 +255,7 @@ def test_a_table_of_another_format_version_is_refused_with_a_message(resnet: Pro
     older = vlc.vega_to_scenegraph(spec)
     assert texts(older, "message") == [
         "This table was written by an older wandb_modprof (table format v1); this panel reads "
-        "v2: log the profile again with this version"
+        "v3: log the profile again with this version"
     ]
     assert marks(older, "node_rect") == []
 

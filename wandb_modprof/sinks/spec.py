@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 SPEC_FILE = "modprof.vg.json"
-SPEC_VERSION = 2
+SPEC_VERSION = 3
 # The W&B preset name (`entity/CHART_NAME`); bump the version with any incompatible change of
 # the spec or of the table columns it reads, so old runs keep the preset they were logged with.
 CHART_NAME = f"wandb-modprof-v{SPEC_VERSION}"

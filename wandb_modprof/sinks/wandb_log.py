@@ -42,7 +42,7 @@ sample is logged only once its device events have completed (never a device sync
 the next step asks again. Samples resolved together are logged once (the table aggregates
 them; the totals are the newest sample's). `unwatch()` resolves and logs what is left.
 
-The chart preset: `chart=` if given, else `<entity>/wandb-modprof-v2` with the entity of the
+The chart preset: `chart=` if given, else `<entity>/wandb-modprof-v3` with the entity of the
 run (`run.entity`), else `$WANDB_ENTITY`. The preset must be registered once per entity
 (`wandb-modprof register-chart`, `register_chart()`). An offline run with no entity at all
 cannot name it: its tables are logged alone under `<key>_table` (the same data and key a chart

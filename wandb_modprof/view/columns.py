@@ -15,7 +15,10 @@ TABLE_FORMAT = "wandb_modprof.table"
 # 2: views are rows of their own (`view_id`, `view_parent`, `view_last`) and node / edge rows
 # refer to them, with keys and names relative to the view (`view/refs.py`); 1 repeated every
 # ancestor's key on every row (`view_path`, `view_labels`).
-TABLE_VERSION = 2
+# 3: grids of many siblings draw a frame row (`node_kind` "block", its members in
+# `group_members`), and compiled regions have `compiled_region` meta rows; a version-2 panel
+# drew the frames as grey boxes, so the panel (and its W&B preset name) moved to version 3.
+TABLE_VERSION = 3
 # A metric's column holds its colour statistic (`RunningStat.typical`: the median over the
 # samples, the mean for a version-1 file; the `statistic` meta row says which). These metrics
 # also get their spread: mean, std, min, max and last value over the samples.
