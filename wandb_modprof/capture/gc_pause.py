@@ -68,11 +68,6 @@ def holding() -> bool:
     return bool(_STATE.holds)
 
 
-def paused_by_us() -> bool:
-    """Whether the collector is off because of a hold (not because the user turned it off)."""
-    return _STATE.paused_by_us
-
-
 def _resume() -> None:
     if _STATE.paused_by_us:
         _STATE.paused_by_us = False
