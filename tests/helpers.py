@@ -79,26 +79,27 @@ def strict_json(text: str) -> Any:
 def logged_cells(
     columns: Sequence[str], rows: Sequence[Sequence[Any]]
 ) -> tuple[list[str], list[list[Any]]]:
-    """The columns and rows of a profile table as W&B gets them: only the columns the panel's
-    spec reads (`sinks.spec.read_columns`), in the table's order."""
-    from wandb_modprof.sinks.spec import read_columns
+    """The columns and rows of a profile table as W&B gets them (`sinks.spec.logged`): the
+    text columns the panel's spec reads, in the table's order, and its numbers packed into
+    one cell per row."""
+    from wandb_modprof.sinks.spec import logged
 
-    read = list(read_columns(tuple(columns)))
-    at = [list(columns).index(c) for c in read]
-    return read, [[row[i] for i in at] for row in rows]
+    return logged(columns, rows)
 
 
 def check_logged_tables(files: Sequence[Path], columns: Sequence[str]) -> None:
     """Every W&B table file is strict JSON with the columns of a table with these `columns`
-    that the panel reads (`logged_cells`), 1 to 10,000 rows and only finite numbers."""
+    that the panel reads (`logged_cells`), 1 to 10,000 rows and only finite numbers, packed
+    ones included."""
+    from wandb_modprof.sinks.spec import unpacked
+
     for path in files:
         data = strict_json(path.read_text())
         assert data["columns"] == logged_cells(columns, [])[0]
         assert 0 < len(data["data"]) <= 10_000
+        _, rows = unpacked(data["columns"], data["data"])
         assert not any(
-            isinstance(cell, float) and not math.isfinite(cell)
-            for row in data["data"]
-            for cell in row
+            isinstance(cell, float) and not math.isfinite(cell) for row in rows for cell in row
         )
 
 

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tools.spec.data import data  # noqa: E402
+from tools.spec.data import data, packed_columns, unpack  # noqa: E402
 from tools.spec.graph import graph  # noqa: E402
 from tools.spec.lists import lists  # noqa: E402
 from tools.spec.scales import scales  # noqa: E402
@@ -32,12 +32,23 @@ from tools.spec.sidebar import sidebar  # noqa: E402
 from tools.spec.signals import extra_signals, signals  # noqa: E402
 from tools.spec.strip import lanes_data, strip, strip_data, strip_signals  # noqa: E402
 from tools.spec.top_bar import top_bar  # noqa: E402
-from wandb_modprof.sinks.spec import SPEC_FILE, SPEC_VERSION  # noqa: E402
+from wandb_modprof.sinks.spec import PACKED, SPEC_FILE, SPEC_VERSION  # noqa: E402
 
 OUT = ROOT / "vega_specs" / SPEC_FILE
 
 
 def build() -> dict[str, Any]:
+    spec = _sections()
+    # the W&B copy of the table packs the numbers the spec reads (`sinks.spec.PACKED`); the
+    # order is written into the spec, where the logging side reads it
+    packed = packed_columns(json.dumps(spec))
+    rows = next(d for d in spec["data"] if d["name"] == "rows")
+    rows["transform"][:0] = unpack(packed)
+    spec["usermeta"] = {"wandb_modprof": {"packed_column": PACKED, "packed": packed}}
+    return spec
+
+
+def _sections() -> dict[str, Any]:
     return {
         "$schema": "https://vega.github.io/schema/vega/v5.json",
         "description": (

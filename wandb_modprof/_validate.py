@@ -72,7 +72,7 @@ def check_chart(chart: Any) -> str | None:
     if len(parts) != 2 or not all(_PRESET_PART.fullmatch(p) for p in parts):
         raise ModProfError(
             "chart expected a W&B chart preset name 'entity/name' (letters, digits, '_', '.', "
-            f"'-'), e.g. 'my-team/wandb-modprof-v3'; got {chart!r}"
+            f"'-'), e.g. 'my-team/wandb-modprof-v4'; got {chart!r}"
         )
     return str(chart)
 

@@ -28,6 +28,7 @@ from wandb_modprof.api import distributed as _distributed
 from wandb_modprof.api.distributed import RankChannel, RankInfo, compact_stats
 from wandb_modprof.records import modes as _modes
 from wandb_modprof.records.ranks import decode, encode, fold
+from wandb_modprof.sinks.spec import unpacked
 from wandb_modprof.view.table import RANK_COLUMNS, ProfileTable
 
 WORKER = Path(__file__).resolve().parents[1] / "dist_worker.py"
@@ -96,8 +97,9 @@ def _last_table(out: Path) -> list[dict[str, Any]]:
         return int(match.group(1))
 
     data = json.loads(max(files, key=step).read_text())
-    # read back with full keys, as the panel does
-    table = ProfileTable(tuple(data["columns"]), tuple(map(tuple, data["data"])), "")
+    # its numbers unpacked and read back with full keys, as the panel does
+    columns, rows = unpacked(data["columns"], data["data"])
+    table = ProfileTable(tuple(columns), tuple(map(tuple, rows)), "")
     return table.resolved()
 
 

@@ -65,7 +65,7 @@ def test_register_chart_failures_are_mod_prof_errors():
     with pytest.raises(ModProfError) as raised:
         wandb_modprof.register_chart("team", api=api)
     text = str(raised.value)
-    assert "could not register the chart preset 'team/wandb-modprof-v3'" in text
+    assert "could not register the chart preset 'team/wandb-modprof-v4'" in text
     assert "RuntimeError: permission denied" in text and "wandb login" in text
     for bad in ("a/b", "", "has space"):
         with pytest.raises(ModProfError, match=r"entity expected a W&B name"):
@@ -131,7 +131,7 @@ def test_a_failure_before_the_entity_is_known_says_which_entity_was_meant(monkey
         raise RuntimeError("no answer")
 
     monkeypatch.setattr(_chart, "_new_api", no_api)
-    with pytest.raises(ModProfError, match=r"preset 'team/wandb-modprof-v3' with W&B \("):
+    with pytest.raises(ModProfError, match=r"preset 'team/wandb-modprof-v4' with W&B \("):
         wandb_modprof.register_chart("team")
     with pytest.raises(ModProfError, match=r"for the default entity of your API key"):
         wandb_modprof.register_chart()

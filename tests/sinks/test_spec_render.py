@@ -232,17 +232,19 @@ def _with_version(rows: list[dict[str, Any]], version: float) -> list[dict[str, 
 
 def test_a_table_of_another_format_version_is_refused_with_a_message(resnet: ProfileTable) -> None:
     rows = records(resnet)
-    assert next(r["meta_number"] for r in rows if r["meta_key"] == "table_format") == 3.0
-    newer = render(_with_version(rows, 4.0))
+    assert next(r["meta_number"] for r in rows if r["meta_key"] == "table_format") == 4.0
+    newer = render(_with_version(rows, 5.0))
     assert texts(newer, "message") == [
-        "This table was written by a newer wandb_modprof (table format v4); this panel reads v3"
+        "This table was written by a newer wandb_modprof (table format v5); this panel reads v4"
     ]
-    # a format-2 table (before grid frames and compiled-region rows) is refused the same way
-    v2 = render(_with_version(rows, 2.0))
-    assert texts(v2, "message") == [
-        "This table was written by an older wandb_modprof (table format v2); this panel reads "
-        "v3: log the profile again with this version"
-    ]
+    # format-2 (before grid frames and compiled-region rows) and format-3 tables (numbers in
+    # their own W&B columns) are refused the same way
+    for version in (2, 3):
+        old = render(_with_version(rows, float(version)))
+        assert texts(old, "message") == [
+            f"This table was written by an older wandb_modprof (table format v{version}); this "
+            "panel reads v4: log the profile again with this version"
+        ]
     # a format-1 table (every row held its view's key and path; no view rows) as logged
     # before: refused with a message, not drawn wrong
     v1 = [
@@ -255,9 +257,25 @@ def test_a_table_of_another_format_version_is_refused_with_a_message(resnet: Pro
     older = vlc.vega_to_scenegraph(spec)
     assert texts(older, "message") == [
         "This table was written by an older wandb_modprof (table format v1); this panel reads "
-        "v3: log the profile again with this version"
+        "v4: log the profile again with this version"
     ]
     assert marks(older, "node_rect") == []
+
+
+def test_a_version_3_panel_says_a_packed_w_and_b_table_is_newer(resnet: ProfileTable) -> None:
+    """A panel registered before the packing (preset wandb-modprof-v3, its spec kept as a
+    fixture, written by git b65cbf0) fed the rows W&B now gets says the table is newer and draws
+    nothing, instead of drawing a graph with no numbers (`meta_number` stays its own column for
+    exactly this)."""
+    old_text = (Path(__file__).parents[1] / "fixtures" / "modprof_v3.vg.json").read_text()
+    columns, cells = _spec.logged(resnet.columns, resnet.rows)
+    spec = wandb_patched(_spec.filled({}, old_text), 960, 600)
+    spec["data"][0]["values"] = [dict(zip(columns, row, strict=True)) for row in cells]
+    scene = vlc.vega_to_scenegraph(spec)
+    assert texts(scene, "message") == [
+        "This table was written by a newer wandb_modprof (table format v4); this panel reads v3"
+    ]
+    assert marks(scene, "node_rect") == []
 
 
 def test_foreign_rows_are_named() -> None:

@@ -136,39 +136,64 @@ def test_artifact_freq_logs_every_nth_logged_sample_and_none_can_turn_it_off():
 
 def test_wandb_infers_the_declared_column_types():
     """The W&B table is built column by column (`Table.add_column`): W&B's reading of each
-    column's type is the one `view.columns` declares, and the cells are the table's."""
+    column's type is the one `view.columns` declares (the packed cell is text), and the cells
+    are `spec.logged`'s."""
     prof = profiled(TinyGPT(), gpt_input())
     table = prof.table()
     cells = _wandb_log.wandb_table(table)
-    read = _spec.read_columns(tuple(table.columns))
-    at = [table.columns.index(c) for c in read]
-    rows = [[r[i] for i in at] for r in table.rows]
+    columns, rows = _spec.logged(table.columns, table.rows)
     expected = wandb.Table(
-        columns=list(read),
-        data=rows,
-        dtype=_wandb_log.column_types(read),
-        optional=False,
+        columns=columns, data=rows, dtype=_wandb_log.column_types(columns), optional=False
     )
-    assert cells.columns == list(read)
+    assert cells.columns == columns and columns[-1] == _spec.PACKED
     assert cells.data == expected.data == rows
     assert cells._column_types == expected._column_types
 
 
 def test_the_wandb_table_holds_the_columns_the_panel_reads():
-    """Only columns the spec names (the rest cost W&B per-cell work and draw nothing); every
-    column left out is named nowhere in the spec, and the ones the panel needs are in."""
+    """Only columns the spec names (the rest cost W&B per-cell work and draw nothing): the
+    text ones as columns, the numbers packed in one cell per row; every column left out is
+    named nowhere in the spec, and the ones the panel needs are in."""
     prof = profiled(TinyGPT(), gpt_input())
     table = prof.table()
     cells = _wandb_log.wandb_table(table)
+    packed = _spec.packed_columns()
     text = _spec.spec_text()
-    left_out = [c for c in table.columns if c not in cells.columns]
+    left_out = [c for c in table.columns if c not in cells.columns and c not in packed]
     assert len(left_out) >= 20, left_out
     for name in left_out:
         assert not re.search(rf"\b{name}\b", text), name
-    for name in ("row_kind", "node_ref", "fwd_ms", "bwd_ms", "fwd_ms_mean", "x_px", "missing"):
+    for name in ("row_kind", "node_ref", "missing", "label", "meta_number"):
         assert name in cells.columns
-        assert re.search(rf"\b{name}\b", text), name
-    assert [c for c in table.columns if c in cells.columns] == cells.columns  # same order
+    for name in ("fwd_ms", "bwd_ms", "fwd_ms_mean", "x_px", "has_view", "view_id"):
+        assert name in packed and name not in cells.columns
+    assert [c for c in table.columns if c in cells.columns] == cells.columns[:-1]  # same order
+    # 57 cells a row before the packing, 18 now
+    assert len(cells.columns) <= 20 < len(_spec.read_columns(tuple(table.columns))) - 30
+
+
+def test_the_packed_cell_gives_back_every_number_exactly():
+    """`spec.unpacked` (what the spec's first transform does) returns the read columns of the
+    table cell for cell: floats by `repr` (exact), ints, bools, and a column the table lacks
+    (a file of an older version) as an empty field, None."""
+    prof = profiled(ResNet(), resnet_input())
+    table = prof.table()
+    read = list(_spec.read_columns(tuple(table.columns)))
+    columns, rows = _spec.unpacked(*_spec.logged(table.columns, table.rows))
+    assert sorted(columns) == sorted(read)
+    at = {c: table.columns.index(c) for c in read}
+    for logged_row, row in zip(rows, table.rows, strict=True):
+        for name, value in zip(columns, logged_row, strict=True):
+            original = row[at[name]]
+            assert value == original and type(value) is type(original), (name, value, original)
+    fractions = [r[columns.index("fwd_ms")] for r in rows if r[columns.index("fwd_ms")] % 1]
+    assert fractions  # real fractional numbers went through
+    lacking = [c for c in table.columns if c != "fwd_ms_std"]
+    short = [
+        [v for c, v in zip(table.columns, r, strict=True) if c != "fwd_ms_std"] for r in table.rows
+    ]
+    columns, rows = _spec.unpacked(*_spec.logged(lacking, short))
+    assert {r[columns.index("fwd_ms_std")] for r in rows} == {None}
 
 
 def test_offline_run_without_entity_logs_tables_and_says_how_to_get_the_panel(tmp_path):
@@ -195,7 +220,7 @@ def test_offline_run_without_entity_logs_tables_and_says_how_to_get_the_panel(tm
     files = _table_files(tmp_path, "ResNet")
     assert len(files) == 2
     columns = tuple(handle.profile().table().columns)
-    assert strict_json(files[0].read_text())["columns"] == list(_spec.read_columns(columns))
+    assert strict_json(files[0].read_text())["columns"] == logged_cells(columns, [])[0]
 
 
 def test_offline_notice_is_emitted_once_per_process_with_the_command(tmp_path):

@@ -4,12 +4,14 @@ the colours, and what is drawn. The lists shown around the graph are in `lists`.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tools.spec.expressions import missing, resolve_ref, value_expr
 from tools.spec.theme import NO_VALUE_FILL, PORT_FILL
 from wandb_modprof.records.modes import MODES
-from wandb_modprof.sinks.spec import DATASET, SPEC_VERSION
+from wandb_modprof.sinks.spec import DATASET, PACKED, SPEC_VERSION, UNPACKED_NUMBERS
+from wandb_modprof.view.columns import BOOL_COLUMNS, COLUMNS, INT_COLUMNS, NUMBER_COLUMNS
 
 Data = dict[str, Any]
 PORT = "datum.node_kind === 'input' || datum.node_kind === 'output'"
@@ -30,6 +32,30 @@ def _min_max(field: str, lo: str, hi: str) -> dict[str, Any]:
 
 def data() -> list[Data]:
     return [*_runs(), *_meta(), *_nodes(), *_extents(), *_drawn()]
+
+
+def packed_columns(spec_text: str) -> list[str]:
+    """The numeric columns the W&B copy of a table packs (`sinks.spec.PACKED`): those the rest
+    of the spec names, in the table's column order, but `UNPACKED_NUMBERS`."""
+    words = set(re.findall(r"[A-Za-z0-9_]+", spec_text))
+    numbers = set(INT_COLUMNS) | set(NUMBER_COLUMNS) | set(BOOL_COLUMNS)
+    return [c for c in COLUMNS if c in numbers and c in words and c not in UNPACKED_NUMBERS]
+
+
+def unpack(packed: list[str]) -> list[dict[str, str]]:
+    """The `rows` dataset's first transforms: split a W&B row's `PACKED` cell and give each
+    packed column its number back (empty field: null, so `missing` holds). A row without the
+    cell (the HTML report's full rows, a run's fields-only row) keeps its own fields. Running
+    them twice (W&B inserts rows twice on mount) gives the same fields: they read only
+    `PACKED`."""
+    split = f"isString(datum.{PACKED}) ? split(datum.{PACKED}, ',') : []"
+    out = [_formula("_packed", split)]
+    for i, name in enumerate(packed):
+        conv = "toBoolean" if name in BOOL_COLUMNS else "toNumber"
+        out.append(
+            _formula(name, f"isString(datum.{PACKED}) ? {conv}(datum._packed[{i}]) : datum.{name}")
+        )
+    return out
 
 
 def _runs() -> list[Data]:

@@ -282,7 +282,7 @@ def watch(
             `records.modes.MODE_KEYS` ("fwd", "bwd", "fwd_bwd", "self", "act", "param", ...).
         default_scale: the panel's initial colour scale, "linear" or "log".
         chart: the W&B chart preset "entity/name" (from `register_chart`); default
-            `<run entity>/wandb-modprof-v3` (`$WANDB_ENTITY` when the run has none). An
+            `<run entity>/wandb-modprof-v4` (`$WANDB_ENTITY` when the run has none). An
             offline run with no entity at all logs the tables without the panel, and says so.
         artifact_freq: the full profile file as a W&B artifact (`type="modprof-profile"`,
             `sinks.wandb_log`): 0 (default) at `unwatch()`, N > 0 also at every N-th logged

@@ -1,17 +1,17 @@
 """Register the panel's Vega spec with W&B as a custom chart preset, once per entity.
 
 >>> wandb_modprof.register_chart("my-team")                # doctest: +SKIP
-'my-team/wandb-modprof-v3'
+'my-team/wandb-modprof-v4'
 
 or from a shell: `wandb-modprof register-chart --entity my-team`. `watch` logs its panels with
-the preset `<run entity>/wandb-modprof-v3`; the preset is what turns the logged tables into
+the preset `<run entity>/wandb-modprof-v4`; the preset is what turns the logged tables into
 the module-graph panel in the W&B UI. Registering needs network and an API key (`wandb login`
 or `WANDB_API_KEY`); offline runs can be logged first and the preset registered before
 `wandb sync`.
 
 W&B's SDK (0.31) can create a preset but not list, update or delete one; what the server does
 with a name that already exists is not documented (and could not be tried here). The spec
-version is in the name (`wandb-modprof-v3`) so an incompatible spec gets a new preset instead
+version is in the name (`wandb-modprof-v4`) so an incompatible spec gets a new preset instead
 of changing the one old runs were logged with.
 """
 
@@ -46,12 +46,12 @@ def register_chart(
     """Create the W&B chart preset `entity/name` holding the panel's spec; return that name.
 
     >>> wandb_modprof.register_chart()                          # your default entity
-    'me/wandb-modprof-v3'
+    'me/wandb-modprof-v4'
 
     Args:
         entity: the W&B user or team owning the preset (default: the API key's default entity).
             Register it for the entity your runs log to.
-        name: the preset name (default `wandb-modprof-v3`, what `watch` uses unless given
+        name: the preset name (default `wandb-modprof-v4`, what `watch` uses unless given
             `chart=`).
         display_name: the name shown in the W&B UI.
         public: "public" access instead of "private" (only the entity's members can use it).

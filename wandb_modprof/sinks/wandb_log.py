@@ -42,7 +42,7 @@ sample is logged only once its device events have completed (never a device sync
 the next step asks again. Samples resolved together are logged once (the table aggregates
 them; the totals are the newest sample's). `unwatch()` resolves and logs what is left.
 
-The chart preset: `chart=` if given, else `<entity>/wandb-modprof-v3` with the entity of the
+The chart preset: `chart=` if given, else `<entity>/wandb-modprof-v4` with the entity of the
 run (`run.entity`), else `$WANDB_ENTITY`. The preset must be registered once per entity
 (`wandb-modprof register-chart`, `register_chart()`). An offline run with no entity at all
 cannot name it: its tables are logged alone under `<key>_table` (the same data and key a chart
@@ -197,7 +197,7 @@ def column_types(columns: Sequence[str]) -> list[type] | None:
         table as _table,  # with the layout (igraph): only when logging, not at import
     )
 
-    kinds: dict[str, type] = {}
+    kinds: dict[str, type] = {_spec.PACKED: str}
     for names, kind in (
         (_table.TEXT_COLUMNS, str),
         (_table.INT_COLUMNS, int),
@@ -227,24 +227,21 @@ def build_table_for(log: WandbLog, data: ProfileData, max_rows: int | None = Non
 
 
 def wandb_table(table: ProfileTable) -> Any:
-    """The `wandb.Table` of `table`, built a column at a time (`Table.add_column`, W&B's
-    documented way to add a column of homogeneous data): W&B then checks each column's type
-    once over its values, where `Table(data=rows)` re-derives the whole row's type for every
-    row; same data, same column types, about half the time (10,000 rows x 79 columns: 1.7 s
-    against 3.3 s with declared `dtype`s and 7.9 s with `allow_mixed_types`, which skips no
-    check, on a loaded 2-core machine; see README, Scale). W&B infers each column's type from
-    its values; `view.columns` types every column by construction (`column_types`), and the
-    tests check W&B reads the same types. Only the columns the panel's spec reads go in
-    (`spec.read_columns`: about two thirds of them), since W&B's per-cell work (type checks here,
-    serialisation in `run.log`) is most of a large log's cost; the file has everything."""
+    """The `wandb.Table` of `table` as the panel reads it (`spec.logged`: the text columns the
+    spec reads, and the numbers it reads packed into one text cell per row, since W&B's work
+    per cell, type checks here and serialisation in `run.log`, is most of a large log's cost;
+    the file has everything). Built a column at a time (`Table.add_column`, W&B's documented
+    way to add a column of homogeneous data): W&B then checks each column's type once over its
+    values, where `Table(data=rows)` re-derives the whole row's type for every row (10,000 rows
+    x 79 columns: 1.7 s against 3.3 s with declared `dtype`s and 7.9 s with
+    `allow_mixed_types`, which skips no check; see README, Scale)."""
     import wandb
 
+    columns, rows = _spec.logged(table.columns, table.rows)
     cells = wandb.Table(columns=[])
-    columns = list(zip(*table.rows, strict=True)) if table.rows else [()] * len(table.columns)
-    read = set(_spec.read_columns(tuple(table.columns)))  # only what the panel reads
-    for name, values in zip(table.columns, columns, strict=True):
-        if name in read:
-            cells.add_column(name, list(values))
+    by_column = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
+    for name, values in zip(columns, by_column, strict=True):
+        cells.add_column(name, list(values))
     return cells
 
 
