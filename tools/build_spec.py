@@ -32,19 +32,20 @@ from tools.spec.sidebar import sidebar  # noqa: E402
 from tools.spec.signals import extra_signals, signals  # noqa: E402
 from tools.spec.strip import lanes_data, strip, strip_data, strip_signals  # noqa: E402
 from tools.spec.top_bar import top_bar  # noqa: E402
-from wandb_modprof.sinks.spec import PACKED, SPEC_FILE, SPEC_VERSION  # noqa: E402
+from wandb_modprof.sinks.packed import PACKED  # noqa: E402
+from wandb_modprof.sinks.spec import SPEC_FILE, SPEC_VERSION  # noqa: E402
 
 OUT = ROOT / "vega_specs" / SPEC_FILE
 
 
 def build() -> dict[str, Any]:
     spec = _sections()
-    # the W&B copy of the table packs the numbers the spec reads (`sinks.spec.PACKED`); the
-    # order is written into the spec, where the logging side reads it
-    packed = packed_columns(json.dumps(spec))
+    # the W&B copy of the table packs the cells the spec reads (`sinks/packed.py`); the order
+    # is written into the spec, where the logging side reads it
+    numbers, texts = packed_columns(json.dumps(spec))
     rows = next(d for d in spec["data"] if d["name"] == "rows")
-    rows["transform"][:0] = unpack(packed)
-    spec["usermeta"] = {"wandb_modprof": {"packed_column": PACKED, "packed": packed}}
+    rows["transform"][:0] = unpack(numbers, texts)
+    spec["usermeta"] = {"wandb_modprof": {"packed": PACKED, "numbers": numbers, "texts": texts}}
     return spec
 
 

@@ -924,12 +924,48 @@ def test_the_wandb_table_draws_what_the_full_table_draws(
     assert panels[0].errors() == panels[1].errors() == []
 
 
+def test_hostile_names_reach_the_panel_through_the_packed_cell(
+    open_panel: OpenPanel, spec: dict[str, Any]
+) -> None:
+    """Names holding the packing's own separator and escape (and commas, quotes, a newline,
+    emoji): fed the W&B rows, where they travel escaped inside the packed cell, the panel
+    draws the labels, sublabels, hover cards and colours it draws from the full rows."""
+    from wandb_modprof.sinks.packed import ESC, SEP
+    from wandb_modprof.sinks.wandb_log import wandb_table
+
+    names = ("a" + SEP + "b", "c" + ESC + "d", ESC + "1" + ESC + "0" + ESC + SEP, 'q,"x"\n|')
+    model = nn.Sequential()
+    for name in names:
+        model.add_module(name, nn.Linear(4, 4))
+    table = _profile(model, torch.randn(2, 4, requires_grad=True)).table()
+    cells = wandb_table(table)
+    assert any(SEP in str(row[-1]) for row in cells.data)
+    logged = [dict(zip(cells.columns, row, strict=True)) for row in cells.data]
+    panels = [open_panel(spec, rows) for rows in (_rows(table), logged)]
+
+    def seen(panel: browser.Panel) -> tuple[Any, ...]:
+        cards = []
+        for name in names:
+            panel.hover("node_rect", lambda i, name=name: i.datum["node_key"] == f"{name}#0")
+            cards.append([str(i.text) for i in sorted(panel.items("card_text"), key=lambda i: i.y)])
+            panel.move_away()
+        labels = sorted(str(i.text) for i in panel.items("node_label"))
+        sublabels = sorted(str(i.text) for i in panel.items("node_sublabel"))
+        return fills(panel), labels, sublabels, cards
+
+    full, from_wandb = seen(panels[0]), seen(panels[1])
+    assert full == from_wandb
+    assert set(names) <= set(from_wandb[1]) | {n for card in from_wandb[3] for n in card}
+    assert panels[0].errors() == panels[1].errors() == []
+
+
 def test_a_group_card_names_its_first_members(open_panel: OpenPanel, spec: dict[str, Any]) -> None:
     """A layer whose cheapest experts were merged to fit the table: the group's hover card
     says how many and names the first ones (all are in `group_members`, which is why that
     column reaches W&B: `spec.read_columns`)."""
     from models import MoEStack, moe_input
 
+    from wandb_modprof.sinks.packed import packed_columns
     from wandb_modprof.sinks.wandb_log import wandb_table
 
     torch.manual_seed(0)
@@ -939,7 +975,7 @@ def test_a_group_card_names_its_first_members(open_panel: OpenPanel, spec: dict[
     # 100 rows: at 150 the 48 experts fit whole, a grid with bundled edges (`view/blocks.py`)
     table = prof.table(max_rows=100)
     cells = wandb_table(table)
-    assert "group_members" in cells.columns
+    assert "group_members" in packed_columns()[1]  # reaches W&B, packed
     rows = _rows(table)
     groups = [r for r in rows if r["row_kind"] == "node" and r["node_kind"] == "group"]
     assert groups, "the table fits without merging: lower max_rows"

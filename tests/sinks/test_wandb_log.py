@@ -29,6 +29,7 @@ from models import ResNet, TinyGPT, gpt_input, resnet_input
 import wandb_modprof
 from wandb_modprof import ModProfError
 from wandb_modprof.records.modes import MODE_KEYS
+from wandb_modprof.sinks import packed as _packed
 from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.sinks import wandb_log as _wandb_log
 
@@ -137,49 +138,49 @@ def test_artifact_freq_logs_every_nth_logged_sample_and_none_can_turn_it_off():
 def test_wandb_infers_the_declared_column_types():
     """The W&B table is built column by column (`Table.add_column`): W&B's reading of each
     column's type is the one `view.columns` declares (the packed cell is text), and the cells
-    are `spec.logged`'s."""
+    are `packed.logged`'s."""
     prof = profiled(TinyGPT(), gpt_input())
     table = prof.table()
     cells = _wandb_log.wandb_table(table)
-    columns, rows = _spec.logged(table.columns, table.rows)
+    columns, rows = _packed.logged(table.columns, table.rows)
     expected = wandb.Table(
         columns=columns, data=rows, dtype=_wandb_log.column_types(columns), optional=False
     )
-    assert cells.columns == columns and columns[-1] == _spec.PACKED
+    assert cells.columns == columns == [*_packed.UNPACKED, _packed.PACKED]
     assert cells.data == expected.data == rows
     assert cells._column_types == expected._column_types
 
 
 def test_the_wandb_table_holds_the_columns_the_panel_reads():
-    """Only columns the spec names (the rest cost W&B per-cell work and draw nothing): the
-    text ones as columns, the numbers packed in one cell per row; every column left out is
-    named nowhere in the spec, and the ones the panel needs are in."""
+    """Only columns the spec names (the rest cost W&B per-cell work and draw nothing), packed
+    in one cell per row but the three an older panel reads; every column left out is named
+    nowhere in the spec, and the ones the panel needs are in."""
     prof = profiled(TinyGPT(), gpt_input())
     table = prof.table()
-    cells = _wandb_log.wandb_table(table)
-    packed = _spec.packed_columns()
+    numbers, texts = _packed.packed_columns()
     text = _spec.spec_text()
-    left_out = [c for c in table.columns if c not in cells.columns and c not in packed]
+    read = _spec.read_columns(tuple(table.columns))
+    assert sorted(read) == sorted([*_packed.UNPACKED, *numbers, *texts])
+    left_out = [c for c in table.columns if c not in read]
     assert len(left_out) >= 20, left_out
     for name in left_out:
         assert not re.search(rf"\b{name}\b", text), name
-    for name in ("row_kind", "node_ref", "missing", "label", "meta_number"):
-        assert name in cells.columns
     for name in ("fwd_ms", "bwd_ms", "fwd_ms_mean", "x_px", "has_view", "view_id"):
-        assert name in packed and name not in cells.columns
-    assert [c for c in table.columns if c in cells.columns] == cells.columns[:-1]  # same order
-    # 57 cells a row before the packing, 18 now
-    assert len(cells.columns) <= 20 < len(_spec.read_columns(tuple(table.columns))) - 30
+        assert name in numbers
+    for name in ("view_key", "missing", "label", "group_members", "edge_path"):
+        assert name in texts
+    cells = _wandb_log.wandb_table(table)
+    assert len(cells.columns) * len(cells.data) == 7 * len(table.rows)  # 57 a row before
 
 
-def test_the_packed_cell_gives_back_every_number_exactly():
-    """`spec.unpacked` (what the spec's first transform does) returns the read columns of the
-    table cell for cell: floats by `repr` (exact), ints, bools, and a column the table lacks
-    (a file of an older version) as an empty field, None."""
+def test_the_packed_cell_gives_back_every_cell_exactly():
+    """`packed.unpacked` (what the spec's first transforms do) returns the read columns of the
+    table cell for cell: floats by `repr` (exact), ints, bools, texts; and a column the table
+    lacks (a file of an older version) as an empty field, None."""
     prof = profiled(ResNet(), resnet_input())
     table = prof.table()
     read = list(_spec.read_columns(tuple(table.columns)))
-    columns, rows = _spec.unpacked(*_spec.logged(table.columns, table.rows))
+    columns, rows = _packed.unpacked(*_packed.logged(table.columns, table.rows))
     assert sorted(columns) == sorted(read)
     at = {c: table.columns.index(c) for c in read}
     for logged_row, row in zip(rows, table.rows, strict=True):
@@ -192,8 +193,35 @@ def test_the_packed_cell_gives_back_every_number_exactly():
     short = [
         [v for c, v in zip(table.columns, r, strict=True) if c != "fwd_ms_std"] for r in table.rows
     ]
-    columns, rows = _spec.unpacked(*_spec.logged(lacking, short))
+    columns, rows = _packed.unpacked(*_packed.logged(lacking, short))
     assert {r[columns.index("fwd_ms_std")] for r in rows} == {None}
+
+
+HOSTILE = (
+    "a\x1fb",  # the separator
+    "c\x1ed",  # the escape
+    "\x1e1\x1e0\x1e\x1f\x1f\x1e",  # escape sequences written literally
+    'q,"x"\n|\\u001f',  # commas, quotes, a newline, a written-out escape
+    "ünï😀",
+)
+
+
+def test_hostile_module_names_survive_the_packing():
+    """Module names are the user's and may hold the packing's own control characters: each
+    comes back from `logged` / `unpacked` exactly, in every text column that names it."""
+    model = torch.nn.Sequential()
+    for name in HOSTILE:
+        model.add_module(name, torch.nn.Linear(4, 4))
+    prof = profiled(model, torch.randn(2, 4, requires_grad=True))
+    table = prof.table()
+    columns, rows = _packed.logged(table.columns, table.rows)
+    _, texts = _packed.packed_columns()
+    assert {len(str(r[-1]).split(_packed.SEP)) for r in rows} == {1 + len(texts)}  # escaped
+    back_columns, back = _packed.unpacked(columns, rows)
+    at = {c: table.columns.index(c) for c in back_columns}
+    assert [[r[at[c]] for c in back_columns] for r in table.rows] == back
+    labels = {r[back_columns.index("label")] for r in back}
+    assert set(HOSTILE) <= labels
 
 
 def test_offline_run_without_entity_logs_tables_and_says_how_to_get_the_panel(tmp_path):

@@ -10,8 +10,15 @@ from typing import Any
 from tools.spec.expressions import missing, resolve_ref, value_expr
 from tools.spec.theme import NO_VALUE_FILL, PORT_FILL
 from wandb_modprof.records.modes import MODES
-from wandb_modprof.sinks.spec import DATASET, PACKED, SPEC_VERSION, UNPACKED_NUMBERS
-from wandb_modprof.view.columns import BOOL_COLUMNS, COLUMNS, INT_COLUMNS, NUMBER_COLUMNS
+from wandb_modprof.sinks.packed import ESC, PACKED, SEP, UNPACKED
+from wandb_modprof.sinks.spec import DATASET, SPEC_VERSION
+from wandb_modprof.view.columns import (
+    BOOL_COLUMNS,
+    COLUMNS,
+    INT_COLUMNS,
+    NUMBER_COLUMNS,
+    TEXT_COLUMNS,
+)
 
 Data = dict[str, Any]
 PORT = "datum.node_kind === 'input' || datum.node_kind === 'output'"
@@ -34,27 +41,42 @@ def data() -> list[Data]:
     return [*_runs(), *_meta(), *_nodes(), *_extents(), *_drawn()]
 
 
-def packed_columns(spec_text: str) -> list[str]:
-    """The numeric columns the W&B copy of a table packs (`sinks.spec.PACKED`): those the rest
-    of the spec names, in the table's column order, but `UNPACKED_NUMBERS`."""
+def packed_columns(spec_text: str) -> tuple[list[str], list[str]]:
+    """The numeric and the text columns the W&B copy of a table packs (`sinks/packed.py`):
+    those the rest of the spec names, in the table's column order, but `UNPACKED`."""
     words = set(re.findall(r"[A-Za-z0-9_]+", spec_text))
+    read = [c for c in COLUMNS if c in words and c not in UNPACKED]
     numbers = set(INT_COLUMNS) | set(NUMBER_COLUMNS) | set(BOOL_COLUMNS)
-    return [c for c in COLUMNS if c in numbers and c in words and c not in UNPACKED_NUMBERS]
+    return [c for c in read if c in numbers], [c for c in read if c in TEXT_COLUMNS]
 
 
-def unpack(packed: list[str]) -> list[dict[str, str]]:
+def _literal(char: str) -> str:
+    return f"'\\u{ord(char):04x}'"
+
+
+def unpack(numbers: list[str], texts: list[str]) -> list[dict[str, str]]:
     """The `rows` dataset's first transforms: split a W&B row's `PACKED` cell and give each
-    packed column its number back (empty field: null, so `missing` holds). A row without the
-    cell (the HTML report's full rows, a run's fields-only row) keeps its own fields. Running
-    them twice (W&B inserts rows twice on mount) gives the same fields: they read only
-    `PACKED`."""
-    split = f"isString(datum.{PACKED}) ? split(datum.{PACKED}, ',') : []"
-    out = [_formula("_packed", split)]
-    for i, name in enumerate(packed):
+    packed column its value back (an empty number: null, so `missing` holds; a text's escapes
+    undone). A row without the cell (the HTML report's full rows, a run's fields-only row)
+    keeps its own fields. Running them twice (W&B inserts rows twice on mount) gives the same
+    fields: they read only `PACKED`."""
+    has = f"isString(datum.{PACKED})"
+    sep, esc = _literal(SEP), _literal(ESC)
+    out = [
+        _formula("_packed", f"{has} ? split(datum.{PACKED}, {sep}) : []"),
+        _formula("_numbers", f"{has} ? split(datum._packed[0], ',') : []"),
+    ]
+    for i, name in enumerate(numbers):
         conv = "toBoolean" if name in BOOL_COLUMNS else "toNumber"
-        out.append(
-            _formula(name, f"isString(datum.{PACKED}) ? {conv}(datum._packed[{i}]) : datum.{name}")
+        out.append(_formula(name, f"{has} ? {conv}(datum._numbers[{i}]) : datum.{name}"))
+    for i, name in enumerate(texts, start=1):
+        field = f"datum._packed[{i}]"
+        unescaped = (
+            f"replace(replace({field}, regexp({_literal(ESC)} + '1', 'g'), {sep}), "
+            f"regexp({esc} + '0', 'g'), {esc})"
         )
+        text = f"(indexof({field}, {esc}) < 0 ? {field} : {unescaped})"
+        out.append(_formula(name, f"{has} ? {text} : datum.{name}"))
     return out
 
 

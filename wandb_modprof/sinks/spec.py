@@ -18,26 +18,13 @@ from importlib.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from wandb_modprof.view.columns import BOOL_COLUMNS, INT_COLUMNS
-
 SPEC_FILE = "modprof.vg.json"
-# 4: the W&B copy of the table packs its numbers into one text cell per row (`PACKED`).
+# 4: the W&B copy of the table packs its cells into one text cell per row (`sinks/packed.py`).
 SPEC_VERSION = 4
 # The W&B preset name (`entity/CHART_NAME`); bump the version with any incompatible change of
 # the spec or of the table columns it reads, so old runs keep the preset they were logged with.
 CHART_NAME = f"wandb-modprof-v{SPEC_VERSION}"
 DATASET = "wandb"
-# The W&B copy of a table carries the numeric columns the panel reads as one text cell per row,
-# the numbers joined by commas in the order the spec's `usermeta` lists them (`packed_columns`),
-# and the spec's first transform splits it back. W&B's work per cell (a type check when the
-# table is built, `json_friendly` and a JSON encode in `run.log`) is most of a large log's cost:
-# 10,000 rows x 57 columns took 1.6 s to build and 4.6 s to log offline, the same rows as 17
-# text columns and one packed cell 0.3 s and 0.8 s (README, Scale). Text stays in its own
-# columns: module names can hold any character, numbers cannot hold a comma. `meta_number`
-# stays too: panels of versions 2 and 3 read the table's version from it and then say the
-# table is newer instead of drawing nothing.
-PACKED = "packed"
-UNPACKED_NUMBERS = ("meta_number",)
 _PLACEHOLDER = re.compile(r"\$\{string:([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
 
 
@@ -73,73 +60,6 @@ def read_columns(columns: tuple[str, ...]) -> tuple[str, ...]:
     mark; the full table is in the profile file and the HTML report."""
     words = set(re.findall(r"[A-Za-z0-9_]+", spec_text()))
     return tuple(c for c in columns if c in words)
-
-
-@functools.cache
-def packed_columns() -> tuple[str, ...]:
-    """The numeric columns the W&B copy packs into `PACKED`, in the spec's order (the spec
-    registered in W&B decodes by position, so the order is read from the spec itself)."""
-    meta: dict[str, Any] = json.loads(spec_text()).get("usermeta", {}).get("wandb_modprof", {})
-    return tuple(meta.get("packed", ()))
-
-
-def logged(
-    columns: Sequence[str], rows: Sequence[Sequence[object]]
-) -> tuple[list[str], list[list[object]]]:
-    """The columns and rows of a table as W&B gets them: the text (and `UNPACKED_NUMBERS`)
-    columns the spec reads, in the table's order, then `PACKED`: each row's packed numbers,
-    `repr` of each float (an exact round trip), `str` of each int, 1 / 0 for a bool, and an
-    empty field for a column this table lacks (the panel reads it as missing)."""
-    packed = packed_columns()
-    skip = set(packed)
-    plain = [c for c in read_columns(tuple(columns)) if c not in skip]
-    if not rows:
-        return [*plain, PACKED], []
-    at = {c: i for i, c in enumerate(columns)}
-    by_column = list(zip(*rows, strict=True))
-    texts = [_texts(name, by_column[at[name]]) if name in at else None for name in packed]
-    blank = [""] * len(rows)
-    cells = [",".join(parts) for parts in zip(*(t or blank for t in texts), strict=True)]
-    out = [list(r) for r in zip(*(by_column[at[c]] for c in plain), strict=True)]
-    for row, cell in zip(out, cells, strict=True):
-        row.append(cell)
-    return [*plain, PACKED], out
-
-
-def _texts(name: str, values: Sequence[object]) -> list[str]:
-    if name in BOOL_COLUMNS:
-        return ["1" if v else "0" for v in values]
-    if name in INT_COLUMNS:
-        return list(map(str, values))
-    return list(map(repr, values))
-
-
-def unpacked(
-    columns: Sequence[str], rows: Sequence[Sequence[object]]
-) -> tuple[list[str], list[list[object]]]:
-    """`logged`'s output back as plain columns (what the spec's first transform does in the
-    browser): the other columns in their order, then the packed ones. For tests and for
-    reading a logged table file back."""
-    if PACKED not in columns:
-        return list(columns), [list(r) for r in rows]
-    packed = packed_columns()
-    cut = list(columns).index(PACKED)
-    plain = [c for i, c in enumerate(columns) if i != cut]
-    out = []
-    for row in rows:
-        values = [v for i, v in enumerate(row) if i != cut]
-        fields = str(row[cut]).split(",")
-        values.extend(_number(n, f) for n, f in zip(packed, fields, strict=True))
-        out.append(values)
-    return [*plain, *packed], out
-
-
-def _number(name: str, field: str) -> object:
-    if field == "":
-        return None
-    if name in BOOL_COLUMNS:
-        return field == "1"
-    return int(field) if name in INT_COLUMNS else float(field)
 
 
 def filled(

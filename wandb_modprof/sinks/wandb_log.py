@@ -73,6 +73,7 @@ from wandb_modprof._errors import ModProfError
 from wandb_modprof._warn import entry_point, warn_at_user, warn_safely
 from wandb_modprof.capture.wrappers import type_name
 from wandb_modprof.records.snapshot import SupportsSnapshot, as_data
+from wandb_modprof.sinks import packed as _packed
 from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.stats.quiet_gc import paused_gc
 
@@ -197,7 +198,7 @@ def column_types(columns: Sequence[str]) -> list[type] | None:
         table as _table,  # with the layout (igraph): only when logging, not at import
     )
 
-    kinds: dict[str, type] = {_spec.PACKED: str}
+    kinds: dict[str, type] = {_packed.PACKED: str}
     for names, kind in (
         (_table.TEXT_COLUMNS, str),
         (_table.INT_COLUMNS, int),
@@ -227,17 +228,18 @@ def build_table_for(log: WandbLog, data: ProfileData, max_rows: int | None = Non
 
 
 def wandb_table(table: ProfileTable) -> Any:
-    """The `wandb.Table` of `table` as the panel reads it (`spec.logged`: the text columns the
-    spec reads, and the numbers it reads packed into one text cell per row, since W&B's work
-    per cell, type checks here and serialisation in `run.log`, is most of a large log's cost;
-    the file has everything). Built a column at a time (`Table.add_column`, W&B's documented
+    """The `wandb.Table` of `table` as the panel reads it (`packed.logged`: the cells the spec
+    reads, packed into one text cell per row but the few an older panel needs to say the table
+    is newer, since W&B's work per cell, type checks here and serialisation in `run.log`, is
+    most of a large log's cost; the file has everything). Built a column at a time
+    (`Table.add_column`, W&B's documented
     way to add a column of homogeneous data): W&B then checks each column's type once over its
     values, where `Table(data=rows)` re-derives the whole row's type for every row (10,000 rows
     x 79 columns: 1.7 s against 3.3 s with declared `dtype`s and 7.9 s with
     `allow_mixed_types`, which skips no check; see README, Scale)."""
     import wandb
 
-    columns, rows = _spec.logged(table.columns, table.rows)
+    columns, rows = _packed.logged(table.columns, table.rows)
     cells = wandb.Table(columns=[])
     by_column = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
     for name, values in zip(columns, by_column, strict=True):
