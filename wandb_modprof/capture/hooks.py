@@ -250,7 +250,6 @@ class Capture:
                 self._post(module, args, kwargs, result)  # a checkpoint recompute of the root
                 return
             self._root_depth = max(0, self._root_depth - 1)
-            self._index_checked = False
             if self.structures.current is not None:
                 self.structures.exit(module, result)
                 return
@@ -275,6 +274,10 @@ class Capture:
                 self._end_failed_forward(session)
             self._internal_error(ROOT_NAME, error)
             self._maybe_detach_children()
+        finally:
+            # the model may change between forwards; within this one (the graph check above
+            # included) one walk of it sufficed
+            self._index_checked = False
 
     def _end_failed_forward(self, session: StepSession) -> None:
         session.end_forward_after_error()
