@@ -261,9 +261,11 @@ def unobserved_checks(
     make_plain_loss: Callable[[nn.Module], torch.Tensor],
     repeats: int,
     copy_model: bool = False,
-) -> list[Check]:
+) -> tuple[list[Check], list[Check]]:
     """Every call of one step and metric, ours against the unobserved truth (see the module
-    docstring). `make_plain_loss(m)` runs one forward of module `m` and returns the loss.
+    docstring), and the same calls' truth from the even repeats against the odd repeats' (an
+    A/A of the method; empty below 2 repeats). `make_plain_loss(m)` runs one forward of module
+    `m` and returns the loss.
 
     The plain steps run on `model` itself between our steps (nothing of ours is attached once
     `profile` exits), or with `copy_model` on a deep copy. The copy's truth differed from the
@@ -293,15 +295,26 @@ def unobserved_checks(
         if rec.parent_key is not None:
             children[rec.parent_key].append(rec.key)
 
-    def median_of(runs: list[dict[str, float]], key: str) -> float:
-        return statistics.median(r[key] for r in runs)
+    def truths(picked: range) -> dict[tuple[str, str], float]:
+        """The truth of every call and metric: medians over the repeats in `picked`."""
 
-    truth: dict[tuple[str, str], float] = {}
+        def median_of(runs: list[dict[str, float]], key: str) -> float:
+            return statistics.median(runs[i][key] for i in picked)
+
+        out: dict[tuple[str, str], float] = {}
+        for rec in records:
+            out[(rec.key, "fwd")] = median_of(fwd_runs, rec.key)
+            out[(rec.key, "fwd_self")] = median_of(fwd_self_runs, rec.key)
+            out[(rec.key, "bwd")] = median_of(bwd_runs, rec.key)
+            # per step, then the median: each backward step gives every call's truth at once
+            out[(rec.key, "bwd_self")] = statistics.median(
+                bwd_runs[i][rec.key] - sum(bwd_runs[i][k] for k in children[rec.key])
+                for i in picked
+            )
+        return out
+
+    truth = truths(range(repeats))
     ours: dict[tuple[str, str], float] = {}
-    for rec in records:
-        truth[(rec.key, "fwd")] = median_of(fwd_runs, rec.key)
-        truth[(rec.key, "fwd_self")] = median_of(fwd_self_runs, rec.key)
-        truth[(rec.key, "bwd")] = median_of(bwd_runs, rec.key)
     by_key = [{r.key: r for r in run} for run in ours_runs]
     for rec in records:
         for metric in METRICS:
@@ -311,20 +324,25 @@ def unobserved_checks(
             ours[(rec.key, metric)] = statistics.median(
                 getattr(run[rec.key], attr) or 0.0 for run in by_key
             )
-        # per step, then the median: each backward step gives every call's truth at once
-        truth[(rec.key, "bwd_self")] = statistics.median(
-            run[rec.key] - sum(run[k] for k in children[rec.key]) for run in bwd_runs
-        )
     root = records[0].key
     step = truth[(root, "fwd")] + truth[(root, "bwd")]
-    return [
-        Check(
-            key=rec.key,
-            metric=metric,
-            share=(truth[(rec.key, "fwd")] + truth[(rec.key, "bwd")]) / step,
-            ours_ms=ours[(rec.key, metric)],
-            truth_ms=truth[(rec.key, metric)],
-        )
-        for rec in records
-        for metric in METRICS
-    ]
+
+    def checks(
+        left: dict[tuple[str, str], float], right: dict[tuple[str, str], float]
+    ) -> list[Check]:
+        return [
+            Check(
+                key=rec.key,
+                metric=metric,
+                share=(truth[(rec.key, "fwd")] + truth[(rec.key, "bwd")]) / step,
+                ours_ms=left[(rec.key, metric)],
+                truth_ms=right[(rec.key, metric)],
+            )
+            for rec in records
+            for metric in METRICS
+        ]
+
+    # The method against itself: the truth of the even repeats as "ours", of the odd ones as
+    # the truth. Its error is the floor under which no comparison with it can go.
+    half = checks(truths(range(0, repeats, 2)), truths(range(1, repeats, 2)))
+    return checks(ours, truth), (half if repeats >= 2 else [])

@@ -24,7 +24,10 @@ backward, inclusive and self times against each module timed with nothing of our
 (one pre/post hook pair per module, one depth level per step, on a plain copy; backward by the
 profiler's node events on a plain-copy step), interleaved with our sampled steps, medians over
 the repeats. The target: median error <= 5 % and every call within 15 % or 0.05 ms, for calls
-taking >= 1 % of the step.
+taking >= 1 % of the step. Beside it, the method against itself (an A/A): the truth's medians
+over the even repeats against those over the odd repeats, judged the same way; where that is
+above the target, the comparison cannot tell the profiler's error from the machine's noise
+(use more repeats, on a quiet machine).
 
 Models: benchmarks/_workloads.py (ResNet-style net, the zoo's TinyGPT, GPT-2, BERT and Llama
 from transformers configs), one torch thread, garbage collector paused inside measured steps.
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 5)
     torch.set_num_threads(1)
     started = time.perf_counter()
-    time_rows, mem_rows, unobserved_rows = [], [], []
+    time_rows, mem_rows, unobserved_rows, aa_rows = [], [], [], []
     for workload in make_workloads(args.models, "quick" if args.quick else "cpu"):
         torch.manual_seed(0)
         model = workload.build().train()
@@ -154,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
             model, workload.forward, workload.loss_of, workload.blocks(model), returned_bytes
         )
         mem_rows.append(mem_row(workload.name, mem))
-        unobserved = unobserved_checks(model, workload.loss, repeats)
+        unobserved, aa = unobserved_checks(model, workload.loss, repeats)
         unobserved_rows.append(unobserved_row(workload.name, unobserved))
+        if aa:
+            aa_rows.append(unobserved_row(workload.name, aa))
         print(f"[{workload.name} done, {time.perf_counter() - started:.0f} s]", file=sys.stderr)
     given = sys.argv[1:] if argv is None else argv
     command = " ".join(["cd /work/main && .venv/bin/python benchmarks/accuracy.py", *given])
@@ -181,6 +186,14 @@ def main(argv: list[str] | None = None) -> int:
             "| bwd self worst | bwd self within |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             *unobserved_rows,
+            "",
+            "The method against itself (A/A: the unobserved truth of the even repeats against "
+            "the odd repeats'; the floor of the comparison above):\n",
+            "| model | fwd median | fwd worst | fwd within | fwd self median | fwd self worst "
+            "| fwd self within | bwd median | bwd worst | bwd within | bwd self median "
+            "| bwd self worst | bwd self within |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            *(aa_rows or ["| (needs --repeats >= 2) |"]),
             "",
             "Activation bytes against MemTracker (same step):\n",
             "| model | blocks | blocks exact | worst block err | model act MiB (ours) "
