@@ -25,7 +25,7 @@ real step), in ms from the root forward's start.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from wandb_modprof.records.graph import ViewGraph
@@ -60,10 +60,13 @@ def build_timeline(
     groups: Mapping[str, list[str]],
     budget: int,
     curve_points: int | None = None,
+    source: ViewSpans | None = None,
 ) -> Timeline:
     """The spans of every view in `graphs` (in that order, while the budget lasts) and the
     curve of `sample`, downsampled to `curve_points` (default: `CURVE_POINTS`, at most a third
-    of `budget`; see the module docstring)."""
+    of `budget`; see the module docstring). `source`: the sample's `ViewSpans`, to share its
+    indexes and per-view spans between the two timelines `build_table` builds (the second
+    one, of the reduced views, then recomputes only the views the reduction changed)."""
     if sample is None or not sample.invocations:
         return Timeline((), (), "", _meta(None, None))
     curve = sample.memory
@@ -75,15 +78,21 @@ def build_timeline(
     notes: list[str] = []
     if curve is not None and len(points) < len(curve.t_ms):
         notes.append(f"memory curve: {len(points)} of {len(curve.t_ms)} points")
-    source = _ViewSpans(sample, graphs, groups)
+    if source is None or source.sample is not sample:
+        source = ViewSpans(sample)
+    keys = _view_keys(graphs, groups)
     skipped = 0
     coarsened = 0
     for i, graph in enumerate(graphs):
         if left <= 0:  # nothing more fits: the views left are not computed, only counted
-            skipped += sum(source.has_spans(g.view_key) for g in graphs[i:])
+            skipped += sum(source.has_spans(keys.get(g.view_key, ())) for g in graphs[i:])
             break
-        mine = source.of_view(graph.view_key)
-        fitted = _fit(mine, SPANS_PER_VIEW)
+        mine_keys = keys.get(graph.view_key, [])
+        if left < 2 * len(mine_keys) and source.surely_skipped(mine_keys, left):
+            # (only then can it be: a view has at most 2 spans per node once fitted)
+            skipped += 1
+            continue
+        mine, fitted = source.of_view(graph.view_key, mine_keys)
         if len(fitted) < len(mine):
             coarsened += 1
         if len(fitted) > left:
@@ -98,26 +107,36 @@ def build_timeline(
     return Timeline(tuple(spans), tuple(points), "; ".join(notes), _meta(sample, curve))
 
 
-class _ViewSpans:
-    """Each drawn view's spans, computed when asked (`build_timeline` stops asking once its
-    budget is spent: a MoE step has ~3,000 views and ~50,000 backward runs)."""
+# per view, (call key, node key) of every call drawn in it
+_ViewKeys = dict[str, list[tuple[str, str]]]
 
-    def __init__(
-        self, sample: Sample, graphs: Sequence[ViewGraph], groups: Mapping[str, list[str]]
-    ) -> None:
+
+def _view_keys(graphs: Sequence[ViewGraph], groups: Mapping[str, list[str]]) -> _ViewKeys:
+    """Per view the calls whose spans it shows, each with the node drawing them: its module
+    nodes, and the members of its group nodes (a call in two views counts in the last)."""
+    node_of: dict[str, tuple[str, str]] = {}  # call key -> (view key, node key)
+    for graph in graphs:
+        for node in graph.nodes:
+            if node.kind == "module":
+                node_of[node.node_key] = (graph.view_key, node.node_key)
+            elif node.kind == "group":
+                for member in groups.get(node.node_key, []):
+                    node_of[member] = (graph.view_key, node.node_key)
+    keys: _ViewKeys = {}
+    for key, (view, drawn) in node_of.items():
+        keys.setdefault(view, []).append((key, drawn))
+    return keys
+
+
+class ViewSpans:
+    """A sample's spans per view, computed when asked (`build_timeline` stops asking once its
+    budget is spent: a MoE step has ~3,000 views and ~50,000 backward runs) and kept, so the
+    table's second timeline (of the reduced views) reuses every view the reduction left as
+    it was."""
+
+    def __init__(self, sample: Sample) -> None:
+        self.sample = sample
         self._inv = {r.key: r for r in sample.invocations}
-        # call key -> (view key, node key) for every module or group node of a drawn view
-        node_of: dict[str, tuple[str, str]] = {}
-        for graph in graphs:
-            for node in graph.nodes:
-                if node.kind == "module":
-                    node_of[node.node_key] = (graph.view_key, node.node_key)
-                elif node.kind == "group":
-                    for member in groups.get(node.node_key, []):
-                        node_of[member] = (graph.view_key, node.node_key)
-        self._keys: dict[str, list[tuple[str, str]]] = {}  # view -> (call key, node key)
-        for key, (view, drawn) in node_of.items():
-            self._keys.setdefault(view, []).append((key, drawn))
         self._children: dict[str, list[str]] = {}
         for r in sample.invocations:
             if r.parent_key is not None:
@@ -126,14 +145,47 @@ class _ViewSpans:
         self._runs: dict[str, list[tuple[int, float, float]]] = {}
         for rank, run in enumerate(sorted(sample.runs, key=lambda r: r.start_ms)):
             self._runs.setdefault(run.owner_key, []).append((rank, run.start_ms, run.end_ms))
+        # view -> (the calls it was computed for, its spans, those fitted to SPANS_PER_VIEW)
+        self._done: dict[str, tuple[list[tuple[str, str]], list[Span], list[Span]]] = {}
 
-    def has_spans(self, view: str) -> bool:
-        return any(k in self._inv or k in self._runs for k, _ in self._keys.get(view, ()))
+    def has_spans(self, keys: Sequence[tuple[str, str]]) -> bool:
+        return any(k in self._inv or k in self._runs for k, _ in keys)
 
-    def of_view(self, view: str) -> list[Span]:
+    def _subtree(self, key: str) -> Iterator[str]:
+        """`key` and its descendants, depth first (a parent cycle in a damaged file cannot loop
+        forever: at most one visit per record, plus one)."""
+        todo, walked, limit = [key], 0, len(self._inv) + 1
+        while todo and walked <= limit:
+            k = todo.pop()
+            walked += 1
+            yield k
+            todo.extend(self._children.get(k, ()))
+
+    def surely_skipped(self, keys: Sequence[tuple[str, str]], left: int) -> bool:
+        """Whether the view's fitted spans would not fit in `left` rows and `_fit` would not
+        merge any (so skipping it uncomputed changes no note): every node with a forward
+        record or a backward run keeps at least one span per phase, and a view of at most
+        `SPANS_PER_VIEW` spans is kept as it is. Cheaper than building its spans: once the
+        budget is nearly spent, most views of a large model are only this."""
+        fwd_nodes: set[str] = set()
+        bwd_nodes: set[str] = set()
+        most = 0  # spans before merging: an upper bound on the view's spans
+        for key, drawn in keys:
+            if key in self._inv:
+                fwd_nodes.add(drawn)
+                most += 1
+            runs = sum(len(self._runs.get(k, ())) for k in self._subtree(key))
+            if runs:
+                bwd_nodes.add(drawn)
+                most += runs
+        return most <= SPANS_PER_VIEW and len(fwd_nodes) + len(bwd_nodes) > left
+
+    def of_view(self, view: str, keys: list[tuple[str, str]]) -> tuple[list[Span], list[Span]]:
         """The view's nodes' forward spans, then their backward spans (merged runs): a node's
-        backward is every run of its call's subtree."""
-        keys = self._keys.get(view, [])
+        backward is every run of its call's subtree; and those fitted to `SPANS_PER_VIEW`."""
+        done = self._done.get(view)
+        if done is not None and done[0] == keys:
+            return done[1], done[2]
         fwd: list[Span] = []
         for key, drawn in keys:
             rec = self._inv.get(key)
@@ -141,17 +193,15 @@ class _ViewSpans:
                 fwd.append((view, drawn, "fwd", rec.fwd_start_ms, _fwd_end(rec), 1))
         fwd.sort(key=lambda s: s[3])
         ranked: list[tuple[int, Span]] = []
-        limit = len(self._inv) + 1  # a parent cycle in a damaged file cannot loop forever
         for key, drawn in keys:
-            todo, walked = [key], 0
-            while todo and walked <= limit:
-                k = todo.pop()
-                walked += 1
+            for k in self._subtree(key):
                 for rank, t0, t1 in self._runs.get(k, ()):
                     ranked.append((rank, (view, drawn, "bwd", t0, t1, 1)))
-                todo.extend(self._children.get(k, ()))
         ranked.sort(key=lambda r: r[0])
-        return _merge_consecutive(fwd) + _merge_consecutive([span for _, span in ranked])
+        mine = _merge_consecutive(fwd) + _merge_consecutive([span for _, span in ranked])
+        fitted = _fit(mine, SPANS_PER_VIEW)
+        self._done[view] = (keys, mine, fitted)
+        return mine, fitted
 
 
 def _fwd_end(rec: InvocationRecord) -> float:
