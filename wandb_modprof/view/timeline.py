@@ -25,8 +25,9 @@ real step), in ms from the root forward's start.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from wandb_modprof.records.graph import ViewGraph
 from wandb_modprof.records.sample import InvocationRecord, MemoryCurve, Sample
@@ -72,14 +73,14 @@ def build_timeline(
     curve = sample.memory
     if curve_points is None:
         curve_points = min(CURVE_POINTS, budget // 3)
-    points = _downsample(curve, min(curve_points, budget)) if curve is not None else ()
+    if source is None or source.sample is not sample:
+        source = ViewSpans(sample)
+    points = source.curve(min(curve_points, budget)) if curve is not None else ()
     left = budget - len(points)
     spans: list[Span] = []
     notes: list[str] = []
     if curve is not None and len(points) < len(curve.t_ms):
         notes.append(f"memory curve: {len(points)} of {len(curve.t_ms)} points")
-    if source is None or source.sample is not sample:
-        source = ViewSpans(sample)
     keys = _view_keys(graphs, groups)
     skipped = 0
     coarsened = 0
@@ -104,7 +105,7 @@ def build_timeline(
         notes.append(f"spans of {coarsened} view(s) merged to at most {SPANS_PER_VIEW}")
     if skipped:
         notes.append(f"no timeline for {skipped} view(s) (row budget)")
-    return Timeline(tuple(spans), tuple(points), "; ".join(notes), _meta(sample, curve))
+    return Timeline(tuple(spans), tuple(points), "; ".join(notes), source.meta())
 
 
 # per view, (call key, node key) of every call drawn in it
@@ -130,9 +131,9 @@ def _view_keys(graphs: Sequence[ViewGraph], groups: Mapping[str, list[str]]) -> 
 
 class ViewSpans:
     """A sample's spans per view, computed when asked (`build_timeline` stops asking once its
-    budget is spent: a MoE step has ~3,000 views and ~50,000 backward runs) and kept, so the
-    table's second timeline (of the reduced views) reuses every view the reduction left as
-    it was."""
+    budget is spent: a MoE step has ~3,000 views and ~50,000 backward runs) and kept, with
+    its downsampled curve and meta rows, so the table's second timeline (of the reduced
+    views) recomputes only the views the reduction changed."""
 
     def __init__(self, sample: Sample) -> None:
         self.sample = sample
@@ -145,21 +146,55 @@ class ViewSpans:
         self._runs: dict[str, list[tuple[int, float, float]]] = {}
         for rank, run in enumerate(sorted(sample.runs, key=lambda r: r.start_ms)):
             self._runs.setdefault(run.owner_key, []).append((rank, run.start_ms, run.end_ms))
+        # a parent cycle in a damaged file cannot loop forever: a walk visits at most this many
+        self._limit = len(self._inv) + 1
         # view -> (the calls it was computed for, its spans, those fitted to SPANS_PER_VIEW)
         self._done: dict[str, tuple[list[tuple[str, str]], list[Span], list[Span]]] = {}
+        self._below: dict[str, tuple[int, int]] = {}  # key -> (runs, calls) of its subtree
+        self._curves: dict[int, tuple[tuple[float, int], ...]] = {}
+        self._meta: tuple[tuple[str, str, float | None], ...] | None = None
+
+    def curve(self, points: int) -> tuple[tuple[float, int], ...]:
+        """The sample's curve downsampled to at most `points` (`_downsample`)."""
+        assert self.sample.memory is not None
+        if points not in self._curves:
+            self._curves[points] = _downsample(self.sample.memory, points)
+        return self._curves[points]
+
+    def meta(self) -> tuple[tuple[str, str, float | None], ...]:
+        if self._meta is None:
+            self._meta = _meta(self.sample, self.sample.memory)
+        return self._meta
 
     def has_spans(self, keys: Sequence[tuple[str, str]]) -> bool:
         return any(k in self._inv or k in self._runs for k, _ in keys)
 
-    def _subtree(self, key: str) -> Iterator[str]:
-        """`key` and its descendants, depth first (a parent cycle in a damaged file cannot loop
-        forever: at most one visit per record, plus one)."""
-        todo, walked, limit = [key], 0, len(self._inv) + 1
-        while todo and walked <= limit:
-            k = todo.pop()
-            walked += 1
-            yield k
-            todo.extend(self._children.get(k, ()))
+    def _runs_below(self, key: str) -> int | None:
+        """The runs the walk of `of_view` finds under `key` (its own and its descendants'),
+        None where that walk would meet a parent cycle or stop at its limit (a damaged
+        file): then nothing is assumed. Memoised: each call's subtree is counted once."""
+        below, runs, children = self._below, self._runs, self._children
+        stack: list[tuple[str, bool]] = [(key, False)]
+        open_: set[str] = set()  # expanded, not finished: the path from `key`
+        while stack:
+            k, finished = stack.pop()
+            if finished:
+                open_.discard(k)
+                n_runs, n_calls = len(runs.get(k, ())), 1
+                for c in children.get(k, ()):
+                    r, c_calls = below[c]
+                    n_runs, n_calls = n_runs + r, n_calls + c_calls
+                below[k] = (n_runs, n_calls)
+                continue
+            if k in below:
+                continue
+            if k in open_:
+                return None  # a cycle
+            open_.add(k)
+            stack.append((k, True))
+            stack.extend((c, False) for c in children.get(k, ()))
+        n_runs, n_calls = below[key]
+        return n_runs if n_calls <= self._limit else None
 
     def surely_skipped(self, keys: Sequence[tuple[str, str]], left: int) -> bool:
         """Whether the view's fitted spans would not fit in `left` rows and `_fit` would not
@@ -174,7 +209,9 @@ class ViewSpans:
             if key in self._inv:
                 fwd_nodes.add(drawn)
                 most += 1
-            runs = sum(len(self._runs.get(k, ())) for k in self._subtree(key))
+            runs = self._runs_below(key)
+            if runs is None:
+                return False
             if runs:
                 bwd_nodes.add(drawn)
                 most += runs
@@ -193,15 +230,23 @@ class ViewSpans:
                 fwd.append((view, drawn, "fwd", rec.fwd_start_ms, _fwd_end(rec), 1))
         fwd.sort(key=lambda s: s[3])
         ranked: list[tuple[int, Span]] = []
+        runs_of, children_of = self._runs.get, self._children.get
         for key, drawn in keys:
-            for k in self._subtree(key):
-                for rank, t0, t1 in self._runs.get(k, ()):
+            todo, walked = [key], 0
+            while todo and walked <= self._limit:
+                k = todo.pop()
+                walked += 1
+                for rank, t0, t1 in runs_of(k, ()):
                     ranked.append((rank, (view, drawn, "bwd", t0, t1, 1)))
-        ranked.sort(key=lambda r: r[0])
+                todo.extend(children_of(k, ()))
+        ranked.sort(key=_first)
         mine = _merge_consecutive(fwd) + _merge_consecutive([span for _, span in ranked])
         fitted = _fit(mine, SPANS_PER_VIEW)
         self._done[view] = (keys, mine, fitted)
         return mine, fitted
+
+
+_first = itemgetter(0)
 
 
 def _fwd_end(rec: InvocationRecord) -> float:
