@@ -111,10 +111,24 @@ class StatsAccumulator:
             for i, raw in enumerate(_metric_values_of(rec)):
                 if raw is None:
                     continue
+                acc = accs[i]
+                if (
+                    type(raw) is int
+                    and acc is not None
+                    and acc.window is None
+                    and acc.count
+                    and raw == acc.last
+                    and (raw or math.copysign(1.0, acc.last) > 0.0)
+                ):
+                    # A constant integer metric (parameter, buffer, most activation bytes):
+                    # every value so far was this one, so the mean is it exactly and m2, min,
+                    # max and last would not change: only the count moves (the full update
+                    # gives the same numbers; the sign test keeps a -0.0 `last` exact).
+                    acc.count += 1
+                    continue
                 value = float(raw)
                 if isinstance(raw, float) and value - value != 0.0:  # NaN or +-inf: skipped
                     continue
-                acc = accs[i]
                 if acc is None:
                     acc = accs[i] = _Welford()
                 count = acc.count
