@@ -132,3 +132,28 @@ def test_fold_gives_exactly_what_adding_each_value_gives(values):
     else:
         assert got is not None
         assert repr(dataclasses.astuple(got)) == repr(dataclasses.astuple(want))
+
+
+def test_frozen_statistics_are_the_dataclass_own():
+    """`freeze` builds `RunningStat` without its `__init__` (a fast path): the same fields in
+    the same order, an object equal to the one `__init__` builds, still frozen."""
+    import pickle
+
+    from wandb_modprof.records.sample import RunningStat
+    from wandb_modprof.stats.running import STAT_FIELDS
+
+    assert tuple(f.name for f in dataclasses.fields(RunningStat)) == STAT_FIELDS
+    acc = _Welford()
+    for v in (3.0, 1.0, 2.0):
+        acc.add(v)
+    stat = acc.freeze()
+    built = RunningStat(3, 2.0, math.sqrt(2 / 3), 1.0, 3.0, 2.0, 2.0)
+    assert type(stat) is RunningStat and stat == built and hash(stat) == hash(built)
+    assert repr(stat) == repr(built) and pickle.loads(pickle.dumps(stat)) == built
+    assert dataclasses.asdict(stat) == dataclasses.asdict(built)
+    try:
+        stat.count = 4  # type: ignore[misc]
+    except dataclasses.FrozenInstanceError:
+        pass
+    else:
+        raise AssertionError("a frozen statistic was changed")
