@@ -10,7 +10,7 @@ import torch
 from models import TinyGPT
 
 import wandb_modprof
-from wandb_modprof.records.sample import InvocationRecord
+from wandb_modprof.records.sample import BackwardRun, InvocationRecord
 
 
 def test_resolved_records_are_what_the_dataclass_init_builds():
@@ -26,6 +26,14 @@ def test_resolved_records_are_what_the_dataclass_init_builds():
         assert type(rec) is InvocationRecord and list(vars(rec)) == names
         assert rec == built and hash(rec) == hash(built) and repr(rec) == repr(built)
     assert pickle.loads(pickle.dumps(records[3])) == records[3]
+    sample = prof.last_sample
+    assert sample is not None
+    runs = sample.runs
+    assert any(run.kind == "node" for run in runs)
+    run_fields = [f.name for f in dataclasses.fields(BackwardRun)]
+    for run in runs:
+        built = BackwardRun(**{name: getattr(run, name) for name in run_fields})
+        assert list(vars(run)) == run_fields and run == built and repr(run) == repr(built)
     try:
         records[0].fwd_ms = 0.0  # type: ignore[misc]
     except dataclasses.FrozenInstanceError:

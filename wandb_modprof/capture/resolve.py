@@ -343,12 +343,16 @@ def _runs(
     """Every node execution and checkpoint recompute of the backward, in start order."""
     invs = session.invocations
     runs: list[BackwardRun] = []
-    for j, owner in enumerate(session.nodes.owner):
+    nodes = session.nodes
+    for j, owner in enumerate(nodes.owner):
         if owner >= 0 and _finite(t0[j]) and _finite(t1[j]):
-            seq = session.nodes.seq[j]
-            name = session.nodes.name[j]
-            thread = session.nodes.thread[j]
-            runs.append(BackwardRun("node", name, seq, invs[owner].key, t0[j], t1[j], thread))
+            # (`frozen`: one run per node that ran, ~90,000 in a 28,000-call MoE step)
+            cells = {
+                "kind": "node", "name": nodes.name[j], "seq": nodes.seq[j],
+                "owner_key": invs[owner].key, "start_ms": t0[j], "end_ms": t1[j],
+                "thread_id": nodes.thread[j],
+            }  # fmt: skip
+            runs.append(frozen(BackwardRun, cells))
     for k, r in enumerate(session.recomputes):
         start, end = r_off[2 * k], r_off[2 * k + 1]
         if r.orig < 0 or not (_finite(start) and _finite(end)):
