@@ -144,8 +144,10 @@ class ViewSpans:
                 self._children.setdefault(r.parent_key, []).append(r.key)
         # owner -> its runs, each with its rank in start order (the order spans are merged in)
         self._runs: dict[str, list[tuple[int, float, float]]] = {}
+        self._in_order: list[tuple[str, float, float]] = []  # (owner, start, end), by rank
         for rank, run in enumerate(sorted(sample.runs, key=lambda r: r.start_ms)):
             self._runs.setdefault(run.owner_key, []).append((rank, run.start_ms, run.end_ms))
+            self._in_order.append((run.owner_key, run.start_ms, run.end_ms))
         # a parent cycle in a damaged file cannot loop forever: a walk visits at most this many
         self._limit = len(self._inv) + 1
         # view -> (the calls it was computed for, its spans, those fitted to SPANS_PER_VIEW)
@@ -229,18 +231,41 @@ class ViewSpans:
             if rec is not None:
                 fwd.append((view, drawn, "fwd", rec.fwd_start_ms, _fwd_end(rec), 1))
         fwd.sort(key=lambda s: s[3])
-        ranked: list[tuple[int, Span]] = []
+        # the calls each node's walk visits (a call visited twice, by a parent cycle in a
+        # damaged file, would show its runs twice: then the runs are gathered per visit)
+        drawn_of: dict[str, str] = {}
+        visits, found = 0, 0
         runs_of, children_of = self._runs.get, self._children.get
         for key, drawn in keys:
             todo, walked = [key], 0
             while todo and walked <= self._limit:
                 k = todo.pop()
                 walked += 1
-                for rank, t0, t1 in runs_of(k, ()):
-                    ranked.append((rank, (view, drawn, "bwd", t0, t1, 1)))
+                drawn_of[k] = drawn
+                found += len(runs_of(k, ()))
                 todo.extend(children_of(k, ()))
-        ranked.sort(key=_first)
-        mine = _merge_consecutive(fwd) + _merge_consecutive([span for _, span in ranked])
+            visits += walked
+        bwd: list[Span]
+        if visits == len(drawn_of) and 4 * found > len(self._in_order):
+            # Most of the step's runs (the top views): one pass in start order, no sort.
+            bwd = [
+                (view, drawn_of[owner], "bwd", t0, t1, 1)
+                for owner, t0, t1 in self._in_order
+                if owner in drawn_of
+            ]
+        else:
+            ranked: list[tuple[int, Span]] = []
+            for key, drawn in keys:
+                todo, walked = [key], 0
+                while todo and walked <= self._limit:
+                    k = todo.pop()
+                    walked += 1
+                    for rank, t0, t1 in runs_of(k, ()):
+                        ranked.append((rank, (view, drawn, "bwd", t0, t1, 1)))
+                    todo.extend(children_of(k, ()))
+            ranked.sort(key=_first)
+            bwd = [span for _, span in ranked]
+        mine = _merge_consecutive(fwd) + _merge_consecutive(bwd)
         fitted = _fit(mine, SPANS_PER_VIEW)
         self._done[view] = (keys, mine, fitted)
         return mine, fitted
