@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from wandb_modprof.stats.running import MEDIAN_WINDOW, _Welford
+from wandb_modprof.records.sample import InvocationRecord
+from wandb_modprof.stats.running import MEDIAN_WINDOW, StatsAccumulator, _Welford
 
 
 @settings(max_examples=200, deadline=None)
@@ -81,3 +84,75 @@ def test_a_metric_that_starts_varying_late_counts_its_constant_past():
     for v in [3.0] * 10 + [100.0] * 3:
         acc.add(v)
     assert acc.freeze().median == 3.0  # ten 3.0 and three 100.0: not the median of [3, 100]
+
+
+@functools.cache
+def _reused_record() -> InvocationRecord:
+    """The root call of a real profiled step of the zoo's `Reused` model."""
+    import torch
+    from models import Reused
+
+    import wandb_modprof
+
+    model = Reused()
+    with wandb_modprof.profile(model) as prof:
+        model(torch.randn(16, 32, generator=torch.Generator().manual_seed(0))).sum().backward()
+    return prof.invocations()[0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from([0, 4096, 2**60 + 1, 0.0, -0.0, 4096.0, None]),
+            st.integers(-(2**62), 2**62),
+            st.floats(-1e6, 1e6),
+        ),
+        min_size=1,
+        max_size=2 * MEDIAN_WINDOW,
+    )
+)
+@example([-0.0, 0, 0])  # a -0.0 `last` is replaced by the int's 0.0
+@example([4096, 4096, 4096.0, 4096, 7, 4096])
+@example([2**60 + 1, 2**60 + 1, float(2**60), 2**60 + 1])  # equal as floats, not as ints
+def test_fold_gives_exactly_what_adding_each_value_gives(values):
+    """`StatsAccumulator.fold` inlines `_Welford.add` and skips the update of a constant
+    integer metric (only its count moves): every statistic must still be bit for bit what
+    adding the same values one by one gives, -0.0, zeros and ints beyond 2**53 included."""
+    base = _reused_record()
+    folded, reference = StatsAccumulator(), _Welford()
+    for v in values:
+        # one int metric (act_bytes) takes the values; the other metrics stay as measured
+        folded.fold((dataclasses.replace(base, act_bytes=v),))
+        if v is not None:
+            reference.add(float(v))
+    got, want = folded.snapshot()[base.key].metrics.get("act_bytes"), reference.freeze()
+    if reference.count == 0:
+        assert got is None
+    else:
+        assert got is not None
+        assert repr(dataclasses.astuple(got)) == repr(dataclasses.astuple(want))
+
+
+def test_frozen_statistics_are_the_dataclass_own():
+    """`freeze` builds `RunningStat` without its `__init__` (`records.frozen`, a fast path):
+    an object equal to the one `__init__` builds, with every field, still frozen."""
+    import pickle
+
+    from wandb_modprof.records.sample import RunningStat
+
+    acc = _Welford()
+    for v in (3.0, 1.0, 2.0):
+        acc.add(v)
+    stat = acc.freeze()
+    built = RunningStat(3, 2.0, math.sqrt(2 / 3), 1.0, 3.0, 2.0, 2.0)
+    assert type(stat) is RunningStat and stat == built and hash(stat) == hash(built)
+    assert repr(stat) == repr(built) and pickle.loads(pickle.dumps(stat)) == built
+    assert vars(stat) == dataclasses.asdict(built)
+    assert list(vars(stat)) == [f.name for f in dataclasses.fields(RunningStat)]
+    try:
+        stat.count = 4  # type: ignore[misc]
+    except dataclasses.FrozenInstanceError:
+        pass
+    else:
+        raise AssertionError("a frozen statistic was changed")

@@ -55,13 +55,16 @@ def reduce_views(
     """Fit the views into `budget` rows (of a table of at most `max_rows`, named in the note).
     `full_detail` (where the full profile is) follows the note's first sentence, before the
     list of merged groups, so that the panel's one-line banner shows it."""
-    if sum(_size(g) for g in graphs) <= budget:
+    # Each view sized once (a grid's size needs its blocks found): the depth totals and
+    # `_fill` read these.
+    sizes = [_size(g) for g in graphs]
+    if sum(sizes) <= budget:
         return Reduction(tuple(graphs), "", {})
     depth_of = {g.view_key: calls[g.view_key].depth for g in graphs}
     total_by_depth: dict[int, int] = {}
-    for g in graphs:
+    for g, size in zip(graphs, sizes, strict=True):
         d = depth_of[g.view_key]
-        total_by_depth[d] = total_by_depth.get(d, 0) + _size(g)
+        total_by_depth[d] = total_by_depth.get(d, 0) + size
     used, max_depth = 0, -1
     for d in sorted(total_by_depth):
         if used + total_by_depth[d] > budget:
@@ -81,7 +84,8 @@ def reduce_views(
                     merged.update(members)
                 used += _size(graph)
             max_depth += 1
-        drawn = _fill(graphs, calls, stats, depth_of, max_depth, budget - used, merged)
+        size_of = {g.view_key: size for g, size in zip(graphs, sizes, strict=True)}
+        drawn = _fill(graphs, calls, stats, depth_of, max_depth, budget - used, merged, size_of)
         kept = [shown.get(g.view_key, g) for g in graphs if g.view_key in drawn]
         hidden = len(graphs) - len(kept)
         deeper = len(kept) - sum(1 for d in depth_of.values() if d <= max_depth)
@@ -113,12 +117,16 @@ def _fill(
     max_depth: int,
     left: int,
     merged: AbstractSet[str] = frozenset(),
+    size_of: Mapping[str, int] | None = None,
 ) -> set[str]:
     """The views drawn: every view down to `max_depth`, then, in the `left` rows the depth cut
     leaves, whole deeper views whose parent view is drawn, the costliest first (a view that
     does not fit is passed over for cheaper ones that do). Without this a model of 50 blocks of
-    240 modules drew its top view alone (123 rows of 10,000)."""
+    240 modules drew its top view alone (123 rows of 10,000). `size_of`: each view's
+    `_size`, where the caller has them."""
     by_key = {g.view_key: g for g in graphs}
+    if size_of is None:
+        size_of = {key: _size(g) for key, g in by_key.items()}
     drawn = {k for k, d in depth_of.items() if d <= max_depth and k not in merged}
     order = {g.view_key: i for i, g in enumerate(graphs)}
     children: dict[str, list[str]] = {}
@@ -137,7 +145,7 @@ def _fill(
         offer(key)
     while frontier:
         _, _, key = heapq.heappop(frontier)
-        size = _size(by_key[key])
+        size = size_of[key]
         if size <= left:
             left -= size
             drawn.add(key)
@@ -165,21 +173,28 @@ def _cap_next_depth(
     if not views:
         return None
     ranked = {g.view_key: _ranked_modules(g, stats) for g in views}
+    # (view index, cap) -> the capped view, its members and its size: the bisection and the
+    # result below ask for the same caps again
+    tried: dict[tuple[int, int], tuple[ViewGraph, list[str], int]] = {}
 
-    def capped(g: ViewGraph, cap: int) -> tuple[ViewGraph, list[str]]:
+    def capped(i: int, cap: int) -> tuple[ViewGraph, list[str], int]:
+        if (i, cap) in tried:
+            return tried[i, cap]
+        g = views[i]
         order = ranked[g.view_key]
         if len(order) <= cap:
-            return g, []
+            tried[i, cap] = (g, [], _size(g))
+            return tried[i, cap]
         members = order[cap:]
         label = f"{len(members)} modules" if cap == 0 else f"{len(members)} more modules"
         group = GraphNode(_group_key(g.view_key), "group", label, "grouped")
-        position = {n.node_key: i for i, n in enumerate(g.nodes)}
-        return _merge_nodes(g, dict.fromkeys(members, group)), sorted(
-            members, key=position.__getitem__
-        )
+        position = {n.node_key: k for k, n in enumerate(g.nodes)}
+        graph = _merge_nodes(g, dict.fromkeys(members, group))
+        tried[i, cap] = (graph, sorted(members, key=position.__getitem__), _size(graph))
+        return tried[i, cap]
 
     def rows(cap: int) -> int:
-        return sum(_size(capped(g, cap)[0]) for g in views)
+        return sum(capped(i, cap)[2] for i in range(len(views)))
 
     if rows(0) > left:
         return None
@@ -191,7 +206,7 @@ def _cap_next_depth(
             lo = mid + 1
         else:
             hi = mid - 1
-    return {g.view_key: capped(g, lo - 1) for g in views}
+    return {g.view_key: capped(i, lo - 1)[:2] for i, g in enumerate(views)}
 
 
 def _ranked_modules(graph: ViewGraph, stats: Mapping[str, ModuleStats]) -> list[str]:

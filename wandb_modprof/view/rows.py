@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from math import isfinite
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
@@ -245,7 +246,9 @@ def _row(cells: dict[str, Cell], values: dict[str, float] | None = None) -> Row:
     if values is not None:
         measured: set[str] = set()
         for column, value in values.items():
-            number = finite(value)
+            # (the values are floats but for a few: `finite`'s conversion only for those;
+            # ~140,000 values in a 10,000-row table)
+            number = (value if isfinite(value) else None) if type(value) is float else finite(value)
             if number is not None:
                 row[column] = number
                 measured.add(column)

@@ -88,7 +88,7 @@ from wandb_modprof.view.meta import REDUCTION_META_ROWS, profile_meta, reduction
 from wandb_modprof.view.reduce import MIN_VIEW_ROWS, reduce_views
 from wandb_modprof.view.refs import from_ref, number_views
 from wandb_modprof.view.rows import RowSource, meta_rows, timeline_rows, view_rows
-from wandb_modprof.view.timeline import build_timeline, timeline_budget
+from wandb_modprof.view.timeline import ViewSpans, build_timeline, timeline_budget
 from wandb_modprof.view.values import as_float, finite
 
 if TYPE_CHECKING:
@@ -202,7 +202,9 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = 
     meta = profile_meta(prof, tree, has_views=bool(graphs))
     # The timeline's rows come out of the budget first, as many as it needs with every view
     # drawn, within its own budget (`view/timeline.py`) and never below one view's room.
-    wanted = build_timeline(prof.last, graphs, {}, timeline_budget(max_rows))
+    # (one `ViewSpans` for both timelines: the second reuses the views the reduction kept)
+    spans = ViewSpans(prof.last) if prof.last is not None else None
+    wanted = build_timeline(prof.last, graphs, {}, timeline_budget(max_rows), source=spans)
     meta += wanted.meta
     budget = max_rows - len(meta) - REDUCTION_META_ROWS
     if budget < MIN_VIEW_ROWS:
@@ -212,7 +214,9 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = 
     reduction = reduce_views(graphs, calls, prof.stats, budget - reserve, max_rows, full_detail)
     # the curve keeps the points it had with every view drawn, the spans share the rest
     points = min(len(wanted.curve), reserve)
-    timeline = build_timeline(prof.last, reduction.graphs, reduction.groups, reserve, points)
+    timeline = build_timeline(
+        prof.last, reduction.graphs, reduction.groups, reserve, points, source=spans
+    )
     if timeline.note:
         note = "; ".join(n for n in (reduction.note, "timeline: " + timeline.note) if n)
         reduction = dataclasses.replace(reduction, note=note)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from wandb_modprof.records.graph import ViewGraph
 from wandb_modprof.records.sample import InvocationRecord, MemoryCurve, Sample
@@ -60,30 +61,39 @@ def build_timeline(
     groups: Mapping[str, list[str]],
     budget: int,
     curve_points: int | None = None,
+    source: ViewSpans | None = None,
 ) -> Timeline:
     """The spans of every view in `graphs` (in that order, while the budget lasts) and the
     curve of `sample`, downsampled to `curve_points` (default: `CURVE_POINTS`, at most a third
-    of `budget`; see the module docstring)."""
+    of `budget`; see the module docstring). `source`: the sample's `ViewSpans`, to share its
+    indexes and per-view spans between the two timelines `build_table` builds (the second
+    one, of the reduced views, then recomputes only the views the reduction changed)."""
     if sample is None or not sample.invocations:
         return Timeline((), (), "", _meta(None, None))
     curve = sample.memory
     if curve_points is None:
         curve_points = min(CURVE_POINTS, budget // 3)
-    points = _downsample(curve, min(curve_points, budget)) if curve is not None else ()
+    if source is None or source.sample is not sample:
+        source = ViewSpans(sample)
+    points = source.curve(min(curve_points, budget)) if curve is not None else ()
     left = budget - len(points)
     spans: list[Span] = []
     notes: list[str] = []
     if curve is not None and len(points) < len(curve.t_ms):
         notes.append(f"memory curve: {len(points)} of {len(curve.t_ms)} points")
-    source = _ViewSpans(sample, graphs, groups)
+    keys = _view_keys(graphs, groups)
     skipped = 0
     coarsened = 0
     for i, graph in enumerate(graphs):
         if left <= 0:  # nothing more fits: the views left are not computed, only counted
-            skipped += sum(source.has_spans(g.view_key) for g in graphs[i:])
+            skipped += sum(source.has_spans(keys.get(g.view_key, ())) for g in graphs[i:])
             break
-        mine = source.of_view(graph.view_key)
-        fitted = _fit(mine, SPANS_PER_VIEW)
+        mine_keys = keys.get(graph.view_key, [])
+        if left < 2 * len(mine_keys) and source.surely_skipped(mine_keys, left):
+            # (only then can it be: a view has at most 2 spans per node once fitted)
+            skipped += 1
+            continue
+        mine, fitted = source.of_view(graph.view_key, mine_keys)
         if len(fitted) < len(mine):
             coarsened += 1
         if len(fitted) > left:
@@ -95,63 +105,173 @@ def build_timeline(
         notes.append(f"spans of {coarsened} view(s) merged to at most {SPANS_PER_VIEW}")
     if skipped:
         notes.append(f"no timeline for {skipped} view(s) (row budget)")
-    return Timeline(tuple(spans), tuple(points), "; ".join(notes), _meta(sample, curve))
+    return Timeline(tuple(spans), tuple(points), "; ".join(notes), source.meta())
 
 
-class _ViewSpans:
-    """Each drawn view's spans, computed when asked (`build_timeline` stops asking once its
-    budget is spent: a MoE step has ~3,000 views and ~50,000 backward runs)."""
+# per view, (call key, node key) of every call drawn in it
+_ViewKeys = dict[str, list[tuple[str, str]]]
 
-    def __init__(
-        self, sample: Sample, graphs: Sequence[ViewGraph], groups: Mapping[str, list[str]]
-    ) -> None:
+
+def _view_keys(graphs: Sequence[ViewGraph], groups: Mapping[str, list[str]]) -> _ViewKeys:
+    """Per view the calls whose spans it shows, each with the node drawing them: its module
+    nodes, and the members of its group nodes (a call in two views counts in the last)."""
+    node_of: dict[str, tuple[str, str]] = {}  # call key -> (view key, node key)
+    for graph in graphs:
+        for node in graph.nodes:
+            if node.kind == "module":
+                node_of[node.node_key] = (graph.view_key, node.node_key)
+            elif node.kind == "group":
+                for member in groups.get(node.node_key, []):
+                    node_of[member] = (graph.view_key, node.node_key)
+    keys: _ViewKeys = {}
+    for key, (view, drawn) in node_of.items():
+        keys.setdefault(view, []).append((key, drawn))
+    return keys
+
+
+class ViewSpans:
+    """A sample's spans per view, computed when asked (`build_timeline` stops asking once its
+    budget is spent: a MoE step has ~3,000 views and ~50,000 backward runs) and kept, with
+    its downsampled curve and meta rows, so the table's second timeline (of the reduced
+    views) recomputes only the views the reduction changed."""
+
+    def __init__(self, sample: Sample) -> None:
+        self.sample = sample
         self._inv = {r.key: r for r in sample.invocations}
-        # call key -> (view key, node key) for every module or group node of a drawn view
-        node_of: dict[str, tuple[str, str]] = {}
-        for graph in graphs:
-            for node in graph.nodes:
-                if node.kind == "module":
-                    node_of[node.node_key] = (graph.view_key, node.node_key)
-                elif node.kind == "group":
-                    for member in groups.get(node.node_key, []):
-                        node_of[member] = (graph.view_key, node.node_key)
-        self._keys: dict[str, list[tuple[str, str]]] = {}  # view -> (call key, node key)
-        for key, (view, drawn) in node_of.items():
-            self._keys.setdefault(view, []).append((key, drawn))
         self._children: dict[str, list[str]] = {}
         for r in sample.invocations:
             if r.parent_key is not None:
                 self._children.setdefault(r.parent_key, []).append(r.key)
         # owner -> its runs, each with its rank in start order (the order spans are merged in)
         self._runs: dict[str, list[tuple[int, float, float]]] = {}
+        self._in_order: list[tuple[str, float, float]] = []  # (owner, start, end), by rank
         for rank, run in enumerate(sorted(sample.runs, key=lambda r: r.start_ms)):
             self._runs.setdefault(run.owner_key, []).append((rank, run.start_ms, run.end_ms))
+            self._in_order.append((run.owner_key, run.start_ms, run.end_ms))
+        # a parent cycle in a damaged file cannot loop forever: a walk visits at most this many
+        self._limit = len(self._inv) + 1
+        # view -> (the calls it was computed for, its spans, those fitted to SPANS_PER_VIEW)
+        self._done: dict[str, tuple[list[tuple[str, str]], list[Span], list[Span]]] = {}
+        self._below: dict[str, tuple[int, int]] = {}  # key -> (runs, calls) of its subtree
+        self._curves: dict[int, tuple[tuple[float, int], ...]] = {}
+        self._meta: tuple[tuple[str, str, float | None], ...] | None = None
 
-    def has_spans(self, view: str) -> bool:
-        return any(k in self._inv or k in self._runs for k, _ in self._keys.get(view, ()))
+    def curve(self, points: int) -> tuple[tuple[float, int], ...]:
+        """The sample's curve downsampled to at most `points` (`_downsample`)."""
+        assert self.sample.memory is not None
+        if points not in self._curves:
+            self._curves[points] = _downsample(self.sample.memory, points)
+        return self._curves[points]
 
-    def of_view(self, view: str) -> list[Span]:
+    def meta(self) -> tuple[tuple[str, str, float | None], ...]:
+        if self._meta is None:
+            self._meta = _meta(self.sample, self.sample.memory)
+        return self._meta
+
+    def has_spans(self, keys: Sequence[tuple[str, str]]) -> bool:
+        return any(k in self._inv or k in self._runs for k, _ in keys)
+
+    def _runs_below(self, key: str) -> int | None:
+        """The runs the walk of `of_view` finds under `key` (its own and its descendants'),
+        None where that walk would meet a parent cycle or stop at its limit (a damaged
+        file): then nothing is assumed. Memoised: each call's subtree is counted once."""
+        below, runs, children = self._below, self._runs, self._children
+        stack: list[tuple[str, bool]] = [(key, False)]
+        open_: set[str] = set()  # expanded, not finished: the path from `key`
+        while stack:
+            k, finished = stack.pop()
+            if finished:
+                open_.discard(k)
+                n_runs, n_calls = len(runs.get(k, ())), 1
+                for c in children.get(k, ()):
+                    r, c_calls = below[c]
+                    n_runs, n_calls = n_runs + r, n_calls + c_calls
+                below[k] = (n_runs, n_calls)
+                continue
+            if k in below:
+                continue
+            if k in open_:
+                return None  # a cycle
+            open_.add(k)
+            stack.append((k, True))
+            stack.extend((c, False) for c in children.get(k, ()))
+        n_runs, n_calls = below[key]
+        return n_runs if n_calls <= self._limit else None
+
+    def surely_skipped(self, keys: Sequence[tuple[str, str]], left: int) -> bool:
+        """Whether the view's fitted spans would not fit in `left` rows and `_fit` would not
+        merge any (so skipping it uncomputed changes no note): every node with a forward
+        record or a backward run keeps at least one span per phase, and a view of at most
+        `SPANS_PER_VIEW` spans is kept as it is. Cheaper than building its spans: once the
+        budget is nearly spent, most views of a large model are only this."""
+        fwd_nodes: set[str] = set()
+        bwd_nodes: set[str] = set()
+        most = 0  # spans before merging: an upper bound on the view's spans
+        for key, drawn in keys:
+            if key in self._inv:
+                fwd_nodes.add(drawn)
+                most += 1
+            runs = self._runs_below(key)
+            if runs is None:
+                return False
+            if runs:
+                bwd_nodes.add(drawn)
+                most += runs
+        return most <= SPANS_PER_VIEW and len(fwd_nodes) + len(bwd_nodes) > left
+
+    def of_view(self, view: str, keys: list[tuple[str, str]]) -> tuple[list[Span], list[Span]]:
         """The view's nodes' forward spans, then their backward spans (merged runs): a node's
-        backward is every run of its call's subtree."""
-        keys = self._keys.get(view, [])
+        backward is every run of its call's subtree; and those fitted to `SPANS_PER_VIEW`."""
+        done = self._done.get(view)
+        if done is not None and done[0] == keys:
+            return done[1], done[2]
         fwd: list[Span] = []
         for key, drawn in keys:
             rec = self._inv.get(key)
             if rec is not None:
                 fwd.append((view, drawn, "fwd", rec.fwd_start_ms, _fwd_end(rec), 1))
         fwd.sort(key=lambda s: s[3])
-        ranked: list[tuple[int, Span]] = []
-        limit = len(self._inv) + 1  # a parent cycle in a damaged file cannot loop forever
+        # the calls each node's walk visits (a call visited twice, by a parent cycle in a
+        # damaged file, would show its runs twice: then the runs are gathered per visit)
+        drawn_of: dict[str, str] = {}
+        visits, found = 0, 0
+        runs_of, children_of = self._runs.get, self._children.get
         for key, drawn in keys:
             todo, walked = [key], 0
-            while todo and walked <= limit:
+            while todo and walked <= self._limit:
                 k = todo.pop()
                 walked += 1
-                for rank, t0, t1 in self._runs.get(k, ()):
-                    ranked.append((rank, (view, drawn, "bwd", t0, t1, 1)))
-                todo.extend(self._children.get(k, ()))
-        ranked.sort(key=lambda r: r[0])
-        return _merge_consecutive(fwd) + _merge_consecutive([span for _, span in ranked])
+                drawn_of[k] = drawn
+                found += len(runs_of(k, ()))
+                todo.extend(children_of(k, ()))
+            visits += walked
+        bwd: list[Span]
+        if visits == len(drawn_of) and 4 * found > len(self._in_order):
+            # Most of the step's runs (the top views): one pass in start order, no sort.
+            bwd = [
+                (view, drawn_of[owner], "bwd", t0, t1, 1)
+                for owner, t0, t1 in self._in_order
+                if owner in drawn_of
+            ]
+        else:
+            ranked: list[tuple[int, Span]] = []
+            for key, drawn in keys:
+                todo, walked = [key], 0
+                while todo and walked <= self._limit:
+                    k = todo.pop()
+                    walked += 1
+                    for rank, t0, t1 in runs_of(k, ()):
+                        ranked.append((rank, (view, drawn, "bwd", t0, t1, 1)))
+                    todo.extend(children_of(k, ()))
+            ranked.sort(key=_first)
+            bwd = [span for _, span in ranked]
+        mine = _merge_consecutive(fwd) + _merge_consecutive(bwd)
+        fitted = _fit(mine, SPANS_PER_VIEW)
+        self._done[view] = (keys, mine, fitted)
+        return mine, fitted
+
+
+_first = itemgetter(0)
 
 
 def _fwd_end(rec: InvocationRecord) -> float:
