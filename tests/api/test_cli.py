@@ -217,6 +217,9 @@ def _console(argv: list[str], entry: str, tmp_path: Path) -> subprocess.Complete
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        # as in a terminal: a job started in the background by a shell without job control
+        # (`cmd &` in a script) inherits SIGINT ignored, and Ctrl-C would never reach it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
