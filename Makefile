@@ -36,11 +36,13 @@ bench-smoke: $(VENV)/.installed
 	$(PY) benchmarks/scale.py --quick
 	$(PY) benchmarks/gpu.py --dry-run
 	$(PY) benchmarks/distributed.py --quick
+	$(PY) benchmarks/hook_floor.py --modules 400
 
 test: lint typecheck unit bench-smoke
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/hook_floor.py
 	$(PY) benchmarks/structure.py
 	$(PY) benchmarks/layout.py
 	$(PY) benchmarks/report.py

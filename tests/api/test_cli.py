@@ -208,7 +208,13 @@ def _console(argv: list[str], entry: str, tmp_path: Path) -> subprocess.Complete
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(_SLOW_TORCH.format(marker=str(marker)))
-    code = f"import sys; from {module} import {function} as f; sys.exit(f())"
+    # Ctrl-C as in a terminal (Python's own handler): a job started in the background by a
+    # shell without job control (`cmd &` in a script) inherits SIGINT ignored, and the
+    # interrupt would never reach the child
+    code = (
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"from {module} import {function} as f; sys.exit(f())"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
     proc = subprocess.Popen(
         [sys.executable, "-c", code, *argv],
@@ -217,9 +223,6 @@ def _console(argv: list[str], entry: str, tmp_path: Path) -> subprocess.Complete
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        # as in a terminal: a job started in the background by a shell without job control
-        # (`cmd &` in a script) inherits SIGINT ignored, and Ctrl-C would never reach it
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
