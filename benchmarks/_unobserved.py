@@ -344,5 +344,7 @@ def unobserved_checks(
 
     # The method against itself: the truth of the even repeats as "ours", of the odd ones as
     # the truth. Its error is the floor under which no comparison with it can go.
+    if repeats < 2:
+        return checks(ours, truth), []
     half = checks(truths(range(0, repeats, 2)), truths(range(1, repeats, 2)))
-    return checks(ours, truth), (half if repeats >= 2 else [])
+    return checks(ours, truth), half
