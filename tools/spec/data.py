@@ -4,14 +4,13 @@ the colours, and what is drawn. The lists shown around the graph are in `lists`.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from tools.spec.expressions import missing, resolve_ref, value_expr
 from tools.spec.theme import NO_VALUE_FILL, PORT_FILL
 from wandb_modprof.records.modes import MODES
 from wandb_modprof.sinks.packed import ESC, PACKED, SEP, UNPACKED
-from wandb_modprof.sinks.spec import DATASET, SPEC_VERSION
+from wandb_modprof.sinks.spec import DATASET, SPEC_VERSION, read_columns
 from wandb_modprof.view.columns import (
     BOOL_COLUMNS,
     COLUMNS,
@@ -44,8 +43,7 @@ def data() -> list[Data]:
 def packed_columns(spec_text: str) -> tuple[list[str], list[str]]:
     """The numeric and the text columns the W&B copy of a table packs (`sinks/packed.py`):
     those the rest of the spec names, in the table's column order, but `UNPACKED`."""
-    words = set(re.findall(r"[A-Za-z0-9_]+", spec_text))
-    read = [c for c in COLUMNS if c in words and c not in UNPACKED]
+    read = [c for c in read_columns(COLUMNS, spec_text) if c not in UNPACKED]
     numbers = set(INT_COLUMNS) | set(NUMBER_COLUMNS) | set(BOOL_COLUMNS)
     return [c for c in read if c in numbers], [c for c in read if c in TEXT_COLUMNS]
 

@@ -51,14 +51,15 @@ def _spec_file() -> Traversable:
 
 
 @functools.cache
-def read_columns(columns: tuple[str, ...]) -> tuple[str, ...]:
-    """Those of `columns` the spec reads: each named anywhere in the spec's text as a whole
+def read_columns(columns: tuple[str, ...], text: str | None = None) -> tuple[str, ...]:
+    """Those of `columns` the spec (or the spec `text`, one being built) reads: each named
+    anywhere in its text as a whole
     word (`datum.fwd_ms`, a transform's field list). Over-inclusive on purpose: a name in a
     comment or a string keeps its column. The W&B table carries only these (`wandb_log`):
     W&B's per-cell costs are most of a large log, and about a third of the table's columns
     (the spread of self and backward times, bytes the panel shows no mode for) are read by no
     mark; the full table is in the profile file and the HTML report."""
-    words = set(re.findall(r"[A-Za-z0-9_]+", spec_text()))
+    words = set(re.findall(r"[A-Za-z0-9_]+", spec_text() if text is None else text))
     return tuple(c for c in columns if c in words)
 
 
