@@ -2,7 +2,7 @@
 
 Run (full run about a minute; ``--quick`` is the CI smoke run, seconds):
 
-    cd /work/main && .venv/bin/python benchmarks/accuracy.py [--quick] [--repeats N] [--out PATH]
+    .venv/bin/python benchmarks/accuracy.py [--quick] [--repeats N] [--out PATH]
 
 Times: every module call of one training step is measured by wandb_modprof and by
 ``torch.profiler`` at once (benchmarks/_truth.py, the method of
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             aa_rows.append(unobserved_row(workload.name, aa))
         print(f"[{workload.name} done, {time.perf_counter() - started:.0f} s]", file=sys.stderr)
     given = sys.argv[1:] if argv is None else argv
-    command = " ".join(["cd /work/main && .venv/bin/python benchmarks/accuracy.py", *given])
+    command = " ".join([".venv/bin/python benchmarks/accuracy.py", *given])
     quick_note = "--quick: tiny models, a smoke test of the script.\n\n" if args.quick else ""
     report = "\n".join(
         [

@@ -2,7 +2,7 @@
 
 Run (about a minute; ``--quick`` is the CI smoke run: 2 processes, a few steps):
 
-    cd /work/main && .venv/bin/python benchmarks/distributed.py [--quick] [--procs 2 4]
+    .venv/bin/python benchmarks/distributed.py [--quick] [--procs 2 4]
 
 Method
 ------

@@ -2,8 +2,8 @@
 
 Run on a machine with a CUDA GPU (about 4 minutes on one H200; ``--quick`` about a minute):
 
-    cd /work/main && .venv/bin/python benchmarks/gpu.py [--quick] [--out PATH]
-    cd /work/main && .venv/bin/python benchmarks/gpu.py --dry-run   # no GPU needed: CI smoke
+    .venv/bin/python benchmarks/gpu.py [--quick] [--out PATH]
+    .venv/bin/python benchmarks/gpu.py --dry-run   # no GPU needed: CI smoke
 
 Without CUDA it stops at once with exit status 2 and says so. ``--dry-run`` builds every model
 and tool on the CPU at the smallest size and runs each code path once (overhead rounds, time

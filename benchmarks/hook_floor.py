@@ -2,7 +2,7 @@
 
 Run (about a minute on 2 CPU cores):
 
-    cd /work/main && .venv/bin/python benchmarks/hook_floor.py [--modules N]
+    .venv/bin/python benchmarks/hook_floor.py [--modules N]
 
 On the tree of ``scale.py``'s ``nested-N`` (Linear -> ReLU -> Linear blocks, width 8, batch 2),
 without wandb_modprof, one torch thread, medians of 5 steps each, all in one process:

@@ -2,7 +2,7 @@
 
 Run (full run a few seconds; ``--quick`` is the CI smoke run, small graphs, one repeat):
 
-    cd /work/main && .venv/bin/python benchmarks/layout.py [--quick] [--repeats N] [--out PATH]
+    .venv/bin/python benchmarks/layout.py [--quick] [--repeats N] [--out PATH]
 
 Cases
 -----
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 7)
     rows = [measure(case, repeats) for case in cases(args.quick)]
     given = sys.argv[1:] if argv is None else argv
-    command = " ".join(["cd /work/main && .venv/bin/python benchmarks/layout.py", *given])
+    command = " ".join([".venv/bin/python benchmarks/layout.py", *given])
     quick_note = "--quick: small graphs, a smoke test of the script; not judged.\n\n"
     report = (
         f"Command: `{command}`\n\n"

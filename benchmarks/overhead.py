@@ -2,7 +2,7 @@
 
 Run (full run about 2-3 minutes; ``--quick`` is the CI smoke run, a few seconds):
 
-    cd /work/main && .venv/bin/python benchmarks/overhead.py [--quick] [--out PATH]
+    .venv/bin/python benchmarks/overhead.py [--quick] [--out PATH]
 
 Method
 ------
@@ -508,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{workload.name} done, {elapsed:.0f} s]", file=sys.stderr, flush=True)
 
     given = sys.argv[1:] if argv is None else argv
-    command = " ".join(["cd /work/main && .venv/bin/python benchmarks/overhead.py", *given])
+    command = " ".join([".venv/bin/python benchmarks/overhead.py", *given])
     models = "\n".join(f"- {w.name}: {w.description}" for w in workloads)
     steps = args.rounds * (args.block - 1)
     quick_note = (

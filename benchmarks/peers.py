@@ -2,7 +2,7 @@
 
 Run (full run about 5 minutes on 2 CPU cores; ``--quick`` is the CI smoke run, seconds):
 
-    cd /work/main && .venv/bin/python benchmarks/peers.py [--quick] [--out PATH]
+    .venv/bin/python benchmarks/peers.py [--quick] [--out PATH]
 
 Method (the house method of benchmarks/overhead.py, whose statistics it imports)
 -------------------------------------------------------------------------------
@@ -287,7 +287,7 @@ def run(
         if args.quick
         else ""
     )
-    command = " ".join([f"cd /work/main && .venv/bin/python benchmarks/{script}", *given])
+    command = " ".join([f".venv/bin/python benchmarks/{script}", *given])
     models = "\n".join(f"- {w.name}: {w.description}" for w in workloads)
     report = (
         f"Command: `{command}`\n\n{quick_note}"

@@ -2,7 +2,7 @@
 
 Run (full run about a minute; ``--quick`` is the CI smoke run: small models, one repeat):
 
-    cd /work/main && .venv/bin/python benchmarks/report.py [--quick] [--repeats N] [--out PATH]
+    .venv/bin/python benchmarks/report.py [--quick] [--repeats N] [--out PATH]
 
 Cases (synthetic models, the largest that still fit the table's 10,000 rows unreduced; the
 `reduced` column says if one did not):
@@ -194,7 +194,7 @@ def main() -> int:
                 f"{min(times):.0f} | {median:.0f} | {max(times):.0f} | < {TARGET_MS:.0f} | "
                 f"{'yes' if met else 'NO'} |"
             )
-    command = "cd /work/main && .venv/bin/python benchmarks/report.py" + (
+    command = ".venv/bin/python benchmarks/report.py" + (
         " --quick" if args.quick else f" --repeats {repeats}"
     )
     report = "\n".join(

@@ -2,7 +2,7 @@
 
 Run (full run about 4 minutes on 2 CPU cores; ``--quick`` is the CI smoke run, seconds):
 
-    cd /work/main && .venv/bin/python benchmarks/scale.py [--quick] [--out PATH]
+    .venv/bin/python benchmarks/scale.py [--quick] [--out PATH]
 
 Models
 ------
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             del prof
             gc.collect()
     given = sys.argv[1:] if argv is None else argv
-    command = " ".join(["cd /work/main && .venv/bin/python benchmarks/scale.py", *given])
+    command = " ".join([".venv/bin/python benchmarks/scale.py", *given])
     judged = not args.quick
     parts = [
         f"Command: `{command}`\n",

@@ -2,7 +2,7 @@
 
 Run (about a minute; ``--quick`` is the CI smoke run, a few seconds):
 
-    cd /work/main && .venv/bin/python benchmarks/structure.py [--quick]
+    .venv/bin/python benchmarks/structure.py [--quick]
 
 What is measured, side by side in one run (ratios, not absolute seconds: the machine is shared):
 
