@@ -40,16 +40,10 @@ bench-smoke: $(VENV)/.installed
 
 test: lint typecheck unit bench-smoke
 
+# Every benchmark, then docs/performance.md from their output (results kept in docs/bench/);
+# `make bench BENCH=overhead` (or BENCH=overhead,peers) reruns only those sections.
 bench: $(VENV)/.installed
-	$(PY) benchmarks/overhead.py
-	$(PY) benchmarks/hook_floor.py
-	$(PY) benchmarks/structure.py
-	$(PY) benchmarks/layout.py
-	$(PY) benchmarks/report.py
-	$(PY) benchmarks/peers.py
-	$(PY) benchmarks/accuracy.py
-	$(PY) benchmarks/scale.py
-	$(PY) benchmarks/distributed.py
+	$(PY) tools/bench_page.py $(if $(BENCH),--only $(BENCH))
 
 # The suite under the newest torch that installs here (COMPAT_TORCH=2.14.1: the registry's CUDA
 # build, ~5 GB, runs on CPU) in its own venv .venv-compat/; browser tests and notebook left out.

@@ -1,0 +1,387 @@
+"""Run the benchmarks and write the documentation's performance page from their own output.
+
+    .venv/bin/python tools/bench_page.py                  # every benchmark, then the page
+    .venv/bin/python tools/bench_page.py --only overhead  # one section; the others keep theirs
+    .venv/bin/python tools/bench_page.py --assemble       # the page from the stored results only
+
+(`make bench` and `make bench BENCH=overhead` run the first two.) Run from the repository root.
+
+Each benchmark in `benchmarks/` prints a markdown report. This script runs one with the command
+listed in `BENCHMARKS`, keeps its printed report verbatim with the run's metadata (date,
+machine, load average, torch / Python versions, git commit, command, wall time) in
+`docs/bench/<name>.json`, and assembles `docs/performance.md` from those files: one section per
+benchmark, its method (the stable text below), its tables, and a metadata line. A benchmark
+with no stored result shows the command that would measure it, never a figure. The results
+are JSON, not markdown, so MkDocs does not take them for pages.
+
+A benchmark that fails keeps its previous result (and the script exits 1 once the others have
+run); `gpu.py` is skipped, not failed, where torch sees no CUDA device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = ".venv/bin/python"  # how commands are shown: relative to the repository root
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One section of the page: a script in benchmarks/, how `make bench` runs it, its method."""
+
+    name: str
+    title: str
+    args: tuple[str, ...]
+    method: str
+    preformatted: bool = False  # the script prints plain lines, not markdown
+    needs_cuda: bool = False
+
+    @property
+    def command(self) -> str:
+        return " ".join([PYTHON, f"benchmarks/{self.name}.py", *self.args])
+
+
+BENCHMARKS: tuple[Benchmark, ...] = (
+    Benchmark(
+        "overhead",
+        "Step-time overhead of `watch`",
+        ("--rounds", "40"),
+        """\
+What a training step costs with `watch` attached, on CPU, for a small GPT-style transformer
+and a small ResNet (`tests/models.py`). One model is deep-copied into identical configurations:
+plain, a second plain copy (the A/A control), watched with every step unsampled
+(`log_freq=10**9`), watched with every step sampled (`log_freq=1`, W&B logging off; also with
+the memory curve off), and sampled with each sample logged to a disabled W&B run. A step is
+`zero_grad`, forward, cross-entropy, backward and an SGD step, one torch thread; the copies run
+side by side in rounds of short blocks of steps in a shuffled order, the first step of each
+block untimed. `make bench` runs 40 rounds instead of the script's default 80, to keep the
+whole page's run under 45 minutes on a shared 2-core machine; the 95 % interval is wider for it.
+""",
+    ),
+    Benchmark(
+        "peers",
+        "Against the tools you would use instead",
+        (),
+        """\
+The step-time cost of wandb_modprof beside torch.profiler (defaults, and with
+`profile_memory=True`), PyTorch's MemTracker and FlopCounterMode, a DeepSpeed-style per-module
+timer and `wandb.watch(log="all", log_freq=1)`, each used the way one would to get per-step
+data (`benchmarks/_peers.py` says exactly how), on a ResNet-style net, GPT-2 and a BERT encoder
+(from transformers configs). The method is the overhead benchmark's: identical deep copies side
+by side in shuffled blocks, an A/A control, a bootstrap interval. `bwd/mem` says whether a tool
+measures per-module backward time or memory, the data a sampled step of wandb_modprof collects.
+""",
+    ),
+    Benchmark(
+        "accuracy",
+        "Accuracy of the per-module figures",
+        (),
+        """\
+Per module call, our forward and backward times against `torch.profiler` on the same step, and
+our activation bytes against PyTorch's MemTracker. A second table compares our times with each
+module timed with nothing of ours attached (the unobserved model: one plain hook pair per module
+on plain steps interleaved with our sampled steps), and beside it the ground truth against
+itself (its even repeats against its odd ones: an A/A). Judged are the calls taking at least
+1 % of the step; where the A/A's error is as large as ours, the comparison cannot tell our
+error from the machine's noise. Five repeats per model, one torch thread.
+""",
+    ),
+    Benchmark(
+        "scale",
+        "Scale: from 100 to 28,000 module calls",
+        ("--steps", "2", "--repeats", "1", "--browser-repeats", "1"),
+        """\
+How the cost of one logged sample grows with the number of module calls per step, stage by
+stage: the capture (sampled step minus plain step), resolving the sample, `prof.table()` (its
+layout part in brackets), the W&B table entry and an offline `run.log`, per call and in total;
+the profiler's Python heap (`tracemalloc`); and the HTML report opened in headless Chromium.
+Models: synthetic nested `Linear -> ReLU -> Linear` blocks (100 to 20,000 calls), GPT-2 with 96
+and 768 layers, and a 48-layer mixture of experts with 128 experts and top-8 routing (~28,000
+calls; `benchmarks/_moe.py`). `make bench` takes 2 plain and 2 sampled steps, one table repeat
+and one browser per model instead of the script's 5, 3 and 3, to fit the page's time budget:
+single figures, so expect 10-20 % run-to-run movement on a shared machine.
+""",
+    ),
+    Benchmark(
+        "hook_floor",
+        "The floor: torch's own hooks",
+        (),
+        """\
+What torch's hook machinery costs with hooks that do nothing, without wandb_modprof, on the
+scale benchmark's nested tree of about 10,000 modules: forward pre-hooks and hooks on every
+module, a pre-hook and a hook on every autograd node (and registering them alone), identity
+saved-tensor hooks. Reported per module call (medians of 5 steps, one torch thread): the cost
+of capturing with the hooks the product needs before any of its own work.
+""",
+        preformatted=True,
+    ),
+    Benchmark(
+        "structure",
+        "Structure pass and table",
+        (),
+        """\
+The one-off structure pass (the first watched step follows every tensor op to find the
+module graph and counts FLOPs) against a plain step; a one-step `profile` block with and
+without deriving the graph from that step (`sampled` / `derived`, and how much lands in the
+root's reported forward); and `prof.table()` (merge, view graphs, layout, rows), also for a
+2,000-call transformer. Steps alternate plain / measured, one torch thread, medians.
+""",
+    ),
+    Benchmark(
+        "layout",
+        "Layout of large views",
+        (),
+        """\
+The layout stage alone on synthetic views of about 2,000 calls: a chain with residual skips,
+a transformer-shaped call tree (25 views), a 2,000-wide fan with varied module types, the same
+fan with one type (drawn as a grid) and a residual stream with an edge from every call to every
+later one. Each case is laid out 7 times after a warm-up; times include Python's garbage
+collector, as a real run would, so `max` can be several times `min`.
+""",
+    ),
+    Benchmark(
+        "report",
+        "HTML report: time to the first view",
+        (),
+        """\
+A report at the table's 10,000-row limit (a nested and a flat synthetic model, profiled for 3
+steps) is written and opened from `file://` in a fresh headless Chromium 5 times (network
+blocked, nothing cached), timed from navigation start until the first view's nodes are drawn,
+by the page's own clock.
+""",
+    ),
+    Benchmark(
+        "distributed",
+        "Gathering per-rank statistics",
+        (),
+        """\
+The cost of gathering every rank's statistics to rank 0 under `DistributedDataParallel`
+(gloo, CPU processes, one thread each, 2 and 4 ranks): every step sampled and logged by rank 0,
+with the gathering on (`gathered`) and off (`sampled`) in alternating blocks, and the time of
+publishing (ranks > 0) and collecting (rank 0) themselves. Four processes share the two cores,
+so those figures include contention.
+""",
+    ),
+    Benchmark(
+        "gpu",
+        "GPU",
+        (),
+        """\
+The overhead against the peer tools (with the device synchronised around every timed step) and
+the accuracy against kernel-level ground truth (each call's kernel span from torch.profiler's
+CUDA activity), at GPU sizes: GPT-2 small's shape, BERT-base's, a wider ResNet. It needs a
+CUDA build of torch and a GPU; `make bench` skips it on a machine without one.
+""",
+        needs_cuda=True,
+    ),
+)
+BY_NAME = {b.name: b for b in BENCHMARKS}
+
+INTRO = """\
+# Performance
+
+<!-- Generated by tools/bench_page.py from docs/bench/*.json: edit those (run `make bench`) or
+the generator, not this file. -->
+
+What wandb_modprof costs and how close its figures are to the truth, measured by the scripts in
+`benchmarks/`. Each section below says what its benchmark measures and how, shows the tables the
+script printed on its last run, and ends with when, where and how that run was made.
+
+**Reading the figures.** Absolute milliseconds depend on the machine and on what else ran on
+it, so the overhead benchmarks report a *ratio*: the median step time of a configuration over
+the median of the plain model's, measured side by side in one process on identical copies.
+The *A/A control* is a second plain copy measured the same way: its distance from 1.000x is the
+noise floor of that run, and a ratio closer to 1 than the control's cannot be told from no cost
+at all. The *95 % CI* is a bootstrap interval over rounds. The machines are shared: the load
+average at the start of each run is in its metadata line; a load near or above the number of
+cores means other work competed for them, and figures from such a run are noisier.
+
+**Regenerating.** From the repository root, `make bench` runs every benchmark (about 45 minutes
+on 2 cores) and rewrites this page; `make bench BENCH=overhead` (or `BENCH=overhead,peers`)
+reruns only those sections and keeps the others' last results, which are stored in
+`docs/bench/<name>.json`. `.venv/bin/python tools/bench_page.py --assemble` rebuilds the page
+from the stored results without running anything.
+"""
+
+# what a benchmark prints that the metadata line says again
+_COMMAND_LINE = re.compile(r"^Command: `[^`]*`\s*$")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30, check=False
+    )
+    return done.stdout.strip()
+
+
+def _has_cuda() -> bool:
+    probe = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
+    return subprocess.run([sys.executable, "-c", probe], cwd=ROOT, check=False).returncode == 0
+
+
+def run_one(bench: Benchmark) -> dict[str, object] | None:
+    """Run one benchmark from the repository root; its result, or None if it failed."""
+    print(f"== {bench.name}: {bench.command}", file=sys.stderr, flush=True)
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    date = dt.datetime.now(dt.timezone.utc)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, f"benchmarks/{bench.name}.py", *bench.args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    wall_s = time.perf_counter() - started
+    print(done.stdout, flush=True)
+    if done.returncode != 0:
+        print(f"== {bench.name} failed (exit {done.returncode})", file=sys.stderr, flush=True)
+        return None
+    print(f"== {bench.name} done in {wall_s:.0f} s", file=sys.stderr, flush=True)
+    # local changes to what is measured (other files, e.g. docs being edited, do not count)
+    changed = _git("status", "--porcelain", "--", "wandb_modprof", "benchmarks/*.py")
+    return {
+        "name": bench.name,
+        "command": bench.command,
+        "date": date.strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "load_start": load_start,
+        "load_end": [round(x, 2) for x in os.getloadavg()],
+        "torch": importlib.metadata.version("torch"),
+        "python": platform.python_version(),
+        "commit": _git("rev-parse", "--short", "HEAD") or "unknown",
+        "local_changes": sorted(line[3:] for line in changed.splitlines()),
+        "wall_s": round(wall_s),
+        "output": done.stdout.rstrip("\n").splitlines(),
+    }
+
+
+def _body(lines: list[str], preformatted: bool) -> list[str]:
+    """The benchmark's printed report as page markdown: headings under the section's level."""
+    if preformatted:
+        return ["```text", *lines, "```"]
+    body: list[str] = []
+    for raw in lines:
+        if _COMMAND_LINE.match(raw):
+            continue
+        line = "#### " + raw.lstrip("#").strip() if raw.startswith("#") else raw
+        # a table needs a blank line above it to be read as one
+        if line.startswith("|") and body and body[-1].strip() and not body[-1].startswith("|"):
+            body.append("")
+        body.append(line)
+    while body and not body[0].strip():
+        body.pop(0)
+    return body
+
+
+def metadata_line(result: dict[str, object]) -> str:
+    load = result["load_start"]
+    assert isinstance(load, list)
+    changed = result.get("local_changes") or []
+    assert isinstance(changed, list)
+    commit = str(result["commit"]) + (f" (uncommitted: {', '.join(changed)})" if changed else "")
+    return (
+        f"*Run {result['date']} on {result['cpu']}, {result['cores']} cores, load average "
+        f"{load[0]} at start (1 / 5 / 15 min: {', '.join(str(x) for x in load)}); "
+        f"torch {result['torch']}, Python {result['python']}, git {commit}; "
+        f"{result['wall_s']} s; command: `{result['command']}`.*"
+    )
+
+
+def section(bench: Benchmark, result: dict[str, object] | None) -> str:
+    parts = [f"## {bench.title}", "", bench.method.rstrip("\n"), ""]
+    if result is None:
+        if bench.needs_cuda:
+            parts.append(
+                "Not run on a GPU yet: the machines these figures come from have no CUDA "
+                f"device. On one that has: `{bench.command}` (or `make bench BENCH={bench.name}`)."
+            )
+        else:
+            parts.append(
+                f"Not measured yet: run `{bench.command}` (or `make bench BENCH={bench.name}`)."
+            )
+        return "\n".join(parts) + "\n"
+    output = result["output"]
+    assert isinstance(output, list)
+    parts += _body([str(x) for x in output], bench.preformatted)
+    parts += ["", metadata_line(result), ""]
+    parts.append(f"Rerun this section alone: `make bench BENCH={bench.name}`.")
+    return "\n".join(parts) + "\n"
+
+
+def load(bench_dir: Path, name: str) -> dict[str, object] | None:
+    path = bench_dir / f"{name}.json"
+    if not path.exists():
+        return None
+    result = json.loads(path.read_text(encoding="utf-8"))
+    assert isinstance(result, dict)
+    return result
+
+
+def assemble(bench_dir: Path) -> str:
+    sections = [section(b, load(bench_dir, b.name)) for b in BENCHMARKS]
+    return "\n".join([INTRO, *sections]).rstrip("\n") + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--only", metavar="NAMES", help="comma-separated: " + ",".join(BY_NAME))
+    how.add_argument("--assemble", action="store_true", help="run nothing, only write the page")
+    parser.add_argument("--bench-dir", type=Path, default=ROOT / "docs" / "bench")
+    parser.add_argument("--page", type=Path, default=ROOT / "docs" / "performance.md")
+    args = parser.parse_args(argv)
+    if args.only:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in names if n not in BY_NAME]
+        if unknown or not names:
+            parser.error(f"--only: expected some of {', '.join(BY_NAME)}; got {args.only!r}")
+        chosen = [BY_NAME[n] for n in names]
+    else:
+        chosen = [] if args.assemble else list(BENCHMARKS)
+    failed: list[str] = []
+    for bench in chosen:
+        if bench.needs_cuda and not _has_cuda():
+            print(f"== {bench.name}: skipped, torch sees no CUDA device", file=sys.stderr)
+            continue
+        result = run_one(bench)
+        if result is None:
+            failed.append(bench.name)
+            continue
+        args.bench_dir.mkdir(parents=True, exist_ok=True)
+        path = args.bench_dir / f"{bench.name}.json"
+        path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    args.page.parent.mkdir(parents=True, exist_ok=True)
+    args.page.write_text(assemble(args.bench_dir), encoding="utf-8")
+    print(f"wrote {args.page}", file=sys.stderr)
+    if failed:
+        print(f"failed (previous results kept): {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
