@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -241,9 +242,50 @@ def test_an_interrupt_while_torch_imports_is_one_line_and_130(tmp_path: Path) ->
     pyproject = (ROOT / "pyproject.toml").read_text("utf-8")
     (entry,) = re.findall(r'^wandb-modprof = "([^"]+)"$', pyproject, re.MULTILINE)
     assert entry == "wandb_modprof_cli:main"
-    done = _console(["--help"], entry, tmp_path)
+    # a command imports the package (`--help` does not: test_help_imports_no_torch)
+    done = _console(["summary", "missing.modprof.json"], entry, tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (
         130,
         "",
         "wandb-modprof: error: interrupted\n",
     ), done.stderr[-800:]
+
+
+def test_help_imports_no_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`wandb-modprof --help`, no command and an unknown command are answered by the console
+    command's module alone (under a second), with the full parser's words."""
+    code = (
+        "import contextlib, io, sys, wandb_modprof_cli as cli\n"
+        "for argv in (['--help'], [], ['bogus']):\n"
+        "    out, err = io.StringIO(), io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):\n"
+        "        status = cli.main(argv)\n"
+        "    print(repr((status, out.getvalue(), err.getvalue())))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'wandb_modprof')))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "100"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    *answers, imported = proc.stdout.splitlines()
+    assert imported == "[]"
+    from wandb_modprof.api import cli
+
+    monkeypatch.setenv("COLUMNS", "100")  # argparse wraps help to the terminal's width
+    for line, argv in zip(answers, (["--help"], [], ["bogus"]), strict=True):
+        # the same parser with each command's options: the same answer
+        parser = cli.build_parser()
+        out, err = io.StringIO(), io.StringIO()
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            pytest.raises(SystemExit) as exit_,
+        ):
+            parser.parse_args(argv)
+        assert line == repr((exit_.value.code, out.getvalue(), err.getvalue()))

@@ -1,10 +1,8 @@
 """Command line: `wandb-modprof COMMAND ...` or `python -m wandb_modprof COMMAND ...`.
 
-demo            train a small GPT-2 on CPU under watch(); profile, HTML report, trace, W&B run
-report          profile file -> self-contained HTML report
-summary         profile file -> terminal table of the top modules in one analysis mode
-compare         two profile files -> per-module ratios B / A (and the report in compare mode)
-register-chart  register the panel's Vega spec as a W&B chart preset (once per entity)
+The command table, the top-level parser, the exit statuses and the usage-error format live in
+the console command's module `wandb_modprof_cli` (outside the package, importing no torch, so
+`wandb-modprof --help` answers at once); this module gives each command its options and runs it.
 """
 
 from __future__ import annotations
@@ -15,8 +13,9 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
+import wandb_modprof_cli as _top
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODE_KEYS, SCALES
 from wandb_modprof.sinks import spec as _spec
@@ -25,35 +24,13 @@ from wandb_modprof.sinks.escape import escape_text
 if TYPE_CHECKING:
     from wandb_modprof.api.profile import Profile
 
-    # what `add_subparsers` returns (argparse names its class privately)
-    _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
-
-EXIT_OK = 0
-EXIT_INTERNAL = 1  # a bug in wandb_modprof (the traceback is printed)
-EXIT_INPUT = 2  # usage, or bad input: unknown mode, missing / corrupt file, unwritable output
-EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
-
-EPILOG = """\
-exit status:
-  0    success
-  1    internal error (a bug in wandb_modprof: the traceback is printed; please report it)
-  2    usage or input error: unknown command, option or analysis mode, a profile file that
-       is missing, not JSON or not a wandb_modprof profile, an output path whose directory
-       does not exist or that is a directory, a W&B request that failed (register-chart)
-  130  interrupted (Ctrl-C)
-Errors are one line on stderr: "wandb-modprof: error: ..."."""
-# only where a --mode is taken (report, summary, compare) and in the overview
-MODES_EPILOG = EPILOG + "\n\nanalysis modes (--mode): " + ", ".join(MODE_KEYS)
-
-
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as the README states them, from subcommands too: the usage, then
-    `wandb-modprof: error: ...` (argparse would write `wandb-modprof summary: error: ...`)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        _error(message)
-        sys.exit(EXIT_INPUT)
+EXIT_OK = _top.EXIT_OK
+EXIT_INTERNAL = _top.EXIT_INTERNAL
+EXIT_INPUT = _top.EXIT_INPUT
+EXIT_INTERRUPTED = _top.EXIT_INTERRUPTED
+EPILOG = _top.EPILOG
+MODES_EPILOG = _top.MODES_EPILOG  # only where a --mode is taken (report, summary, compare)
+_error = _top.error
 
 
 PROFILE_SUFFIX = ".modprof.json"
@@ -86,29 +63,30 @@ def _add_top(parser: argparse.ArgumentParser, default: int, what: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    formatter = argparse.RawDescriptionHelpFormatter
-    parser: argparse.ArgumentParser = _Parser(
-        prog="wandb-modprof", description=__doc__, epilog=MODES_EPILOG, formatter_class=formatter
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_demo_parser, _report_parser, _summary_parser, _compare_parser, _chart_parser):
-        add(sub)
+    """`wandb_modprof_cli`'s top-level parser, each command's subparser given its options."""
+    parser, commands = _top.build_parser()
+    options = {
+        "demo": _demo_parser,
+        "report": _report_parser,
+        "summary": _summary_parser,
+        "compare": _compare_parser,
+        "register-chart": _chart_parser,
+    }
+    assert options.keys() == commands.keys() == COMMANDS.keys()
+    for name, command in commands.items():
+        options[name](command)
     return parser
 
 
-def _demo_parser(sub: _Commands) -> None:
+def _demo_parser(demo: argparse.ArgumentParser) -> None:
     """`demo`: train GPT-2 on CPU under watch()."""
-    formatter = argparse.RawDescriptionHelpFormatter
-    demo = sub.add_parser(
-        "demo",
-        help="train a small GPT-2 on CPU under watch() and write its profile and report",
-        description="Train GPT-2 (built from a config, random weights) on CPU under watch() "
+    demo.description = (
+        "Train GPT-2 (built from a config, random weights) on CPU under watch() "
         "with an offline W&B run beside --save (WANDB_MODE, when set, decides instead); print "
         "the top modules; write the profile (--save), the HTML report (.html) and a Chrome "
-        "trace (.trace.json) next to it.",
-        epilog=EPILOG,
-        formatter_class=formatter,
+        "trace (.trace.json) next to it."
     )
+    demo.epilog = EPILOG
     demo.add_argument("--steps", type=_positive, default=12, help="training steps (default 12)")
     demo.add_argument(
         "--log-freq", type=_positive, default=4, help="sample every Nth step (default 4)"
@@ -122,17 +100,13 @@ def _demo_parser(sub: _Commands) -> None:
     )
 
 
-def _report_parser(sub: _Commands) -> None:
+def _report_parser(report: argparse.ArgumentParser) -> None:
     """`report PROFILE`: the HTML report."""
-    formatter = argparse.RawDescriptionHelpFormatter
-    report = sub.add_parser(
-        "report",
-        help="profile file -> self-contained HTML report",
-        description="Write the HTML report of a saved profile (works offline: no server, no "
-        "CDN) and print its path.",
-        epilog=MODES_EPILOG,
-        formatter_class=formatter,
+    report.description = (
+        "Write the HTML report of a saved profile (works offline: no server, no "
+        "CDN) and print its path."
     )
+    report.epilog = MODES_EPILOG
     report.add_argument("profile", metavar="PROFILE", help="a *.modprof.json file")
     report.add_argument(
         "-o",
@@ -151,36 +125,28 @@ def _report_parser(sub: _Commands) -> None:
     report.add_argument("--title", default=None, help="page title (default: the model's name)")
 
 
-def _summary_parser(sub: _Commands) -> None:
+def _summary_parser(summary: argparse.ArgumentParser) -> None:
     """`summary PROFILE`: the top module calls in one mode."""
-    formatter = argparse.RawDescriptionHelpFormatter
-    summary = sub.add_parser(
-        "summary",
-        help="profile file -> the top modules in one analysis mode",
-        description="Print the top module calls of a saved profile in one analysis mode: value "
+    summary.description = (
+        "Print the top module calls of a saved profile in one analysis mode: value "
         "(median over the sampled steps, with its unit), share of the model total where the mode "
         "has one, module type and how many times the module is called per step. One row per "
-        "call (`name#index`); the root is the model total.",
-        epilog=MODES_EPILOG,
-        formatter_class=formatter,
+        "call (`name#index`); the root is the model total."
     )
+    summary.epilog = MODES_EPILOG
     summary.add_argument("profile", metavar="PROFILE", help="a *.modprof.json file")
     _add_mode(summary)
     _add_top(summary, 15, "module calls shown")
 
 
-def _compare_parser(sub: _Commands) -> None:
+def _compare_parser(compare: argparse.ArgumentParser) -> None:
     """`compare A B`: ratios B / A."""
-    formatter = argparse.RawDescriptionHelpFormatter
-    compare = sub.add_parser(
-        "compare",
-        help="two profile files -> per-module ratios B / A",
-        description="Match the module calls of two saved profiles by call key and print the "
+    compare.description = (
+        "Match the module calls of two saved profiles by call key and print the "
         "ratio B / A of each in one analysis mode, largest change (|log ratio|) first, then the "
-        "calls found in one profile only, and the ratio of the model totals.",
-        epilog=MODES_EPILOG,
-        formatter_class=formatter,
+        "calls found in one profile only, and the ratio of the model totals."
     )
+    compare.epilog = MODES_EPILOG
     compare.add_argument("a", metavar="A", help="baseline *.modprof.json file")
     compare.add_argument("b", metavar="B", help="*.modprof.json file compared with A")
     _add_mode(compare)
@@ -193,17 +159,13 @@ def _compare_parser(sub: _Commands) -> None:
     )
 
 
-def _chart_parser(sub: _Commands) -> None:
+def _chart_parser(chart: argparse.ArgumentParser) -> None:
     """`register-chart`: the W&B chart preset."""
-    formatter = argparse.RawDescriptionHelpFormatter
-    chart = sub.add_parser(
-        "register-chart",
-        help="register the panel's Vega spec as a W&B chart preset (once per entity)",
-        description="Create the W&B custom chart preset ENTITY/NAME that watch() logs its "
-        "panels with; prints its name. Needs network and an API key (wandb login).",
-        epilog=EPILOG,
-        formatter_class=formatter,
+    chart.description = (
+        "Create the W&B custom chart preset ENTITY/NAME that watch() logs its "
+        "panels with; prints its name. Needs network and an API key (wandb login)."
     )
+    chart.epilog = EPILOG
     chart.add_argument(
         "--entity", default=None, help="W&B user or team (default: your default entity)"
     )
@@ -341,10 +303,6 @@ def _write(text: str) -> None:
     `text` are already escaped (`escape_text`); this covers paths and what is left."""
     encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
     sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
-
-
-def _error(text: str) -> None:
-    print(f"wandb-modprof: error: {text}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
