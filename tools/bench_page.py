@@ -208,11 +208,11 @@ at all. The *95 % CI* is a bootstrap interval over rounds. The machines are shar
 average at the start of each run is in its metadata line; a load near or above the number of
 cores means other work competed for them, and figures from such a run are noisier.
 
-**Regenerating.** From the repository root, `make bench` runs every benchmark (about 45 minutes
-on 2 cores) and rewrites this page; `make bench BENCH=overhead` (or `BENCH=overhead,peers`)
-reruns only those sections and keeps the others' last results, which are stored in
-`docs/bench/<name>.json`. `.venv/bin/python tools/bench_page.py --assemble` rebuilds the page
-from the stored results without running anything.
+**Regenerating.** From the repository root, `make bench` runs every benchmark and rewrites this
+page{took}; `make bench BENCH=overhead` (or `BENCH=overhead,peers`) reruns only those sections
+and keeps the others' last results, which are stored in `docs/bench/<name>.json`.
+`.venv/bin/python tools/bench_page.py --assemble` rebuilds the page from the stored results
+without running anything.
 """
 
 # what a benchmark prints that the metadata line says again
@@ -342,8 +342,19 @@ def load(bench_dir: Path, name: str) -> dict[str, object] | None:
 
 
 def assemble(bench_dir: Path) -> str:
-    sections = [section(b, load(bench_dir, b.name)) for b in BENCHMARKS]
-    return "\n".join([INTRO, *sections]).rstrip("\n") + "\n"
+    results = [load(bench_dir, b.name) for b in BENCHMARKS]
+    wall_s = [r["wall_s"] for r in results if r is not None]
+    took = ""
+    if wall_s:
+        minutes = sum(float(str(s)) for s in wall_s) / 60
+        took = f" (the runs shown took {minutes:.0f} minutes together)"
+    sections = [section(b, r) for b, r in zip(BENCHMARKS, results, strict=True)]
+    return "\n".join([INTRO.format(took=took), *sections]).rstrip("\n") + "\n"
+
+
+def write_page(page: Path, bench_dir: Path) -> None:
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(assemble(bench_dir), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -374,8 +385,8 @@ def main(argv: list[str] | None = None) -> int:
         args.bench_dir.mkdir(parents=True, exist_ok=True)
         path = args.bench_dir / f"{bench.name}.json"
         path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    args.page.parent.mkdir(parents=True, exist_ok=True)
-    args.page.write_text(assemble(args.bench_dir), encoding="utf-8")
+        write_page(args.page, args.bench_dir)  # after each: an interrupted run leaves it whole
+    write_page(args.page, args.bench_dir)
     print(f"wrote {args.page}", file=sys.stderr)
     if failed:
         print(f"failed (previous results kept): {', '.join(failed)}", file=sys.stderr)
