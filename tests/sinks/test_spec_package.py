@@ -14,9 +14,10 @@ SPEC = ROOT / "vega_specs" / "modprof.vg.json"
 
 
 def _run(*args: str, cwd: Path | None = None) -> str:
+    """What the command printed, stdout then stderr."""
     done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=False)
     assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
+    return done.stdout + done.stderr
 
 
 def test_wheel_ships_the_spec_and_its_loader_reads_it(tmp_path: Path) -> None:
@@ -29,14 +30,19 @@ def test_wheel_ships_the_spec_and_its_loader_reads_it(tmp_path: Path) -> None:
     for folder in ("wandb_modprof", "vega_specs"):
         shutil.copytree(ROOT / folder, src / folder, ignore=ignore)
     dist = tmp_path / "dist"
-    _run(
+    built = _run(
         sys.executable,
-        *("-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q"),
+        *("-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-v"),
         *("--wheel-dir", str(dist), str(src)),
     )
+    # a clean build: setuptools neither deprecates the metadata (`license` as a table) nor
+    # doubts the package data (the templates folder, a package without Python files)
+    assert [line for line in built.splitlines() if "Warning" in line] == [], built
     (wheel,) = dist.glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
         assert "wandb_modprof/vega_specs/modprof.vg.json" in zf.namelist()
+        for name in ("report.html.j2", "iframe.html.j2", "report.css", "report.js"):
+            assert f"wandb_modprof/sinks/templates/{name}" in zf.namelist()
         # the console command's module, outside the package (tests/api/test_cli.py)
         assert "wandb_modprof_cli.py" in zf.namelist()
         (points,) = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]
