@@ -1,12 +1,13 @@
-"""The README's Python snippets, run as a new user runs them: each fenced ```python block of
-README.md, copied into a script outside the package, in its own process, offline (W&B offline,
-HF_HUB_OFFLINE=1), against small models.
+"""The Python snippets of README.md and docs/, run as a new user runs them: each fenced
+```python block, copied into a script outside the package, in its own process, offline (W&B
+offline, HF_HUB_OFFLINE=1), against small models.
 
 A snippet names things it does not define (`model`, `loader`, `step()`): each case below gives
 them in a prelude, makes the few substitutions a snippet needs to run here (listed, each must
-match the README's text exactly) and checks what the README says happens. Every block of the
-README must have a case: a new snippet without one fails `test_every_snippet_has_a_case`, so
-none is left out silently.
+match the snippet's text exactly) and checks what the page says happens. Every block must have a
+case: a new snippet without one fails `test_every_snippet_has_a_case`, so none is left out
+silently. A snippet shown on two pages (the README's quick start is also on Getting started)
+must read the same on both, and runs once.
 """
 
 from __future__ import annotations
@@ -22,21 +23,32 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
-DONE = "README-SNIPPET-OK"
+DONE = "DOCS-SNIPPET-OK"
 
 
-def snippets() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text("utf-8"), re.S)
+def pages() -> list[Path]:
+    """README.md and every page of the documentation site."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def snippets() -> list[tuple[str, str]]:
+    """(page, code) of every fenced python block, in page order."""
+    found = []
+    for page in pages():
+        text = page.read_text("utf-8")
+        for code in re.findall(r"^```python\n(.*?)^```", text, re.S | re.M):
+            found.append((str(page.relative_to(ROOT)), code))
+    return found
 
 
 @dataclass(frozen=True)
 class Case:
     marker: str  # a line of the snippet that identifies it
     prelude: str  # what the snippet expects to exist
-    check: str  # runs after the snippet: what the README says happened
+    check: str  # runs after the snippet: what the page says happens
     substitutions: tuple[tuple[str, str], ...] = ()
     launcher: tuple[str, ...] = ()  # e.g. torchrun; default: python
-    stderr_has: tuple[str, ...] = ()  # warnings the README promises
+    stderr_has: tuple[str, ...] = ()  # warnings the page promises
     warned_at: tuple[str, ...] = ()  # the snippet lines our warnings must point at
     needs: tuple[str, ...] = ()  # modules the snippet imports (dev extras)
 
@@ -78,7 +90,7 @@ assert prof.num_samples == 2, prof.num_samples   # steps 100 and 200
 assert "Top modules by forward time" in prof.summary()
 run.finish()
 """,
-        # offline without an entity: the README's two-line notice, at the watch() line
+        # offline without an entity: the two-line notice of the panel page, at the watch() line
         stderr_has=("is offline and has no W&B entity", "wandb.init(entity=E) or WANDB_ENTITY=E"),
         warned_at=("handle = wandb_modprof.watch(",),
     ),
@@ -102,6 +114,35 @@ run.finish()
             "e.g. watch(model, log_freq=4).",
         ),
         warned_at=("handle = wandb_modprof.watch(", "prof = handle.unwatch()"),
+    ),
+    "one step, no W&B": Case(
+        marker="with wandb_modprof.profile(model) as prof:\n    for _ in range(3):",
+        prelude="",
+        check="""
+from pathlib import Path
+assert prof.num_samples == 2, prof.num_samples   # the first and third forward; the second: FLOPs
+assert "Top modules by forward time" in prof.summary()
+assert wandb_modprof.load("run.modprof.json").num_samples == 2
+assert Path("report.html").read_text().startswith("<!doctype html>")
+import json
+names = {e.get("name") for e in json.load(open("trace.json"))["traceEvents"]}
+assert "0.forward" in names and "0.backward" in names, sorted(map(str, names))[:20]
+""",
+    ),
+    "silence a warning": Case(
+        marker='warnings.filterwarnings("ignore", message=r"wandb_modprof: run .* is offline")',
+        prelude=MLP,
+        # the filter must match the offline notice watch() gives (the quick start's case shows
+        # it printed without the filter): no warning of ours may reach stderr
+        check="""
+import wandb, wandb_modprof
+run = wandb.init(project="docs", mode="offline")
+handle = wandb_modprof.watch(model, log_freq=100)
+for _ in range(100):
+    model(x).sum().backward()
+assert handle.unwatch().num_samples == 1
+run.finish()
+""",
     ),
     "report and pictures": Case(
         marker='prof.to_html("profile.html", mode="bwd")',
@@ -156,7 +197,7 @@ assert trainer.global_step == 12
 callback = next(c for c in trainer.callbacks if isinstance(c, ModProfCallback))
 assert callback.handle.steps == 12 and callback.handle.profile().num_samples == 0
 """,
-        # the README: both at the user's fit() line, the fix named for Lightning
+        # the integrations page: both at the user's fit() line, the fix named for Lightning
         stderr_has=(
             "WandbLogger(entity=E) or WANDB_ENTITY=E",
             "was watched for 12 optimizer step(s) with log_freq=100",
@@ -222,33 +263,39 @@ assert not any("AddmmBackward0" in str(n) for n in names)  # the fc head is outs
 
 
 def _snippet(case: Case) -> str:
-    found = [s for s in snippets() if case.marker in s]
-    assert len(found) == 1, f"{case.marker!r}: {len(found)} README snippets"
-    return found[0]
+    found = {code for _, code in snippets() if case.marker in code}
+    assert len(found) == 1, f"{case.marker!r}: {len(found)} different snippets hold it"
+    return found.pop()
 
 
 def test_every_snippet_has_a_case():
-    for number, text in enumerate(snippets()):
+    for page, text in snippets():
         assert any(case.marker in text for case in CASES.values()), (
-            f"README python block {number} has no case in {__file__}:\n{text}"
+            f"a python block of {page} has no case in {__file__}:\n{text}"
         )
 
 
+def test_the_pages_hold_snippets():
+    """The finder itself: the README's quick start and the reports page's snippets are found."""
+    found = {page for page, _ in snippets()}
+    assert {"README.md", "docs/getting-started.md", "docs/reports.md"} <= found, found
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_readme_snippet_runs_as_documented(name: str, tmp_path: Path) -> None:
+def test_snippet_runs_as_documented(name: str, tmp_path: Path) -> None:
     case = CASES[name]
     for module in case.needs:
         pytest.importorskip(module)
     code = _snippet(case)
     for old, new in case.substitutions:
-        assert old in code, f"substitution {old!r} no longer matches the README"
+        assert old in code, f"substitution {old!r} no longer matches the snippet"
         code = code.replace(old, new)
     # The snippet's own lines first (warnings name their line numbers), then the prelude is
     # run before them through a sitecustomize-free import: a module the script imports first.
-    (tmp_path / "readme_prelude.py").write_text(case.prelude, encoding="utf-8")
-    script = tmp_path / "readme_snippet.py"
+    (tmp_path / "snippet_prelude.py").write_text(case.prelude, encoding="utf-8")
+    script = tmp_path / "docs_snippet.py"
     script.write_text(
-        "from readme_prelude import *  # noqa: F403  (the snippet's free names)\n"
+        "from snippet_prelude import *  # noqa: F403  (the snippet's free names)\n"
         + code
         + "\n"
         + case.check
