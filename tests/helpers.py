@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 from torch import nn
@@ -113,30 +114,45 @@ def profiled(model: nn.Module, x: torch.Tensor, steps: int = 3) -> Any:
     return prof
 
 
-class RecordingRun:
-    """A W&B run stand-in that records what `watch` logs (and where), then passes it on."""
+def run_double(*, entity: str = "me", offline: bool = False, disabled: bool = False) -> Any:
+    """A W&B run stand-in built from the real `wandb.Run` (`mock.create_autospec`): it has
+    Run's methods and properties and no others, with Run's signatures. A method Run lacks is an
+    AttributeError and a call Run would refuse a TypeError, raised in the test, where a
+    hand-written fake missing a method only made wandb_modprof warn ("could not log ...") and
+    the test pass. Its properties are set here (a mock is truthy); its methods record their
+    calls and return mocks unless a test gives them a `side_effect`."""
+    import wandb
 
-    def __init__(self, inner: Any = None, fail: bool = False) -> None:
-        self.inner = inner
-        self.fail = fail
-        self.calls: list[tuple[dict[str, Any], Any, bool]] = []
-        self.artifacts: list[Any] = []  # every `log_artifact` (the profile file)
-        self.entity = "me"
-        self.offline = False
-        self.disabled = False
+    run = mock.create_autospec(wandb.Run, instance=True)
+    run.entity, run.offline, run.disabled = entity, offline, disabled
+    run.id = run.name = "run-double"
+    return run
 
-    def log(self, data: dict[str, Any], commit: Any = None) -> None:
-        self.calls.append((data, commit, ap.in_backward()))
-        if self.fail:
+
+def RecordingRun(inner: Any = None, fail: bool = False) -> Any:  # noqa: N802 (was a class)
+    """A `run_double` that records what `watch` logs (and where), then passes it on to `inner`:
+    `.calls` holds (data, commit, inside the backward engine) per `log`, `.artifacts` every
+    `log_artifact` (the profile file); `fail`: each of them raises OSError after recording."""
+    run = run_double()
+    run.inner, run.fail = inner, fail
+    run.calls, run.artifacts = [], []
+
+    def log(data: dict[str, Any], step: int | None = None, commit: bool | None = None) -> None:
+        run.calls.append((data, commit, ap.in_backward()))
+        if run.fail:
             raise OSError("disk full")
-        if self.inner is not None:
-            self.inner.log(data, commit=commit)
+        if run.inner is not None:
+            run.inner.log(data, step=step, commit=commit)
 
-    def log_artifact(self, artifact: Any) -> Any:
-        self.artifacts.append(artifact)
-        if self.fail:
+    def log_artifact(artifact: Any, *args: Any, **kwargs: Any) -> Any:
+        run.artifacts.append(artifact)
+        if run.fail:
             raise OSError("disk full")
-        return artifact if self.inner is None else self.inner.log_artifact(artifact)
+        return artifact if run.inner is None else run.inner.log_artifact(artifact, *args, **kwargs)
+
+    run.log.side_effect = log
+    run.log_artifact.side_effect = log_artifact
+    return run
 
 
 def check_table(table: ProfileTable, max_rows: int = MAX_ROWS) -> None:

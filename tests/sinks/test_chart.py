@@ -11,8 +11,10 @@ import subprocess
 import sys
 import time
 from typing import Any
+from unittest import mock
 
 import pytest
+import wandb
 
 import wandb_modprof
 from wandb_modprof import ModProfError
@@ -21,17 +23,22 @@ from wandb_modprof.sinks import chart as _chart
 from wandb_modprof.sinks import spec as _spec
 
 
-class FakeApi:
-    def __init__(self, default_entity: str | None = "me", error: Exception | None = None) -> None:
-        self.default_entity = default_entity
-        self.error = error
-        self.calls: list[dict[str, Any]] = []
+def FakeApi(default_entity: str | None = "me", error: Exception | None = None) -> Any:  # noqa: N802
+    """A `wandb.Api` stand-in built from the real class (`mock.create_autospec`: its methods and
+    signatures, no others) whose `create_custom_chart` records its keyword arguments in `.calls`
+    and raises `error` if given."""
+    api = mock.create_autospec(wandb.Api, instance=True)
+    api.default_entity = default_entity
+    api.calls = []
 
-    def create_custom_chart(self, **kwargs: Any) -> str:
-        self.calls.append(kwargs)
-        if self.error is not None:
-            raise self.error
+    def create_custom_chart(**kwargs: Any) -> str:
+        api.calls.append(kwargs)
+        if error is not None:
+            raise error
         return f"{kwargs['entity']}/{kwargs['name']}"
+
+    api.create_custom_chart.side_effect = create_custom_chart
+    return api
 
 
 def test_register_chart_sends_the_spec():

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 import wandb
-from helpers import disabled_run, profiled, reused_layer_profile, train_step
+from helpers import disabled_run, profiled, reused_layer_profile, run_double, train_step
 from models import ResNet, TinyGPT, gpt_input, resnet_input
 from torch import nn
 
@@ -318,22 +318,23 @@ def test_unwatch_logs_the_report_to_an_offline_run(tmp_path: Path) -> None:
     assert [t for t, a in page.tags if t == "link" or "src" in a] == []  # inject=False
 
 
-class _Recorder:
-    def __init__(self, disabled: bool = False) -> None:
-        self.logged: list[dict[str, Any]] = []
-        self.entity = "me"
-        self.offline = False
-        self.disabled = disabled
+def _recorder() -> Any:
+    """A `run_double` whose `log` keeps each dict in `.logged` (and checks commit=False)."""
+    run = run_double()
+    run.logged = []
 
-    def log(self, data: dict[str, Any], commit: Any = None) -> None:
+    def log(data: dict[str, Any], step: int | None = None, commit: bool | None = None) -> None:
         assert commit is False
-        self.logged.append(data)
+        run.logged.append(data)
+
+    run.log.side_effect = log
+    return run
 
 
 def test_the_report_joins_the_last_log_and_disabled_runs_skip_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    run = _Recorder()
+    run = _recorder()
     model = TinyGPT()
     handle = wandb_modprof.watch(model, log_freq=2, run=run, structure=False)
     for _ in range(4):
@@ -345,6 +346,9 @@ def test_the_report_joins_the_last_log_and_disabled_runs_skip_it(
     ]
     assert "modprof/TinyGPT" in run.logged[-1]  # with the last sample
     assert isinstance(run.logged[-1]["modprof/TinyGPT/report"], wandb.Html)
+    # and the profile file as an artifact, once (a fake without log_artifact only warned)
+    ((artifact,), _) = run.log_artifact.call_args
+    assert run.log_artifact.call_count == 1 and artifact.type == "modprof-profile"
 
     def fail(*args: Any, **kw: Any) -> str:
         raise AssertionError("no report is built for a disabled run")
@@ -364,7 +368,7 @@ def test_a_failing_report_warns_once_and_the_sample_is_still_logged(
         raise RuntimeError("no bundle")
 
     monkeypatch.setattr(_html, "tables_html", broken)
-    run = _Recorder()
+    run = _recorder()
     model = TinyGPT()
     handle = wandb_modprof.watch(model, log_freq=1, run=run, structure=False)
     train_step(model, gpt_input())

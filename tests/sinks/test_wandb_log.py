@@ -21,6 +21,7 @@ from helpers import (
     disabled_run,
     logged_cells,
     profiled,
+    run_double,
     strict_json,
     train_step,
 )
@@ -519,3 +520,15 @@ def test_cuda_samples_are_logged_once_their_events_completed():
     assert len(run.calls) == 4
     data = run.calls[-1][0]
     assert data["modprof/TinyGPT/fwd_ms"] > 0 and data["modprof/TinyGPT/bwd_ms"] > 0
+
+
+def test_the_run_double_has_the_real_runs_interface_and_no_other():
+    run = run_double()
+    assert callable(run.log_artifact) and callable(run.log) and callable(run.finish)
+    with pytest.raises(AttributeError):
+        run.log_artifacts  # noqa: B018 (no such method on wandb.Run)
+    with pytest.raises(TypeError):
+        run.log({"a": 1}, comit=False)  # a keyword Run.log does not take
+    recording = RecordingRun()
+    recording.log({"a": 1}, commit=False)
+    assert recording.calls == [({"a": 1}, False, False)]
