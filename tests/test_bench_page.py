@@ -93,7 +93,7 @@ def test_page_assembled_from_stored_results(bench_page: ModuleType, tmp_path: Pa
     metadata = (
         "*Run 2026-01-02 03:04 UTC on Test CPU 9000, 2 cores, load average 1.25 at start "
         "(1 / 5 / 15 min: 1.25, 0.5, 0.25); torch 2.13.0+cpu, Python 3.11.7, git abc1234; "
-        "42 s; command: `.venv/bin/python benchmarks/overhead.py --rounds 40`.*"
+        f"42 s; command: `{bench_page.BY_NAME['overhead'].command}`.*"
     )
     assert metadata in overhead
     assert "make bench BENCH=overhead" in overhead

@@ -57,7 +57,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "overhead",
         "Step-time overhead of `watch`",
-        ("--rounds", "40"),
+        (),
         """\
 What a training step costs with `watch` attached, on CPU, for a small GPT-style transformer
 and a small ResNet (`tests/models.py`). One model is deep-copied into identical configurations:
@@ -66,8 +66,7 @@ plain, a second plain copy (the A/A control), watched with every step unsampled
 the memory curve off), and sampled with each sample logged to a disabled W&B run. A step is
 `zero_grad`, forward, cross-entropy, backward and an SGD step, one torch thread; the copies run
 side by side in rounds of short blocks of steps in a shuffled order, the first step of each
-block untimed. `make bench` runs 40 rounds instead of the script's default 80, to keep the
-whole page's run under 45 minutes on a shared 2-core machine; the 95 % interval is wider for it.
+block untimed: 80 rounds per model.
 """,
     ),
     Benchmark(
