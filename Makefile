@@ -23,20 +23,29 @@ lint: $(VENV)/.installed
 typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
+# One pytest worker per core (pytest-xdist), a test file per worker at a time (its module
+# fixtures are built once); --durations lists the slowest, to keep the suite in budget. Then
+# the `accuracy` tests alone, serially: their timings need the cores to themselves (exit 5:
+# no test has the mark).
 unit: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile --durations=15 -m "not accuracy"
+	$(PY) -m pytest -q -m accuracy || test $$? -eq 5
+
+# Each benchmark's smallest run, only to prove that the script still runs (its numbers are
+# `make bench`'s job): two at a time, one line each; a failing one prints all it wrote.
+BENCH_SMOKE := overhead structure layout report peers accuracy scale gpu distributed hook_floor
+BENCH_SMOKE_ARGS = $(if $(filter gpu,$*),--dry-run,$(if $(filter hook_floor,$*),--modules 400,--quick))
 
 bench-smoke: $(VENV)/.installed
-	$(PY) benchmarks/overhead.py --quick
-	$(PY) benchmarks/structure.py --quick
-	$(PY) benchmarks/layout.py --quick
-	$(PY) benchmarks/report.py --quick
-	$(PY) benchmarks/peers.py --quick
-	$(PY) benchmarks/accuracy.py --quick
-	$(PY) benchmarks/scale.py --quick
-	$(PY) benchmarks/gpu.py --dry-run
-	$(PY) benchmarks/distributed.py --quick
-	$(PY) benchmarks/hook_floor.py --modules 400
+	@$(MAKE) --no-print-directory -j2 $(addprefix bench-smoke/,$(BENCH_SMOKE))
+
+bench-smoke/%:
+	@log=$$(mktemp); start=$$(date +%s); \
+	if $(PY) benchmarks/$*.py $(BENCH_SMOKE_ARGS) >$$log 2>&1; then \
+		echo "bench-smoke: benchmarks/$*.py $(BENCH_SMOKE_ARGS) ok ($$(( $$(date +%s) - start )) s)"; rm -f $$log; \
+	else \
+		cat $$log; rm -f $$log; echo "bench-smoke: benchmarks/$*.py $(BENCH_SMOKE_ARGS) FAILED"; exit 1; \
+	fi
 
 # The documentation site (mkdocs.yml, docs/): --strict turns a broken link, a missing page or a
 # docstring the API reference cannot render into an error. The site goes to site/ (ignored).

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,14 +65,29 @@ def _hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     monkeypatch.setenv("WANDB_DISABLE_CODE", "true")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    # The offline-run notice is once per process: as if given already, so that which test sees
+    # it does not depend on the order the tests ran in; a test that expects it resets the set.
+    from wandb_modprof.sinks import wandb_log
+
+    monkeypatch.setattr(wandb_log, "_NOTICES", {"offline"})
     yield
-    wandb_modprof.unwatch()
+    with warnings.catch_warnings():
+        # A test that watches to check something else (an error, the hooks, a key) and leaves
+        # the model watched, short of a sample, gets the short-run notice here, at cleanup:
+        # expected, and no part of what it tests. Any other warning still fails the test.
+        warnings.filterwarnings("ignore", r"wandb_modprof: .* was watched for \d+ ", UserWarning)
+        wandb_modprof.unwatch()
     # A run a test left open is `wandb.run` for the next test: transformers' WandbCallback
     # would log into it instead of starting its own.
     wandb = sys.modules.get("wandb")
     if wandb is not None and wandb.run is not None:
         wandb.run.finish()
 
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make unit` runs one worker per core: one intra-op thread each, so that OpenMP threads
+    # do not wait for a core the other worker holds (a test that sets its own count still may)
+    torch.set_num_threads(1)
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -132,7 +132,8 @@ def test_run_and_flag_arguments_are_validated():
     try:
         handle = wandb_modprof.watch(model, log_freq=1, run=run, structure=False)
         assert handle.run is run  # kept for W&B logging (the panel issue)
-        handle.unwatch()
+        with pytest.warns(UserWarning, match=r"0 training step\(s\)"):
+            handle.unwatch()
     finally:
         run.finish()
 

@@ -44,7 +44,8 @@ def test_a_refused_watch_leaves_no_optimizer_hook() -> None:
     with pytest.raises(ModProfError, match="timing='device'"):  # refused while building
         wandb_modprof.watch(nn.Linear(2, 2), run=run, optimizer=other, timing="device")
     assert len(other._optimizer_step_post_hooks) == 0
-    handle.unwatch()
+    with pytest.warns(UserWarning, match=r"0 optimizer step\(s\)"):
+        handle.unwatch()
     assert len(optimizer._optimizer_step_post_hooks) == 0
 
 
@@ -244,9 +245,9 @@ def test_watch_rejects_bad_log_freq(bad):
         wandb_modprof.watch(model, log_freq=bad, structure=False, run=disabled_run())
     _assert_error(excinfo, "log_freq", "int >= 1", f"got {bad!r}")
     assert hook_counts(model) == no_hooks(model)
-    wandb_modprof.watch(
-        model, log_freq=1, structure=False, run=disabled_run()
-    ).unwatch()  # nothing half-registered
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
+    with pytest.warns(UserWarning, match=r"0 training step\(s\)"):
+        handle.unwatch()  # nothing half-registered
 
 
 def test_bad_timing_and_optimizer():
@@ -295,7 +296,8 @@ def test_unwatch_of_an_unwatched_model():
         wandb_modprof.unwatch("model")  # type: ignore[arg-type]
     _assert_error(excinfo, "expected a torch.nn.Module", "got builtins.str")
     handle = wandb_modprof.watch(model, structure=False, run=disabled_run())
-    handle.unwatch()
+    with pytest.warns(UserWarning, match=r"0 training step\(s\)"):
+        handle.unwatch()
     with pytest.raises(ModProfError):
         wandb_modprof.unwatch(model)  # already unwatched
     handle.unwatch()  # the handle's own unwatch is idempotent
@@ -322,9 +324,9 @@ def test_unwatch_removes_every_hook():
     train_step(model, x)
     assert model.probe.snapshots[n] == no_hooks(model)  # inside the forward too
     assert prof.num_samples == 2
-    wandb_modprof.watch(
-        model, structure=False, run=disabled_run()
-    ).unwatch()  # can be watched again
+    again = wandb_modprof.watch(model, structure=False, run=disabled_run())  # can be watched again
+    with pytest.warns(UserWarning, match=r"0 training step\(s\)"):
+        again.unwatch()
 
 
 def test_unwatch_between_sampled_forward_and_backward():
@@ -361,7 +363,9 @@ def test_unwatch_all():
     a, b = Probed(), Probed()
     wandb_modprof.watch(a, log_freq=1, structure=False, run=disabled_run())
     wandb_modprof.watch(b, log_freq=1, structure=False, run=disabled_run())
-    wandb_modprof.unwatch()
+    with pytest.warns(UserWarning, match=r"0 training step\(s\)") as said:
+        wandb_modprof.unwatch()
+    assert len(said) == 2  # one per model
     assert hook_counts(a) == no_hooks(a) and hook_counts(b) == no_hooks(b)
 
 

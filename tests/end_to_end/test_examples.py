@@ -22,8 +22,10 @@ def test_the_cars_example_learns_and_leaves_a_profile_a_report_and_an_offline_ru
     env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")
     env.pop("WANDB_ENTITY", None)
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "train_cars.py"), "--out", "cars"]
-        + ["--epochs", "12", "--log-freq", "25"],
+        [
+            *(sys.executable, str(ROOT / "examples" / "train_cars.py"), "--out", "cars"),
+            *("--epochs", "12", "--log-freq", "25"),
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -84,14 +84,18 @@ def _no_run_left() -> Any:
     wandb.finish()
 
 
-def test_trainer_logs_every_log_freq_th_optimizer_step_to_the_report_to_wandb_run(tmp_path):
+def test_trainer_logs_every_log_freq_th_optimizer_step_to_the_report_to_wandb_run(
+    tmp_path, monkeypatch
+):
     model = gpt2_from_config()
     hooked = _record_measured(model)
     callback, record = ModProfCallback(log_freq=2), RecordRun()
     trainer = transformers.Trainer(
         model=model, args=_args(tmp_path), train_dataset=_dataset(), callbacks=[callback, record]
     )
-    trainer.train()
+    monkeypatch.setattr(_wandb_log, "_NOTICES", set())  # the offline notice is once per process
+    with pytest.warns(UserWarning, match="is offline and has no W&B entity"):
+        trainer.train()
     handle = callback.handle
     assert handle is not None and record.run is not None and handle.run is record.run
     assert handle.key == "modprof/GPT2LMHeadModel"
@@ -213,7 +217,8 @@ def test_other_processes_of_a_process_group_watch_without_a_run(monkeypatch):
     handle = callback.handle
     assert handle is not None and handle.active and handle.run is None
     assert handle._wandb_log is None  # measures, never logs
-    callback.on_train_end(SimpleNamespace(), state, None, model=model)
+    with pytest.warns(UserWarning, match=r"0 training step\(s\)"):
+        callback.on_train_end(SimpleNamespace(), state, None, model=model)
     assert not handle.active and set(hook_counts(model).values()) == {0}
 
 
@@ -225,9 +230,11 @@ def test_a_raised_train_is_unwatched_by_the_next_one(tmp_path):
     callback.on_train_begin(SimpleNamespace(), state, None, model=model, optimizer=None)
     first = callback.handle
     assert first is not None and first.active  # train() raised: on_train_end never came
-    callback.on_train_begin(SimpleNamespace(), state, None, model=model, optimizer=None)
+    with pytest.warns(UserWarning, match=r"0 training step\(s\)"):  # the first, unwatched
+        callback.on_train_begin(SimpleNamespace(), state, None, model=model, optimizer=None)
     assert not first.active and callback.handle is not first and callback.handle.active
-    callback.on_train_end(SimpleNamespace(), state, None, model=model)
+    with pytest.warns(UserWarning, match=r"0 training step\(s\)"):
+        callback.on_train_end(SimpleNamespace(), state, None, model=model)
     assert set(hook_counts(model).values()) == {0}
 
 

@@ -358,7 +358,8 @@ def test_unsampled_steps_log_nothing():
     handle = wandb_modprof.watch(model, log_freq=1000, run=run, structure=False)
     for _ in range(5):
         train_step(model, x)
-    handle.unwatch()
+    with pytest.warns(UserWarning, match=r"log_freq=1000: steps 1000, 2000, \.\.\. are sampled"):
+        handle.unwatch()
     assert run.calls == []
 
 
