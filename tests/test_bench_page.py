@@ -49,6 +49,7 @@ def result(name: str, output: list[str], command: str) -> dict[str, Any]:
 
 
 OVERHEAD_OUTPUT = [
+    "## Step-time overhead of `watch`",
     "Command: `.venv/bin/python benchmarks/overhead.py --rounds 40`",
     "",
     "## A heading the script prints",
@@ -88,6 +89,7 @@ def test_page_assembled_from_stored_results(bench_page: ModuleType, tmp_path: Pa
     overhead = found[bench_page.BY_NAME["overhead"].title]
     assert "| transformer | watched, sampled (log_freq=1) | 1.234x |" in overhead
     assert "Command:" not in overhead  # said once, in the metadata line
+    assert "overhead of `watch`" not in overhead  # nor the title twice
     assert "#### A heading the script prints" in overhead  # under the section's level
     assert "rounds.\n\n| model |" in overhead  # a blank line before the table
     metadata = (
@@ -151,6 +153,13 @@ def test_failed_benchmark_keeps_its_previous_result(
     assert bench_page.main(argv) == 1
     assert (tmp_path / "bench" / "overhead.json").read_text(encoding="utf-8") == before
     assert "1.234x" in page_path.read_text(encoding="utf-8")
+
+
+def test_committed_page_is_the_generated_one(bench_page: ModuleType) -> None:
+    """No figure on docs/performance.md is edited by hand: it is what `--assemble` writes."""
+    page = ROOT / "docs" / "performance.md"
+    expected = bench_page.assemble(ROOT / "docs" / "bench")
+    assert page.read_text(encoding="utf-8") == expected, "run tools/bench_page.py --assemble"
 
 
 def test_unknown_benchmark_is_refused(bench_page: ModuleType, tmp_path: Path) -> None:

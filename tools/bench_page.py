@@ -103,8 +103,8 @@ error from the machine's noise. Five repeats per model, one torch thread.
         ("--steps", "2", "--repeats", "1", "--browser-repeats", "1"),
         """\
 How the cost of one logged sample grows with the number of module calls per step, stage by
-stage: the capture (sampled step minus plain step), resolving the sample, `prof.table()` (its
-layout part in brackets), the W&B table entry and an offline `run.log`, per call and in total;
+stage: the capture (sampled step minus plain step), resolving the sample, `prof.table()` (and
+the layout's part of it), the W&B table entry and an offline `run.log`, per call and in total;
 the profiler's Python heap (`tracemalloc`); and the HTML report opened in headless Chromium.
 Models: synthetic nested `Linear -> ReLU -> Linear` blocks (100 to 20,000 calls), GPT-2 with 96
 and 768 layers, and a 48-layer mixture of experts with 128 experts and top-8 routing (~28,000
@@ -155,10 +155,11 @@ collector, as a real run would, so `max` can be several times `min`.
         "HTML report: time to the first view",
         (),
         """\
-A report at the table's 10,000-row limit (a nested and a flat synthetic model, profiled for 3
-steps) is written and opened from `file://` in a fresh headless Chromium 5 times (network
-blocked, nothing cached), timed from navigation start until the first view's nodes are drawn,
-by the page's own clock.
+The largest synthetic models (nested stages of blocks, and one flat row of blocks) whose table
+is still drawn unreduced within the 10,000-row limit are profiled for 3 steps; each report is
+written and opened from `file://` in a fresh headless Chromium 5 times (network blocked,
+nothing cached), timed from navigation start until the first view's nodes are drawn, by the
+page's own clock.
 """,
     ),
     Benchmark(
@@ -208,10 +209,10 @@ average at the start of each run is in its metadata line; a load near or above t
 cores means other work competed for them, and figures from such a run are noisier.
 
 **Regenerating.** From the repository root, `make bench` runs every benchmark and rewrites this
-page{took}; `make bench BENCH=overhead` (or `BENCH=overhead,peers`) reruns only those sections
-and keeps the others' last results, which are stored in `docs/bench/<name>.json`.
+page; `make bench BENCH=overhead` (or `BENCH=overhead,peers`) reruns only those sections and
+keeps the others' last results, which are stored in `docs/bench/<name>.json`.
 `.venv/bin/python tools/bench_page.py --assemble` rebuilds the page from the stored results
-without running anything.
+without running anything.{took}
 """
 
 # what a benchmark prints that the metadata line says again
@@ -278,13 +279,14 @@ def run_one(bench: Benchmark) -> dict[str, object] | None:
     }
 
 
-def _body(lines: list[str], preformatted: bool) -> list[str]:
+def _body(lines: list[str], bench: Benchmark) -> list[str]:
     """The benchmark's printed report as page markdown: headings under the section's level."""
-    if preformatted:
+    if bench.preformatted:
         return ["```text", *lines, "```"]
     body: list[str] = []
     for raw in lines:
-        if _COMMAND_LINE.match(raw):
+        said = raw.startswith("#") and raw.lstrip("# ").lower() == bench.title.lower()
+        if said or _COMMAND_LINE.match(raw):  # the section's title and metadata line say it
             continue
         line = "#### " + raw.lstrip("#").strip() if raw.startswith("#") else raw
         # a table needs a blank line above it to be read as one
@@ -325,7 +327,7 @@ def section(bench: Benchmark, result: dict[str, object] | None) -> str:
         return "\n".join(parts) + "\n"
     output = result["output"]
     assert isinstance(output, list)
-    parts += _body([str(x) for x in output], bench.preformatted)
+    parts += _body([str(x) for x in output], bench)
     parts += ["", metadata_line(result), ""]
     parts.append(f"Rerun this section alone: `make bench BENCH={bench.name}`.")
     return "\n".join(parts) + "\n"
@@ -346,7 +348,7 @@ def assemble(bench_dir: Path) -> str:
     took = ""
     if wall_s:
         minutes = sum(float(str(s)) for s in wall_s) / 60
-        took = f" (the runs shown took {minutes:.0f} minutes together)"
+        took = f"\nThe runs shown took {minutes:.0f} minutes together."
     sections = [section(b, r) for b, r in zip(BENCHMARKS, results, strict=True)]
     return "\n".join([INTRO.format(took=took), *sections]).rstrip("\n") + "\n"
 
