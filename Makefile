@@ -34,7 +34,8 @@ unit: $(VENV)/.installed
 # Each benchmark's smallest run, only to prove that the script still runs (its numbers are
 # `make bench`'s job): two at a time, one line each; a failing one prints all it wrote.
 BENCH_SMOKE := overhead structure layout report peers accuracy scale gpu distributed hook_floor
-BENCH_SMOKE_ARGS = $(if $(filter gpu,$*),--dry-run,$(if $(filter hook_floor,$*),--modules 400,--quick))
+# (gpu.py's dry run on CPU: one model; peers.py --quick runs all three through the same code)
+BENCH_SMOKE_ARGS = $(if $(filter gpu,$*),--dry-run --models resnet,$(if $(filter hook_floor,$*),--modules 400,--quick))
 
 bench-smoke: $(VENV)/.installed
 	@$(MAKE) --no-print-directory -j2 $(addprefix bench-smoke/,$(BENCH_SMOKE))

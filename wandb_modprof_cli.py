@@ -77,7 +77,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands = {
+    commands: dict[str, argparse.ArgumentParser] = {
         name: sub.add_parser(name, help=text, formatter_class=argparse.RawDescriptionHelpFormatter)
         for name, text in COMMANDS.items()
     }
