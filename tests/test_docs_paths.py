@@ -46,15 +46,15 @@ def looks_like_a_path(text: str) -> bool:
         return False
     if text.startswith(GENERATED) or text.startswith("torch/"):  # torch's own sources
         return False
-    first = text.split("/")[0]
+    first = text.split("/", maxsplit=1)[0]
     top = {p.name for p in ROOT.iterdir()} | {"capture", "view", "sinks", "stats", "records"}
-    return first in top or text.endswith(SUFFIXES) and "/" in text
+    return first in top or (text.endswith(SUFFIXES) and "/" in text)
 
 
 def exists(text: str) -> bool:
     """`view/table.py`, a module named without `.py` (`capture/hooks`), or one of its names
     (`sinks/spec.read_columns`)."""
-    text = text.split("#")[0].rstrip("/")
+    text = text.split("#", maxsplit=1)[0].rstrip("/")
     folder, _, last = text.rpartition("/")
     module = f"{folder}/{last.split('.')[0]}.py" if folder else f"{last.split('.')[0]}.py"
     bases = (ROOT, ROOT / "wandb_modprof", ROOT / "tests")
@@ -98,7 +98,7 @@ def test_no_absolute_path_of_this_machine_anywhere() -> None:
     home = "/" + "work" + "/"  # spelled apart so this file does not match itself
     offenders = []
     for path in tracked("*"):
-        if path.suffix not in SUFFIXES + (".cfg", ".ini", "") or path.name == "Makefile":
+        if path.suffix not in (*SUFFIXES, ".cfg", ".ini", "") or path.name == "Makefile":
             continue
         try:
             text = path.read_text("utf-8")
