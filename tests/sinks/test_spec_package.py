@@ -20,15 +20,22 @@ def _run(*args: str, cwd: Path | None = None) -> str:
     return done.stdout + done.stderr
 
 
-def test_wheel_ships_the_spec_and_its_loader_reads_it(tmp_path: Path) -> None:
-    # Build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
+def _source_copy(tmp_path: Path) -> Path:
+    """The files a build reads (an in-tree build would leave build/ and *.egg-info behind).
+    The symlink wandb_modprof/vega_specs is kept a symlink, as a clone has it."""
     src = tmp_path / "src"
     src.mkdir()
     for name in ("pyproject.toml", "README.md", "wandb_modprof_cli.py"):
         shutil.copy(ROOT / name, src / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for folder in ("wandb_modprof", "vega_specs"):
-        shutil.copytree(ROOT / folder, src / folder, ignore=ignore)
+        shutil.copytree(ROOT / folder, src / folder, ignore=ignore, symlinks=True)
+    assert (src / "wandb_modprof" / "vega_specs").is_symlink()
+    return src
+
+
+def test_wheel_ships_the_spec_and_its_loader_reads_it(tmp_path: Path) -> None:
+    src = _source_copy(tmp_path)
     dist = tmp_path / "dist"
     built = _run(
         sys.executable,
@@ -69,3 +76,22 @@ def test_wheel_ships_the_spec_and_its_loader_reads_it(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr.decode()
     assert out.stdout.decode("utf-8") == SPEC.read_text("utf-8")
+
+
+def test_an_editable_install_builds_without_a_setuptools_warning(tmp_path: Path) -> None:
+    """`make`'s `pip install -e` (PEP 660): a plain .pth of the checkout, no import finder,
+    and nothing for setuptools to warn about (it warns when packages map to other folders)."""
+    src = _source_copy(tmp_path)
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    build = (
+        "import sys, warnings; warnings.simplefilter('always'); "
+        "from setuptools import build_meta; print(build_meta.build_editable(sys.argv[1]))"
+    )
+    built = _run(sys.executable, "-c", build, str(dist), cwd=src)
+    assert [line for line in built.splitlines() if "Warning" in line] == [], built
+    (wheel,) = dist.glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        (pth,) = [n for n in zf.namelist() if n.endswith(".pth")]
+        assert zf.read(pth).decode().strip() == str(src.resolve())
+        assert not [n for n in zf.namelist() if "finder" in n], zf.namelist()
