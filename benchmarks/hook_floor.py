@@ -14,7 +14,8 @@ without wandb_modprof, one torch thread, medians of 5 steps each, all in one pro
 * saved-tensor hooks: identity pack / unpack hooks (what counts activation memory).
 
 Each is reported per module call: the extra cost of capturing with the hooks the product needs
-before any of its own work.
+before any of its own work. ``floor_us_per_call`` measures the same on any model and loss (what
+``scale.py`` reports beside each of its models, in the same process).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import gc
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -52,6 +54,97 @@ def _nodes(root: Any) -> set[Any]:
     return seen
 
 
+@dataclass(frozen=True)
+class Floor:
+    """torch's no-op hook machinery on one model, microseconds per module call."""
+
+    calls: int  # module calls per step
+    nodes: int  # autograd nodes per step
+    plain_ms: float  # the plain step
+    register_us_per_node: float  # of node_us: registering the two hooks (OrderedDict, handle)
+    module_us: float
+    node_us: float
+    saved_us: float
+
+    @property
+    def total_us(self) -> float:
+        return self.module_us + self.node_us + self.saved_us
+
+
+def floor_us_per_call(
+    model: nn.Module, loss_of: Callable[[nn.Module], torch.Tensor], repeats: int = 5
+) -> Floor:
+    """The floor of `model` with `loss_of(model)` as its step's forward: module pre/post hooks on
+    every module, pre/post hooks on every autograd node (registered after the forward, as a
+    sampled step does), identity saved-tensor hooks; each against the plain step (medians of
+    `repeats`), per module call. Leaves no hook behind."""
+    counted = [0]
+
+    def count(_module: nn.Module, _args: Any) -> None:
+        counted[0] += 1
+
+    handles = [m.register_forward_pre_hook(count) for m in model.modules()]
+    try:
+        loss_of(model).backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    calls = counted[0]
+
+    def plain() -> None:
+        loss_of(model).backward()
+        model.zero_grad(set_to_none=True)
+
+    def walked() -> None:
+        loss = loss_of(model)
+        _nodes(loss.grad_fn)
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    nodes_seen: list[int] = []
+    registering: list[float] = []
+
+    def node_hooked() -> None:
+        loss = loss_of(model)
+        nodes = _nodes(loss.grad_fn)
+        t0 = time.perf_counter()
+        for node in nodes:
+            node.register_prehook(lambda grad_outputs: None)
+            node.register_hook(lambda grad_inputs, grad_outputs: None)
+        registering.append(time.perf_counter() - t0)
+        nodes_seen.append(len(nodes))
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    def saved_hooked() -> None:
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            loss_of(model).backward()
+        model.zero_grad(set_to_none=True)
+
+    plain()
+    base = _median_s(plain, repeats)
+    handles = [m.register_forward_pre_hook(lambda mod, a: None) for m in model.modules()]
+    handles += [m.register_forward_hook(lambda mod, a, out: None) for m in model.modules()]
+    try:
+        module_hooked = _median_s(plain, repeats)
+    finally:
+        for handle in handles:
+            handle.remove()
+    walk = _median_s(walked, repeats)
+    nodes_hooked = _median_s(node_hooked, repeats)
+    saved = _median_s(saved_hooked, repeats)
+    per_call = 1e6 / calls
+    return Floor(
+        calls,
+        nodes_seen[0],
+        base * 1e3,
+        statistics.median(registering) / nodes_seen[0] * 1e6,
+        (module_hooked - base) * per_call,
+        (nodes_hooked - walk) * per_call,
+        (saved - base) * per_call,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modules", type=int, default=10_000, help="about this many modules")
@@ -61,59 +154,22 @@ def main(argv: list[str] | None = None) -> int:
         nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)) for _ in range(args.modules // 4)
     ]
     model = nn.Sequential(*blocks)
-    calls = sum(1 for _ in model.modules())
     x = torch.randn(2, 8)
-
-    def plain() -> None:
-        model(x).sum().backward()
-
-    def walked() -> None:
-        loss = model(x).sum()
-        _nodes(loss.grad_fn)
-        loss.backward()
-
-    registering: list[float] = []
-    counted: list[int] = []
-
-    def node_hooked() -> None:
-        loss = model(x).sum()
-        nodes = _nodes(loss.grad_fn)
-        t0 = time.perf_counter()
-        for node in nodes:
-            node.register_prehook(lambda grad_outputs: None)
-            node.register_hook(lambda grad_inputs, grad_outputs: None)
-        registering.append(time.perf_counter() - t0)
-        counted.append(len(nodes))
-        loss.backward()
-
-    def saved_hooked() -> None:
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
-            model(x).sum().backward()
-
-    for _ in range(2):  # warm-up
-        plain()
-    base = _median_s(plain)
-    handles = [m.register_forward_pre_hook(lambda mod, a: None) for m in model.modules()]
-    handles += [m.register_forward_hook(lambda mod, a, out: None) for m in model.modules()]
-    module_hooked = _median_s(plain)
-    for handle in handles:
-        handle.remove()
-    walk = _median_s(walked)
-    nodes_hooked = _median_s(node_hooked)
-    saved = _median_s(saved_hooked)
-    per_call = 1e6 / calls
-    module_us = (module_hooked - base) * per_call
-    node_us = (nodes_hooked - walk) * per_call
-    saved_us = (saved - base) * per_call
-    register_us = statistics.median(registering) / counted[0] * 1e6
-    print(f"torch {torch.__version__}, {calls} modules, {counted[0]} autograd nodes per step")
-    print(f"plain step: {base * 1e3:.0f} ms ({base * per_call:.1f} us per module call)")
-    print(f"module pre/post hooks: +{module_us:.1f} us per call")
+    floor = floor_us_per_call(model, lambda m: m(x).sum())
     print(
-        f"node pre/post hooks: +{node_us:.1f} us per call (registering: {register_us:.1f} us/node)"
+        f"torch {torch.__version__}, {floor.calls} modules, {floor.nodes} autograd nodes per step"
     )
-    print(f"saved-tensor hooks: +{saved_us:.1f} us per call")
-    print(f"floor: {module_us + node_us + saved_us:.0f} us per module call")
+    print(
+        f"plain step: {floor.plain_ms:.0f} ms "
+        f"({floor.plain_ms * 1e3 / floor.calls:.1f} us per module call)"
+    )
+    print(f"module pre/post hooks: +{floor.module_us:.1f} us per call")
+    print(
+        f"node pre/post hooks: +{floor.node_us:.1f} us per call "
+        f"(registering: {floor.register_us_per_node:.1f} us/node)"
+    )
+    print(f"saved-tensor hooks: +{floor.saved_us:.1f} us per call")
+    print(f"floor: {floor.total_us:.0f} us per module call")
     return 0
 
 

@@ -33,8 +33,18 @@ Measured per model (one torch thread; plain and watched copies alternate step by
 * ``run.log ms``: an **offline** run's ``run.log(entry)`` of a fresh entry (serialises the table
   to the run directory; the entry's own build time is in ``entry ms``);
 * ``extra s`` = sampled +ms + resolve + table + entry + run.log: the extra work one logged
-  sample costs; ``us/call`` = that per invocation. Targets (issues 8, 19): <= 60 us per call
-  at 10,000 invocations, <= 2 s for the MoE case;
+  sample costs; ``us/call`` = that per invocation. Targets: <= 60 us per call at 10,000
+  invocations, <= 2 s for the MoE case;
+* ``floor us/call``: torch's own hook machinery with hooks that do nothing, on a deep copy of the
+  same model in the same process (``hook_floor.floor_us_per_call``: module pre/post hooks,
+  pre/post hooks on every autograd node, saved-tensor hooks); ``thread x floor``: what the
+  training thread pays per call for one logged sample (the capture plus the hand-off of the
+  sample; the resolve, table, entry and run.log all run on the training thread) over the floor,
+  target <= 2.5x; ``all-in x floor``: the whole sample's work wherever it runs, target <= 5x;
+* ``GC in step``: Python garbage collections that ran inside the sampled steps (counted with
+  ``gc.callbacks``), per sampled step, with the full (generation 2) ones and their time;
+  ``plain``: the same for the plain steps. Target: none of the profiler's making (no more
+  than the plain step's);
 * ``profiler peak MB`` / ``retained MB``: ``tracemalloc`` (Python heap: the profiler's records,
   statistics, tables, wandb.Table rows; wandb_modprof keeps no tensors, and the model's
   tensors live outside the Python heap) around one sampled step + table + entry, minus the
@@ -68,6 +78,7 @@ from typing import Any
 import torch
 from _peers import wandb_runs
 from _report import emit, revision
+from hook_floor import Floor, floor_us_per_call
 from report import COUNT_NODES_JS, opened_reports
 from torch import nn
 
@@ -75,6 +86,7 @@ import wandb_modprof
 import wandb_modprof.view.table as table_module
 from wandb_modprof.sinks.wandb_log import WandbLog
 
+THREAD_X_FLOOR, ALL_IN_X_FLOOR = 2.5, 5.0
 LOG_TARGET_S = 2.0
 LOG_TARGET_AT = 10_000
 PER_CALL_TARGET_US = 60.0
@@ -165,7 +177,40 @@ class LayoutTimer:
         table_module.layout_view = self._inner
 
 
-def _step(model: nn.Module, case: Case) -> float:
+class GcCount:
+    """Garbage collections while `counting` is set (`gc.callbacks`): count, full ones, seconds."""
+
+    def __init__(self) -> None:
+        self.counting = False
+        self.count = self.full = 0
+        self.seconds = 0.0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if not self.counting:
+            return
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        self.count += 1
+        self.full += info.get("generation") == 2
+        self.seconds += time.perf_counter() - self._start
+
+    def __enter__(self) -> GcCount:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
+def _step(model: nn.Module, case: Case, gcs: GcCount | None = None) -> float:
+    if gcs is not None:
+        gcs.counting = True
+        try:
+            return _step(model, case)
+        finally:
+            gcs.counting = False
     start = time.perf_counter()
     case.forward(model).backward()
     model.zero_grad(set_to_none=True)
@@ -191,6 +236,9 @@ class Row:
     log_ms: float = 0.0
     peak_mb: float = 0.0
     retained_mb: float = 0.0
+    floor: Floor | None = None
+    gc_sampled: tuple[float, float, float] = (0.0, 0.0, 0.0)  # per step: count, full, ms
+    gc_plain: tuple[float, float, float] = (0.0, 0.0, 0.0)
     html_mb: float = 0.0
     write_s: float = 0.0
     views: int = 0
@@ -209,6 +257,16 @@ class Row:
     def per_call_us(self) -> float:
         return self.extra_s * 1e6 / max(1, self.invocations)
 
+    @property
+    def all_in_x_floor(self) -> float:
+        return self.per_call_us / self.floor.total_us if self.floor else float("nan")
+
+    @property
+    def thread_x_floor(self) -> float:
+        """The training thread's share over the floor: every phase runs on it (the resolve,
+        table and W&B entry are not handed off), so it is the whole sample's."""
+        return self.all_in_x_floor
+
 
 def measure_capture(
     case: Case, steps: int, repeats: int, new_run: Callable[[str], Any], memory: bool = True
@@ -226,12 +284,16 @@ def measure_capture(
         row.structure_ms = _step(watched, case)  # first training step: the structure pass
         plain_ms, sampled_ms, resolve_ms = [], [], []
         gc.collect()
-        for _ in range(steps):
-            plain_ms.append(_step(plain, case))
-            sampled_ms.append(_step(watched, case))
-            start = time.perf_counter()
-            handle.profile()  # resolves the sample and folds it into the statistics
-            resolve_ms.append((time.perf_counter() - start) * 1e3)
+        with GcCount() as gc_plain, GcCount() as gc_sampled:
+            for _ in range(steps):
+                plain_ms.append(_step(plain, case, gc_plain))
+                sampled_ms.append(_step(watched, case, gc_sampled))
+                start = time.perf_counter()
+                handle.profile()  # resolves the sample and folds it into the statistics
+                resolve_ms.append((time.perf_counter() - start) * 1e3)
+        for counted, attr in ((gc_plain, "gc_plain"), (gc_sampled, "gc_sampled")):
+            per = (counted.count / steps, counted.full / steps, counted.seconds * 1e3 / steps)
+            setattr(row, attr, per)
         row.plain_ms, row.sampled_ms = statistics.median(plain_ms), statistics.median(sampled_ms)
         row.resolve_ms = statistics.median(resolve_ms)
         row.plain_min_max = (min(plain_ms), max(plain_ms))
@@ -268,6 +330,7 @@ def measure_capture(
 
         if memory:
             row.peak_mb, row.retained_mb = profiler_memory(plain, watched, case, handle, log)
+        row.floor = floor_us_per_call(copy.deepcopy(plain), case.forward)
     finally:
         handle.unwatch()
     return row, prof
@@ -355,6 +418,31 @@ def measure_html(row: Row, prof: wandb_modprof.Profile, tmp: Path, repeats: int)
 # ---- report ----------------------------------------------------------------------------------
 def _mmm(values: tuple[float, ...]) -> str:
     return f"{min(values):.0f} / {statistics.median(values):.0f} / {max(values):.0f}"
+
+
+def floor_table(rows: list[Row]) -> str:
+    """Our cost per module call against torch's no-op hook floor, and the collections."""
+    lines = [
+        "| model | invocations | autograd nodes | floor us/call (module / node / saved) "
+        "| ours us/call | thread x floor | target | all-in x floor | target "
+        "| GC in sampled step (n / full / ms) | GC in plain step (n / full / ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        f = r.floor
+        if f is None:
+            continue
+        thread_met = "yes" if r.thread_x_floor <= THREAD_X_FLOOR else "**no**"
+        all_met = "yes" if r.all_in_x_floor <= ALL_IN_X_FLOOR else "**no**"
+        gs, gp = r.gc_sampled, r.gc_plain
+        lines.append(
+            f"| {r.case} | {r.invocations} | {f.nodes} | {f.total_us:.0f} ({f.module_us:.0f} / "
+            f"{f.node_us:.0f} / {f.saved_us:.0f}) | {r.per_call_us:.0f} | "
+            f"{r.thread_x_floor:.1f}x | <= {THREAD_X_FLOOR}x {thread_met} | "
+            f"{r.all_in_x_floor:.1f}x | <= {ALL_IN_X_FLOOR:.0f}x {all_met} | "
+            f"{gs[0]:.0f} / {gs[1]:.1f} / {gs[2]:.0f} | {gp[0]:.0f} / {gp[1]:.1f} / {gp[2]:.0f} |"
+        )
+    return "\n".join(lines)
 
 
 def capture_table(rows: list[Row], judged: bool) -> str:
@@ -451,6 +539,10 @@ def main(argv: list[str] | None = None) -> int:
         f"Total {time.perf_counter() - started:.0f} s.\n",
         "Capture, table, W&B log, profiler memory:\n",
         capture_table(rows, judged),
+        "",
+        "Against torch's own hook machinery with no-op hooks (the floor), same model, same "
+        "process; garbage collections inside the timed steps:\n",
+        floor_table(rows),
         "",
     ]
     if not args.no_browser:

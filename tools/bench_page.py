@@ -111,6 +111,10 @@ How the cost of one logged sample grows with the number of module calls per step
 stage: the capture (sampled step minus plain step), resolving the sample, `prof.table()` (and
 the layout's part of it), the W&B table entry and an offline `run.log`, per call and in total;
 the profiler's Python heap (`tracemalloc`); and the HTML report opened in headless Chromium.
+Beside each model, torch's own hook machinery with no-op hooks on a copy of the same model in
+the same process (the floor: what any per-module capture pays before doing anything), our cost
+per module call as a multiple of it (targets: the training thread <= 2.5x, the whole sample
+<= 5x), and the garbage collections that ran inside the sampled and the plain steps.
 Models: synthetic nested `Linear -> ReLU -> Linear` blocks (100 to 20,000 calls), GPT-2 with 96
 and 768 layers, and a 48-layer mixture of experts with 128 experts and top-8 routing (~28,000
 calls; `benchmarks/_moe.py`). `make bench` takes 2 plain and 2 sampled steps, one table repeat
