@@ -45,7 +45,7 @@ from torch.profiler import ProfilerActivity
 from torch.profiler import profile as torch_profile
 
 import wandb_modprof
-from wandb_modprof.capture.static_memory import ROOT_NAME as ROOT
+from wandb_modprof.capture.memory.static_memory import ROOT_NAME as ROOT
 
 METRICS = ("fwd", "fwd_self", "bwd", "bwd_self")
 

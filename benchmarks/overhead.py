@@ -81,7 +81,7 @@ from torch import nn
 
 import wandb_modprof
 from wandb_modprof.capture import session as _session
-from wandb_modprof.capture.activations import ActivationCounter
+from wandb_modprof.capture.memory.activations import ActivationCounter
 
 UNSAMPLED_LOG_FREQ = 10**9
 UNSAMPLED_TARGET = 1.01

@@ -97,7 +97,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def isolate_saved_tensor_hooks() -> Iterator[None]:
     """Keep a test that leaves saved-tensor hooks pushed (a bug it reports) from changing the
     tests after it: the default-hooks stack is process-global (per thread)."""
-    from wandb_modprof.capture import autograd_private as ap
+    from wandb_modprof.capture.step import autograd_private as ap
 
     assert not ap.saved_tensors_hooks_active()
     yield

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from wandb_modprof import InvocationRecord
-from wandb_modprof.capture import autograd_private as ap
+from wandb_modprof.capture.step import autograd_private as ap
 from wandb_modprof.view.table import (
     BOOL_COLUMNS,
     COLUMNS,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from wandb_modprof.capture import autograd_private as ap
+from wandb_modprof.capture.step import autograd_private as ap
 
 
 def test_check_passes_on_this_torch():

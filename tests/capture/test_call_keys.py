@@ -1,6 +1,6 @@
-"""Call keys name the same work on every step (`capture/call_keys`): a mixture of experts that
-routes each step to different experts through one shared activation module keeps one key per
-expert's activation; ordinary models keep their `name#k` keys."""
+"""Call keys name the same work on every step (`capture/forward/call_keys`): a mixture of
+experts that routes each step to different experts through one shared activation module keeps
+one key per expert's activation; ordinary models keep their `name#k` keys."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ from models import (
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof.capture.call_keys import KEY_SEPARATOR, CallKeys
-from wandb_modprof.capture.invocation import tensors_in
+from wandb_modprof.capture.forward.call_keys import KEY_SEPARATOR, CallKeys
+from wandb_modprof.capture.forward.invocation import tensors_in
 from wandb_modprof.view.graphs import merge, view_graphs
 
 # the experts each step routes to: every expert is used, in changing company and positions

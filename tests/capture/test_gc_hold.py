@@ -1,5 +1,5 @@
 """The garbage collector is held off inside a sampled step's timed windows, and only there
-(`capture/gc_pause.py`): no natural collection lands inside a timed call; the collector is on
+(`capture/step/gc_pause.py`): no natural collection lands inside a timed call; the collector is on
 again between the forward and the backward, after the backward, after a forward that raises,
 after a forward whose backward never comes, and after a backward that raised (at the next
 step); a collector the user turned off stays off; unsampled steps are left alone."""
@@ -15,7 +15,7 @@ from helpers import disabled_run
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof.capture import gc_pause
+from wandb_modprof.capture.step import gc_pause
 
 
 class Allocating(nn.Module):

@@ -30,7 +30,7 @@ from models import RaisingModel, TinyGPT
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof.capture import autograd_private as ap
+from wandb_modprof.capture.step import autograd_private as ap
 
 pytestmark = pytest.mark.usefixtures("isolate_saved_tensor_hooks")
 
@@ -166,9 +166,9 @@ def _caller_is(name: str, stack_len: Callable[[int], bool] | None = None) -> Cal
 
 
 def _inject(where: str, trigger: Trigger, monkeypatch: pytest.MonkeyPatch) -> None:
-    import wandb_modprof.capture.activations as activations_mod
-    import wandb_modprof.capture.clock as clock_mod
     import wandb_modprof.capture.hooks as capture_mod
+    import wandb_modprof.capture.memory.activations as activations_mod
+    import wandb_modprof.capture.step.clock as clock_mod
 
     if where == "root_enter":  # first read of the sequence counter, the root's pre-hook
         monkeypatch.setattr(

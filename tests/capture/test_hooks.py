@@ -15,8 +15,8 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
 import wandb_modprof
-from wandb_modprof.capture import autograd_private as ap
 from wandb_modprof.capture.inert_hook import InertHook
+from wandb_modprof.capture.step import autograd_private as ap
 
 
 class Interruptible(nn.Module):

@@ -373,7 +373,7 @@ def test_raising_callback_warns_once_and_training_is_bitwise_unchanged():
 
 
 def test_internal_error_warns_once_and_training_continues(monkeypatch: pytest.MonkeyPatch):
-    from wandb_modprof.capture import autograd_private as ap
+    from wandb_modprof.capture.step import autograd_private as ap
 
     def broken() -> Any:
         raise RuntimeError("torch changed")

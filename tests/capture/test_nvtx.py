@@ -14,7 +14,7 @@ from models import Reused, TinyGPT, gpt_input
 
 import wandb_modprof
 from wandb_modprof import ModProfError
-from wandb_modprof.capture.nvtx import check_available
+from wandb_modprof.capture.backward.nvtx import check_available
 
 # NVTX ships with the CUDA (and ROCm) builds of torch and needs no GPU.
 CPU_ONLY_BUILD = torch.version.cuda is None and getattr(torch.version, "hip", None) is None

@@ -1,4 +1,4 @@
-"""Our own hook work is not charged to the calls it runs inside (capture/clock.py `CpuClock`).
+"""Our own hook work is not charged to the calls it runs inside (capture/step/clock.py `CpuClock`).
 
 Our forward hooks run inside every open call's window: walking and hooking a call's new
 autograd nodes as it returns, saved-tensor bookkeeping, norms. The clock stops while one of our
@@ -16,8 +16,10 @@ import torch
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof.capture import activations, hook_cost, session
-from wandb_modprof.capture.clock import CpuClock, HookCost
+from wandb_modprof.capture import session
+from wandb_modprof.capture.memory import activations
+from wandb_modprof.capture.step import hook_cost
+from wandb_modprof.capture.step.clock import CpuClock, HookCost
 
 OUR_DELAY_S = 0.004  # per call: far above the step's own time
 MODEL_DELAY_S = 0.003

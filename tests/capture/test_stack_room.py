@@ -1,4 +1,4 @@
-"""`capture/stack_room`: the recursion-limit room claimed while our hooks are on the submodules
+"""`capture/step/stack_room`: the recursion-limit room claimed while our hooks are on the submodules
 covers the frames they add, on several real models, and the ledger of claims restores the
 limit (or leaves the user's own) however claims and releases interleave."""
 
@@ -15,7 +15,7 @@ from models import ResNet, TinyGPT, gpt2_from_config, gpt_input, resnet_input
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof.capture import stack_room
+from wandb_modprof.capture.step import stack_room
 
 
 class Chain(nn.Module):

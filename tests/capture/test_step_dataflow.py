@@ -1,5 +1,5 @@
 """One forward + backward gives the complete profile: the module graph derived from the timed
-step itself (`capture/step_dataflow`), next to the times, memory, trace and report of that
+step itself (`capture/structure/step_dataflow`), next to the times, memory, trace and report of that
 same step; numerics bitwise unchanged; the structure pass later replaces the derived graph."""
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from torch import nn
 
 import wandb_modprof
 from wandb_modprof import Structure
-from wandb_modprof.capture import step_dataflow
-from wandb_modprof.capture.invocation import tensors_in
+from wandb_modprof.capture.forward.invocation import tensors_in
+from wandb_modprof.capture.structure import step_dataflow
 
 Case = tuple[Callable[[], nn.Module], Callable[[], Any]]
 ZOO: dict[str, Case] = {

@@ -26,7 +26,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import wandb_modprof
 from wandb_modprof import Structure
-from wandb_modprof.capture.structure_pass import tensors_in
+from wandb_modprof.capture.structure.structure_pass import tensors_in
 from wandb_modprof.view.graphs import merge, view_graphs
 
 ROOT = "<root>#0"
@@ -425,7 +425,7 @@ def test_writes_into_tensors_carry_their_sources() -> None:
 
 # ---- the pass never breaks training ----------------------------------------------------------
 def test_a_failing_flop_formula_warns_once_and_training_goes_on(monkeypatch) -> None:
-    from wandb_modprof.capture import flops as _flops
+    from wandb_modprof.capture.structure import flops as _flops
 
     def broken(*args: object, **kwargs: object) -> int:
         raise ValueError("formula exploded")
@@ -461,8 +461,8 @@ def test_a_failing_flop_formula_warns_once_and_training_goes_on(monkeypatch) -> 
 
 
 def test_failed_passes_are_retried_a_bounded_number_of_times(monkeypatch) -> None:
-    from wandb_modprof.capture import flops as _flops
-    from wandb_modprof.capture import structure_driver as _driver
+    from wandb_modprof.capture.structure import flops as _flops
+    from wandb_modprof.capture.structure import structure_driver as _driver
 
     monkeypatch.setattr(_flops, "FORMULAS", {torch.ops.aten.addmm: lambda *a, **k: 1 // 0})
     model = Reused()
@@ -646,7 +646,7 @@ def test_structure_variants_are_capped_with_one_warning() -> None:
                 x = self.lin(x)
             return x
 
-    from wandb_modprof.capture.structure_driver import MAX_STRUCTURES
+    from wandb_modprof.capture.structure.structure_driver import MAX_STRUCTURES
 
     model = Varying()
     handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())

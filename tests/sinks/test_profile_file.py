@@ -160,7 +160,7 @@ def test_real_profiles_satisfy_the_call_tree_rules(tmp_path: Path) -> None:
     back = _assert_round_trip(prof, tmp_path)
     stats = back.stats()
     # `p` called by `w` (which does not contain it) is other work than `p` under the root:
-    # its own key below `w#0` (`capture.call_keys`), so `p#0` keeps its parent and depth.
+    # its own key below `w#0` (`capture.forward.call_keys`), so `p#0` keeps its parent and depth.
     # A key still keeps its last sample's parent and depth, so the statistics only promise a
     # positive depth below a parent; each structure (one pass) is exact.
     assert stats["p#0"].parent_key == ROOT and stats["p#0"].depth == 1

@@ -18,7 +18,7 @@ from helpers import check_table
 from models import TinyGPT, gpt_input
 
 import wandb_modprof
-from wandb_modprof.capture.compiled import mark_regions
+from wandb_modprof.capture.model.compiled import mark_regions
 from wandb_modprof.records.calls import CallInfo, Structure
 from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.sinks.html import region_note

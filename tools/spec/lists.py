@@ -64,7 +64,7 @@ def _card_notes() -> list[str]:
         f"({fmt_ms('datum.fwd_ms_max')}) : ''",
         f"{spread} ? (statistic === 'median' ? 'mean ' + ({fmt_ms('datum.fwd_ms_mean')}) + ', ' "
         ": '') + datum.samples + (datum.samples === 1 ? ' sample' : ' samples') : ''",
-        # A sample that held a garbage collection (`capture/gc_watch.py`): its values include
+        # A sample that held a garbage collection (`capture/step/gc_watch.py`): its values include
         # the pause, which the median leaves out while the other samples outnumber it.
         f"!{missing('gc_samples')} && datum.gc_samples > 0 ? 'GC in ' + datum.gc_samples + "
         f"' of ' + datum.samples + ' samples (' + ({fmt_ms('datum.gc_ms_max')}) + ')' : ''",

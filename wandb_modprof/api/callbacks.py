@@ -1,7 +1,7 @@
 """`on_module`: run your code when one module's forward or backward starts and ends, e.g. to
 start and stop `torch.profiler`, `torch.cuda.profiler`, an NVTX range or a memory snapshot
 around exactly that module's backward. This is the boundary (arguments checked here); the
-hooks and how backward boundaries are found are in `capture.module_callbacks`.
+hooks and how backward boundaries are found are in `capture.forward.module_callbacks`.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from torch import nn
 
 from wandb_modprof._errors import ModProfError
-from wandb_modprof.capture import autograd_private as ap
-from wandb_modprof.capture.callback_state import Callback, ModuleEvent, Phase
-from wandb_modprof.capture.module_callbacks import ModuleCallbacks
+from wandb_modprof.capture.forward.callback_state import Callback, ModuleEvent, Phase
+from wandb_modprof.capture.forward.module_callbacks import ModuleCallbacks
+from wandb_modprof.capture.step import autograd_private as ap
 
 __all__ = ["ModuleCallbacks", "ModuleEvent", "on_module"]
 

@@ -9,10 +9,10 @@ from torch import nn
 
 from wandb_modprof._validate import check_model, check_optimizer
 from wandb_modprof.api.profile import Profile
-from wandb_modprof.capture import registry as _registry
 from wandb_modprof.capture.hooks import Capture
+from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.capture.options import Options, parse_options
-from wandb_modprof.capture.wrappers import type_name
+from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 
 

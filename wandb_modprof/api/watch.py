@@ -21,10 +21,10 @@ from wandb_modprof._validate import (
 from wandb_modprof._warn import entry_point, warn_at_user
 from wandb_modprof.api.distributed import RankChannel, open_channel, rank_info
 from wandb_modprof.api.profile import Profile
-from wandb_modprof.capture import registry as _registry
 from wandb_modprof.capture.hooks import Capture
+from wandb_modprof.capture.model.wrappers import check_supported, type_name
 from wandb_modprof.capture.options import Options, parse_options
-from wandb_modprof.capture.wrappers import check_supported, type_name
+from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.records import modes as _modes
 from wandb_modprof.sinks.wandb_log import WandbLog, chart_name, current_run, model_key
 from wandb_modprof.stats.accumulator import ProfileAccumulator

@@ -1,11 +1,22 @@
 """Capture: hooks on a live model during sampled steps, turned into invocation records.
 
 Takes an `nn.Module` and `Options`; gives, through a `SampleSink` (`sink`), finished step
-sessions (`session.StepSession`: forward stamps, autograd node stamps, saved-tensor bytes,
-recomputes) with `resolve.resolve` to turn each into a `records.Sample` off the hot path, and
-`records.Structure`s from the untimed structure pass (`structure_pass`, `structure_driver`,
-`flops`, `slots`) or derived from a timed step's own forward (`step_dataflow`).
-`hooks.Capture` installs and removes the hooks; clocks, device memory, static memory
-(parameters, gradients, optimizer state), NVTX ranges, the private autograd
-entry points and the model-wrapper helpers live beside it. Imports `records` only.
+sessions (`session.StepSession`) with `resolve.resolve` to turn each into a `records.Sample`
+off the hot path, and `records.Structure`s. Imports `records` and the base modules only.
+
+One sub-package per thing captured, lowest first; each imports only those before it:
+
+* `step/`: what every timed window shares (clock, hook cost, garbage collector, private
+  autograd entry points, stack room, which models are hooked);
+* `model/`: what the model is under its wrappers (DDP, FSDP, `torch.compile`);
+* `forward/`: module calls and their keys, `on_module`'s engine;
+* `memory/`: saved-tensor bytes, allocator counters, static memory per module;
+* `structure/`: the module graph (structure pass, FLOPs, the graph a timed step derives);
+* `backward/`: autograd node stamps, checkpoint recomputes, NVTX ranges.
+
+At the top, the sampled step put together and handed over, above every sub-package:
+`hooks.Capture` (its hook bodies; which submodules carry hooks: `submodule_hooks`), `session`,
+`step_queue`, `delivery`, `resolve` with `memory_curve`, and `sink`. Two leaves any module may
+import: `options` and `inert_hook` (the path pickles of watched models name). `static_memory`
+here only forwards two records to the statistics stage under their old path.
 """

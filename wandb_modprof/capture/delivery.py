@@ -15,8 +15,8 @@ from typing import Protocol
 
 import torch
 
-from wandb_modprof.capture import registry as _registry
-from wandb_modprof.capture.structure_pass import structure_pass_active
+from wandb_modprof.capture.step import registry as _registry
+from wandb_modprof.capture.structure.structure_pass import structure_pass_active
 
 
 class Deliverer(Protocol):

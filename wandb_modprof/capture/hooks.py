@@ -3,7 +3,8 @@
 The root module always carries one forward pre-hook and one forward hook (cheap: a counter and
 a few attribute reads). Every other module gets hooks only while a sampled step is being
 captured (`watch`), or for the whole `with profile(...)` block; modules without hooks take
-`nn.Module._call_impl`'s fast path. Process-global module hooks are never used.
+`nn.Module._call_impl`'s fast path (which submodules carry hooks, and when: the base class,
+`submodule_hooks.SubmoduleHooks`). Process-global module hooks are never used.
 """
 
 from __future__ import annotations
@@ -16,36 +17,35 @@ import torch
 from torch import nn
 
 from wandb_modprof._warn import warn_safely
-from wandb_modprof.capture import autograd_private as ap
-from wandb_modprof.capture import gc_pause, hook_cost, stack_room
-from wandb_modprof.capture import registry as _registry
-from wandb_modprof.capture.callstack import call_depth
-from wandb_modprof.capture.clock import CpuClock, make_clock, model_device
-from wandb_modprof.capture.compiled import Removable, hook_calls
+from wandb_modprof.capture.backward.nvtx import NvtxRanges, check_available
 from wandb_modprof.capture.delivery import delivery
-from wandb_modprof.capture.device_memory import AcceleratorMemory, DeviceMemory
+from wandb_modprof.capture.forward.callstack import call_depth
 from wandb_modprof.capture.inert_hook import under_compile
-from wandb_modprof.capture.nvtx import NvtxRanges, check_available
-from wandb_modprof.capture.options import Options
-from wandb_modprof.capture.session import StepSession
-from wandb_modprof.capture.sink import SampleSink
-from wandb_modprof.capture.static_memory import (
+from wandb_modprof.capture.memory.device_memory import AcceleratorMemory, DeviceMemory
+from wandb_modprof.capture.memory.static_memory import (
     ROOT_NAME,
-    ModelIndex,
-    build_index,
     gradient_state,
     static_memory,
 )
-from wandb_modprof.capture.step_dataflow import StepDataflow
+from wandb_modprof.capture.model.compiled import Removable, hook_calls
+from wandb_modprof.capture.model.wrappers import type_name
+from wandb_modprof.capture.options import Options
+from wandb_modprof.capture.session import StepSession
+from wandb_modprof.capture.sink import SampleSink
+from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.step import gc_pause, hook_cost
+from wandb_modprof.capture.step import registry as _registry
+from wandb_modprof.capture.step.clock import CpuClock, make_clock, model_device
 from wandb_modprof.capture.step_queue import backward_running, prune_sessions
-from wandb_modprof.capture.structure_driver import StructureDriver
-from wandb_modprof.capture.structure_pass import structure_pass_active
-from wandb_modprof.capture.wrappers import type_name
+from wandb_modprof.capture.structure.step_dataflow import StepDataflow
+from wandb_modprof.capture.structure.structure_driver import StructureDriver
+from wandb_modprof.capture.structure.structure_pass import structure_pass_active
+from wandb_modprof.capture.submodule_hooks import SubmoduleHooks
 
 _MAX_PENDING = 4
 
 
-class Capture:
+class Capture(SubmoduleHooks):
     """Installs and removes hooks; creates a `StepSession` per sampled root forward and hands
     it, once its backward ended, to `sink`."""
 
@@ -61,13 +61,12 @@ class Capture:
         sink: SampleSink,
     ) -> None:
         ap.check()
-        self.model = model
+        super().__init__(model, hooks_only_when_sampling)  # (`submodule_hooks`)
         self.options = options
         self.optimizer = optimizer
         self._should_sample = should_sample
         if options.nvtx:
             check_available()
-        self._lazy_children = hooks_only_when_sampling
         device = model_device(model)
         self.clock = make_clock(options, device)
         if isinstance(self.clock, CpuClock):
@@ -78,11 +77,6 @@ class Capture:
         self.sink = sink
         self.structures = StructureDriver(self, sink, options.structure, structure_eligible)
         self._root_handles: list[Removable] = []
-        self._child_handles: list[Removable] = []
-        self._names: dict[int, tuple[str, str]] = {}
-        self._index: ModelIndex | None = None
-        self._hooked_index: ModelIndex | None = None
-        self._index_checked = False  # `_index` matched the model in the forward running now
         self.owner: object = None  # the WatchHandle / ProfileBlock: alive as long as the hooks
         self._forward: StepSession | None = None
         self._sessions: list[StepSession] = []
@@ -123,68 +117,6 @@ class Capture:
         self.attached = False
         _registry.detach_capture(self)
         self.sink.resolve_pending(force=True)
-
-    def index(self) -> ModelIndex:
-        """Modules, parameters and static bytes; rebuilt only when the model changed."""
-        # Checked once per root forward (the graph check and the sample's start both ask;
-        # each check walks every module and tensor of the model).
-        if self._index is None or not (self._index_checked or self._index.current(self.model)):
-            self._index = build_index(self.model)
-            self._names = {
-                mid: (name, type_name(m)) for mid, (name, m) in self._index.modules.items()
-            }
-        self._index_checked = self._root_depth > 0  # valid until this forward's root returns
-        return self._index
-
-    def _attach_children(self) -> None:
-        if self._child_handles:
-            return
-        index = self._index if self._index is not None else self.index()
-        self._hooked_index = index
-        stack_room.claim(self, stack_room.extra_frames(n for n, _ in index.modules.values()))
-        for _, module in index.modules.values():
-            if module is self.model:
-                continue
-            self._child_handles.extend(hook_calls(module, self._pre, self._post))
-
-    def hook_children(self, index: ModelIndex) -> None:
-        """Hooks on every submodule of `index` (re-hooked if modules were added or replaced
-        since they were hooked)."""
-        if self._child_handles and self._hooked_index is not index:
-            self._detach_children()
-        self._attach_children()
-
-    def release_children(self) -> None:
-        """Take the submodules' hooks off if nothing needs them any more (see below)."""
-        self._maybe_detach_children()
-
-    def label(self, module: nn.Module, default_name: str) -> tuple[str, str]:
-        """The module's qualified name and type name (as the index knows them)."""
-        return self._names.get(id(module), (default_name, type(module).__name__))
-
-    @property
-    def timed_forward(self) -> StepSession | None:
-        """The step session of the timed forward now running, if any."""
-        return self._forward
-
-    def _detach_children(self) -> None:
-        for handle in self._child_handles:
-            handle.remove()
-        self._child_handles = []
-        stack_room.release(self)
-
-    def _maybe_detach_children(self) -> None:
-        if (
-            not self._lazy_children
-            or self._forward is not None
-            or self.structures.current is not None
-        ):
-            return
-        # Keep hooks while a sampled backward may still run (a checkpoint recompute needs
-        # them), unless a newer forward began first: then the step is not hook-free otherwise.
-        if any(not s.closed and (s.bwd_started or not s.superseded) for s in self._sessions):
-            return
-        self._detach_children()
 
     # ---- hooks -------------------------------------------------------------------------
     def _root_pre(self, module: nn.Module, args: Any, kwargs: Any) -> None:

@@ -9,7 +9,7 @@ was live at time t" and "the most that was live between a and b".
   at the end of every backward node: no device sync, nothing per tensor.
 * On CPU there is no allocator counter. The curve is what the step itself keeps alive: the
   parameters and buffers, the gradients (an AccumulateGrad node adds the gradient it creates
-  when it finishes) and the tensors saved for backward (`capture/activations.py` appends
+  when it finishes) and the tensors saved for backward (`capture/memory/activations.py` appends
   +bytes as a storage is first saved and -bytes when its last packed object dies). Per call,
   the forward peak is the most live during its forward above what was live as it started, and
   each backward node gets the level as it started and the most live while it ran, the same

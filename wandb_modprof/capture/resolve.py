@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from wandb_modprof._warn import warn_safely
 from wandb_modprof.capture import memory_curve
-from wandb_modprof.capture.clock import CpuClock
+from wandb_modprof.capture.memory.static_memory import GradientState, StaticMemory
 from wandb_modprof.capture.session import StepSession
-from wandb_modprof.capture.static_memory import GradientState, StaticMemory
+from wandb_modprof.capture.step.clock import CpuClock
 from wandb_modprof.records.frozen import frozen
 from wandb_modprof.records.sample import (
     BackwardRun,

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from wandb_modprof.capture.structure_driver import StructureSink
+from wandb_modprof.capture.structure.structure_driver import StructureSink
 
 if TYPE_CHECKING:
+    from wandb_modprof.capture.memory.static_memory import PendingGradientState, StaticMemory
     from wandb_modprof.capture.session import StepSession
-    from wandb_modprof.capture.static_memory import PendingGradientState, StaticMemory
 
 
 class SampleSink(StructureSink, Protocol):

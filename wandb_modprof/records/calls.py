@@ -1,6 +1,6 @@
 """The structure pass's output: the call tree and dataflow edges of one forward.
 
-Plain frozen data (no torch): produced by `capture.structure_pass`, read by the views,
+Plain frozen data (no torch): produced by `capture.structure.structure_pass`, read by the views,
 the table and the profile file.
 """
 
@@ -23,8 +23,8 @@ class CallInfo:
     `compiled_region` is the key of the compiled region (`torch.compile`) the call ran in:
     its own key for a region's root (the call measured at the region's boundary), an
     ancestor's for a call inside one, whose own time and memory compilation fused into the
-    region's (`capture.fake_structure`); None outside compiled code, and for every call of a
-    graph from a profile file before version 4, which did not record it.
+    region's (`capture.structure.fake_structure`); None outside compiled code, and for every
+    call of a graph from a profile file before version 4, which did not record it.
     """
 
     key: str
@@ -77,9 +77,9 @@ def self_key(view_key: str) -> str:
 def call_signature(keys: Iterable[str]) -> str:
     """A stable digest of a call sequence (the calls' keys in call order), equal for two steps
     that called the same modules in the same order. A plain key is `name#index`, so this is the
-    digest files written before prefixed keys (`capture.call_keys`) hold. Any `str` hashes: a
-    module name with a lone surrogate (`"a\\ud800"`, legal in Python) is encoded with
-    `surrogatepass`, where a strict encode would raise and fail every structure pass."""
+    digest files written before prefixed keys (`capture.forward.call_keys`) hold. Any `str`
+    hashes: a module name with a lone surrogate (`"a\\ud800"`, legal in Python) is encoded
+    with `surrogatepass`, where a strict encode would raise and fail every structure pass."""
     digest = hashlib.blake2b(digest_size=12)
     for key in keys:
         digest.update(f"{key}\n".encode("utf-8", "surrogatepass"))

@@ -90,7 +90,7 @@ class InvocationRecord:
     # samples a pause inflated. None: not watched (a record read from a version-1 file).
     gc_ms: float | None = None
     # The forward's wall-clock window, our own hook time inside it included (`fwd_ms` is
-    # without it: capture/clock.py `CpuClock`). Traces draw this, so spans nest and line up
+    # without it: capture/step/clock.py `CpuClock`). Traces draw this, so spans nest and line up
     # with a profiler's events. None: not kept (a version-1 file, whose `fwd_ms` is this).
     fwd_wall_ms: float | None = None
 
@@ -135,10 +135,10 @@ class MemoryCurve:
 
     `source` says what is counted. `"device"`: the accelerator allocator's allocated bytes,
     read at every module boundary and every backward node boundary (host-side counters, no
-    sync; `capture/device_memory.py`). `"saved"` (CPU, where no allocator counter exists):
+    sync; `capture/memory/device_memory.py`). `"saved"` (CPU, where no allocator counter exists):
     parameters and buffers, plus gradients as their AccumulateGrad nodes create them, plus the
     bytes of tensors saved for backward, added as they are saved and released as the node that
-    needs them runs or their graph is freed (`capture/activations.py`). Temporaries that are
+    needs them runs or their graph is freed (`capture/memory/activations.py`). Temporaries that are
     not saved for backward are not in a "saved" curve.
     """
 

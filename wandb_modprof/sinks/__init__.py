@@ -6,5 +6,5 @@ Perfetto traces (`trace`), the terminal summary and two-profile comparison (`sum
 `compare`), W&B logging and chart-preset registration (`wandb_log`, `chart`), and the one unit
 formatter they all write numbers with (`units`). A sink never sees the live `Profile`: anything
 with `snapshot()` is read once at its boundary. Imports `records` and `view` (and
-`capture.wrappers` for the class name a W&B key is named after).
+`capture.model.wrappers` for the class name a W&B key is named after).
 """

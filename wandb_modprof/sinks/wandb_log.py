@@ -71,7 +71,7 @@ from torch import nn
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._warn import entry_point, warn_at_user, warn_safely
-from wandb_modprof.capture.wrappers import type_name
+from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.records.snapshot import SupportsSnapshot, as_data
 from wandb_modprof.sinks import packed as _packed
 from wandb_modprof.sinks import spec as _spec

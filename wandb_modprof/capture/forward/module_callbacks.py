@@ -34,8 +34,7 @@ import torch
 from torch import nn
 
 from wandb_modprof._warn import warn_safely
-from wandb_modprof.capture import autograd_private as ap
-from wandb_modprof.capture.callback_state import (
+from wandb_modprof.capture.forward.callback_state import (
     PHASES,
     Callback,
     CallState,
@@ -44,8 +43,9 @@ from wandb_modprof.capture.callback_state import (
     remove_all,
     remove_calls,
 )
+from wandb_modprof.capture.forward.invocation import grad_fns
 from wandb_modprof.capture.inert_hook import InertHook
-from wandb_modprof.capture.invocation import grad_fns
+from wandb_modprof.capture.step import autograd_private as ap
 
 
 class ModuleCallbacks:

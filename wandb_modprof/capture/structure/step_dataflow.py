@@ -33,9 +33,9 @@ from typing import Any
 
 import torch
 
-from wandb_modprof.capture import autograd_private as ap
-from wandb_modprof.capture.invocation import Invocation, tensors_in
-from wandb_modprof.capture.slots import input_slots, output_slots
+from wandb_modprof.capture.forward.invocation import Invocation, tensors_in
+from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.structure.slots import input_slots, output_slots
 from wandb_modprof.records.calls import (
     CallInfo,
     DataEdge,

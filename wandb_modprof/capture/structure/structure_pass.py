@@ -27,12 +27,12 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from wandb_modprof.capture.call_keys import CallKeys
-from wandb_modprof.capture.callstack import call_depth
-from wandb_modprof.capture.flops import FlopCount
-from wandb_modprof.capture.invocation import tensors_in
-from wandb_modprof.capture.slots import input_slots, output_slots
-from wandb_modprof.capture.wrappers import inner_model
+from wandb_modprof.capture.forward.call_keys import CallKeys
+from wandb_modprof.capture.forward.callstack import call_depth
+from wandb_modprof.capture.forward.invocation import tensors_in
+from wandb_modprof.capture.model.wrappers import inner_model
+from wandb_modprof.capture.structure.flops import FlopCount
+from wandb_modprof.capture.structure.slots import input_slots, output_slots
 from wandb_modprof.records.calls import (
     CallInfo,
     DataEdge,

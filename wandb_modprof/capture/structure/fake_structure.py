@@ -21,7 +21,9 @@ from torch import nn
 from torch.utils._pytree import tree_map_only
 from torch.utils.hooks import RemovableHandle
 
-from wandb_modprof.capture.compiled import (
+from wandb_modprof.capture.inert_hook import under_compile
+from wandb_modprof.capture.memory.static_memory import ROOT_NAME
+from wandb_modprof.capture.model.compiled import (
     compiled_in_place,
     eager_modules,
     is_compiled_wrapper,
@@ -29,10 +31,8 @@ from wandb_modprof.capture.compiled import (
     region_roots,
     unwrapped,
 )
-from wandb_modprof.capture.inert_hook import under_compile
-from wandb_modprof.capture.static_memory import ROOT_NAME
-from wandb_modprof.capture.structure_pass import StructurePass
-from wandb_modprof.capture.wrappers import inner_model, type_name
+from wandb_modprof.capture.model.wrappers import inner_model, type_name
+from wandb_modprof.capture.structure.structure_pass import StructurePass
 from wandb_modprof.records.calls import Structure
 
 

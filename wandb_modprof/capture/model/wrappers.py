@@ -7,7 +7,7 @@ import warnings
 
 from torch import nn
 
-from wandb_modprof.capture.compiled import is_compiled_wrapper, unwrapped
+from wandb_modprof.capture.model.compiled import is_compiled_wrapper, unwrapped
 
 
 def inner_model(model: nn.Module) -> nn.Module | None:

@@ -97,7 +97,7 @@ def is_accumulate_grad(node: Any) -> bool:
     return type(node).__name__ == "AccumulateGrad"
 
 
-# ---- used by `on_module` (`capture/module_callbacks.py`) ---------------------------------------
+# ---- used by `on_module` (`capture/forward/module_callbacks.py`) ---------------------------------
 _CURRENT_AUTOGRAD_NODE = _lookup(torch._C, "_current_autograd_node")
 _WILL_ENGINE_EXECUTE_NODE = _lookup(torch._C, "_will_engine_execute_node")
 

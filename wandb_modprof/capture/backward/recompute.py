@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from wandb_modprof.capture import autograd_private as ap
-from wandb_modprof.capture.clock import Clock
-from wandb_modprof.capture.invocation import Invocation, Recompute, grad_fns
+from wandb_modprof.capture.forward.invocation import Invocation, Recompute, grad_fns
+from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.step.clock import Clock
 
 # What the session walks after a top-level recompute: (roots, lo, hi, owner per sequence nr)
 NodeWalk = tuple[list[Any], int, int, list[int]]

@@ -27,8 +27,8 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _module
 
-from wandb_modprof.capture.clock import CpuClock, HookCost
 from wandb_modprof.capture.inert_hook import InertHook
+from wandb_modprof.capture.step.clock import CpuClock, HookCost
 
 _CALLS = 64  # hooked calls per batch
 _BATCHES = 9

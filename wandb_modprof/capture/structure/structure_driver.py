@@ -18,18 +18,22 @@ import torch
 from torch import nn
 
 from wandb_modprof._warn import warn_safely
-from wandb_modprof.capture import registry as _registry
-from wandb_modprof.capture.compiled import compiled_in_place, is_compiled_wrapper
-from wandb_modprof.capture.fake_structure import fake_structure
 from wandb_modprof.capture.inert_hook import under_compile
-from wandb_modprof.capture.static_memory import ROOT_NAME
-from wandb_modprof.capture.structure_pass import StructurePass, prepare, structure_pass_active
-from wandb_modprof.capture.wrappers import inner_model
+from wandb_modprof.capture.memory.static_memory import ROOT_NAME
+from wandb_modprof.capture.model.compiled import compiled_in_place, is_compiled_wrapper
+from wandb_modprof.capture.model.wrappers import inner_model
+from wandb_modprof.capture.step import registry as _registry
+from wandb_modprof.capture.structure.fake_structure import fake_structure
+from wandb_modprof.capture.structure.structure_pass import (
+    StructurePass,
+    prepare,
+    structure_pass_active,
+)
 from wandb_modprof.records.calls import call_signature
 
 if TYPE_CHECKING:
-    from wandb_modprof.capture.session import StepSession
-    from wandb_modprof.capture.static_memory import ModelIndex
+    from wandb_modprof.capture.forward.invocation import Invocation
+    from wandb_modprof.capture.memory.static_memory import ModelIndex
     from wandb_modprof.records.calls import Structure
 
 MAX_STRUCTURES = 8  # distinct call sequences captured; beyond that the graph stops growing
@@ -56,6 +60,13 @@ class HookOwner(Protocol):
     def label(self, module: nn.Module, default_name: str) -> tuple[str, str]: ...
 
     def warn_once(self, where: str, error: Exception) -> None: ...
+
+
+class TimedStep(Protocol):
+    """What `check` reads of a timed step (a `capture.session.StepSession`, which sits above
+    this sub-package: named by what is read, not imported)."""
+
+    invocations: list[Invocation]
 
 
 class StructureSink(Protocol):
@@ -233,7 +244,7 @@ class StructureDriver:
         if self.passes >= MAX_PASSES:
             self.warn(f"{MAX_PASSES} structure passes failed or were cut short")
 
-    def check(self, session: StepSession) -> None:
+    def check(self, session: TimedStep) -> None:
         """A timed step whose call sequence was never captured asks for a structure pass."""
         if not self.enabled or self.compiled():
             return  # (a compiled model's sample has its regions' boundaries only)

@@ -19,8 +19,8 @@ import torch
 from wandb_modprof._errors import ModProfError
 
 if TYPE_CHECKING:
-    from wandb_modprof.capture.invocation import Invocation
-    from wandb_modprof.capture.nodes import NodeTable
+    from wandb_modprof.capture.backward.nodes import NodeTable
+    from wandb_modprof.capture.forward.invocation import Invocation
 
 
 def check_available() -> None:

@@ -29,9 +29,9 @@ from collections.abc import Callable
 
 import torch
 
-from wandb_modprof.capture import autograd_private as ap
-from wandb_modprof.capture.clock import Clock
-from wandb_modprof.capture.storage import StorageKey, storages
+from wandb_modprof.capture.memory.storage import StorageKey, storages
+from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.step.clock import Clock
 
 
 class _Packed:

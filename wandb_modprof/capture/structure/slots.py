@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from wandb_modprof.capture.invocation import tensors_in
+from wandb_modprof.capture.forward.invocation import tensors_in
 
 
 def output_slots(result: Any) -> list[tuple[str, list[torch.Tensor]]]:

@@ -1,0 +1,250 @@
+"""The step session's backward half: hooks on the autograd nodes each call created, stamped as
+they run.
+
+How backward time is attributed to a module invocation (see MEASUREMENT.md):
+
+1. The forward pre/post hooks read the autograd sequence counter. The autograd nodes this
+   invocation created have sequence numbers in `[seq0, seq1)`; nesting of module calls makes
+   these ranges nest, so every node belongs to exactly one innermost invocation.
+2. As each call returns, the graph is walked from its outputs (every call's, not only the
+   root's: aux losses stay reachable) and a pre-hook and a hook are registered on each node not
+   hooked yet; when the root returns, each node is charged to the innermost call whose range
+   holds it. Walking as calls return means no graph is held: a forward that discards graphs
+   (truncated BPTT) frees them as it would unprofiled. Node hooks, unlike
+   `register_full_backward_hook`, leave tensors untouched, so in-place ops after a module,
+   dict/ModelOutput outputs and inputs that need no grad all work.
+3. Each node's execution is stamped; a node's *exclusive* time excludes nodes that ran nested
+   inside it (reentrant checkpointing runs a whole backward inside one node). An invocation's
+   backward time is the sum of the exclusive times of the nodes in its range and its children's.
+4. The end of the backward is the engine's end-of-graph-task callback (what DDP uses), queued
+   by the first node that runs: no need to know in advance which nodes will execute.
+
+Steps 2 to 4 live here, as the base class of `capture.session.StepSession` (step 1 and the
+charging of nodes to calls when the root returns are the session's forward half): a base
+class, not an object the session holds, so that a node hook reaches its session's lists in
+one attribute read, as before the split. Nothing here holds a tensor: graph nodes are held
+only during a walk, node hooks capture the session (ints and stamps), never a tensor.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from wandb_modprof.capture.backward.nodes import NodeTable
+from wandb_modprof.capture.backward.recompute import RecomputeTracker
+from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.step import gc_pause
+
+if TYPE_CHECKING:
+    from wandb_modprof.capture.backward.nvtx import NvtxRanges
+    from wandb_modprof.capture.forward.invocation import Invocation, Recompute
+    from wandb_modprof.capture.memory.device_memory import DeviceMemory
+    from wandb_modprof.capture.step.clock import Clock
+    from wandb_modprof.capture.structure.step_dataflow import StepDataflow
+
+_PRE: Any = object()  # `_NodeHook`'s marker: called as a pre-hook
+
+
+class NodeStamps:
+    """The autograd nodes of one sampled step: hooked as calls return, stamped as they run.
+
+    Only `StepSession` derives from it; the attributes below are the session's, set by its
+    `__init__`, and `fail` / `finish` are its own."""
+
+    clock: Clock
+    memory: DeviceMemory | None
+    nvtx: NvtxRanges | None
+    invocations: list[Invocation]
+    _by_module: dict[int, list[int]]  # module id -> its invocations (recompute candidates)
+    forward_done: bool
+    closed: bool
+    dataflow: StepDataflow | None
+
+    def __init__(self) -> None:
+        # the backward, indexed by node slot
+        self._hooked_seqs: set[int] = set()
+        self.nodes = NodeTable()
+        self._exec: dict[int, list[int]] = {}
+        self._persistent_handles: list[Any] = []
+        # Parameters whose AccumulateGrad node is hooked; those slots cannot start a backward:
+        # a later step's graph reuses a live AccumulateGrad node, hooks included.
+        self._accumulate_params: set[int] = set()
+        self.bwd_started = False
+        self.bwd_t_begin: Any = None
+        self.bwd_t_end: Any = None
+        self._recompute = RecomputeTracker()  # activation-checkpointing recomputes
+
+    def fail(self, where: str, error: Exception) -> None:
+        raise NotImplementedError  # StepSession's: drop the sample, tell the capture
+
+    def finish(self) -> None:
+        raise NotImplementedError  # StepSession's: the end of the sampled backward
+
+    def _hook_nodes(self, roots: Iterable[Any], lo: int, hi: int, owners: list[int] | None) -> int:
+        """Hook the not-yet-hooked nodes created in `[lo, hi)` reachable from `roots`, and the
+        AccumulateGrad nodes they feed.
+
+        Walks stop at hooked nodes (everything below one was hooked with it), so over a step
+        every node is visited once. With `owners=None` (forward) owners are filled in when
+        the root returns; recompute walks know them at once.
+
+        Accumulating into `.grad` is real backward work of the module whose parameter it is,
+        so an AccumulateGrad node is charged to the owner of the first node found using it
+        (tied weights: one of the tying modules). Its hooks are removed at the end of the
+        backward, since AccumulateGrad nodes can outlive the step's graph.
+        """
+        todo: list[tuple[Any, int]] = [(node, -1) for node in roots]
+        hooked = 0
+        while todo:
+            node, via = todo.pop()
+            seq = ap.node_sequence_nr(node)
+            in_range = lo <= seq < hi
+            if in_range:
+                if seq in self._hooked_seqs:
+                    continue
+                self._hooked_seqs.add(seq)
+            elif via >= 0 and ap.is_accumulate_grad(node):
+                # A parameter's AccumulateGrad node is shared by every graph built while it
+                # lives: a checkpoint recompute reaches the same node again. Hook it once
+                # (keyed by the parameter, which outlives the step; the node is not pinned).
+                param_id = id(node.variable)
+                if param_id in self._accumulate_params:
+                    continue
+                self._accumulate_params.add(param_id)
+            else:
+                continue  # created before this forward (its inputs)
+            if owners is None:
+                owner = -1
+            else:
+                owner = owners[seq - lo] if in_range else self.nodes.owner[via]
+            slot = self.nodes.add(
+                seq if in_range else -1, node.name(), -1 if in_range else via, owner, not in_range
+            )
+            if not in_range:
+                self.nodes.grad_new[slot] = _grad_to_create(node.variable)
+            hook = _NodeHook(self, slot)
+            pre = node.register_prehook(hook)
+            post = node.register_hook(hook)
+            if not in_range:
+                self._persistent_handles += [pre, post]
+            hooked += 1
+            if in_range:
+                nexts = [nxt for nxt, _ in node.next_functions if nxt is not None]
+                todo.extend((nxt, slot) for nxt in nexts)
+                if self.dataflow is not None and not self.forward_done:
+                    self.dataflow.adjacency[seq] = [ap.node_sequence_nr(n) for n in nexts]
+        return hooked
+
+    # ---- backward ----------------------------------------------------------------------
+    def _exec_stack(self) -> list[int]:
+        return self._exec.setdefault(threading.get_ident(), [])
+
+    def _node_pre(self, slot: int, grad_outputs: Any) -> None:
+        if self.closed or not self.forward_done:
+            return  # a backward run inside the forward (autograd.grad in forward) is not ours
+        try:
+            if not self.bwd_started:
+                if self.nodes.accumulate[slot]:
+                    return  # another graph reached this shared node; ours has not run
+                self.bwd_started = True
+                gc_pause.hold(id(self))  # until `finish` (or the sample's drop)
+                self.bwd_t_begin = self.clock.stamp()
+                ap.queue_end_of_backward(self.finish)
+            stack = self._exec_stack()
+            self.nodes.enclosing[slot] = stack[-1] if stack else -1
+            stack.append(slot)
+            self.nodes.thread[slot] = threading.get_native_id()
+            if self.nvtx is not None:
+                self.nvtx.backward_node_of(self.invocations, self.nodes, slot, stack)
+            if self.memory is not None:
+                self._fold_node_peak(stack[:-1])
+                self.nodes.alloc0[slot] = self.memory.allocated()
+            t0 = self.nodes.t0[slot] = self.clock.stamp()
+            self.nodes.own0[slot] = self.clock.own_at(t0)
+        except Exception as error:
+            self.fail("backward pre-hook", error)
+
+    def _node_post(self, slot: int, grad_inputs: Any, grad_outputs: Any) -> None:
+        if self.closed or self.nodes.t0[slot] is None:
+            return
+        try:
+            t1 = self.nodes.t1[slot] = self.clock.stamp()
+            self.nodes.own1[slot] = self.clock.own_at(t1)
+            stack = self._exec_stack()
+            if stack and stack[-1] == slot:
+                stack.pop()
+            elif slot in stack:
+                stack.remove(slot)
+            if self.memory is not None:
+                self.nodes.alloc1[slot] = self.memory.allocated()  # the memory curve's point
+                self._fold_node_peak([slot])
+                outer = self.nodes.enclosing[slot]
+                peak = self.nodes.peak[slot]
+                if outer >= 0 and peak is not None:
+                    prev = self.nodes.peak[outer]
+                    self.nodes.peak[outer] = peak if prev is None else max(prev, peak)
+        except Exception as error:
+            self.fail("backward hook", error)
+
+    def _fold_node_peak(self, running: list[int]) -> None:
+        assert self.memory is not None
+        peak = self.memory.peak()
+        self.memory.reset_peak()
+        if running:
+            top = running[-1]
+            prev = self.nodes.peak[top]
+            self.nodes.peak[top] = peak if prev is None else max(prev, peak)
+
+    def release_persistent_hooks(self) -> None:
+        handles, self._persistent_handles = self._persistent_handles, []
+        for handle in handles:
+            handle.remove()
+        self._accumulate_params = set()
+
+    # ---- activation-checkpointing recomputes ---------------------------------------------
+    @property
+    def recomputes(self) -> list[Recompute]:
+        return self._recompute.records
+
+    def recompute_enter(self, module_id: int) -> None:
+        if self.closed:
+            return
+        candidates = self._by_module.get(module_id, [])
+        self._recompute.enter(candidates, self.invocations, self._exec_stack(), self.clock)
+
+    def recompute_exit(self, module_id: int, result: Any) -> None:
+        if self.closed:
+            return
+        walk = self._recompute.exit(result, self.clock)
+        if walk is not None:
+            # With reentrant checkpointing the fresh nodes of a finished top-level recompute
+            # run in a nested backward right now: hook them so the module gets their time.
+            self._hook_nodes(*walk)
+
+
+class _NodeHook:
+    """A node's pre-hook and hook in one object (told apart by their arguments): per node one
+    small object instead of two partials of two bound methods with their argument tuples, a
+    sixth of the objects a sampled step left to the garbage collector (`gc_pause`)."""
+
+    __slots__ = ("session", "slot")
+
+    def __init__(self, session: NodeStamps, slot: int) -> None:
+        self.session = session
+        self.slot = slot
+
+    def __call__(self, grads: Any, grad_outputs: Any = _PRE) -> None:
+        if grad_outputs is _PRE:  # a pre-hook gets the grad outputs only
+            self.session._node_pre(self.slot, grads)
+        else:
+            self.session._node_post(self.slot, grads, grad_outputs)
+
+
+def _grad_to_create(param: Any) -> int:
+    """Bytes the gradient of `param` will take when its AccumulateGrad node runs: none if it
+    has one already (accumulation adds in place), else its size (the CPU memory curve)."""
+    if param.grad is not None:
+        return 0
+    return int(param.numel()) * int(param.element_size())
