@@ -5,7 +5,8 @@ Run (about a minute on 2 CPU cores):
     .venv/bin/python benchmarks/hook_floor.py [--modules N]
 
 On the tree of ``scale.py``'s ``nested-N`` (Linear -> ReLU -> Linear blocks, width 8, batch 2),
-without wandb_modprof, one torch thread, medians of 5 steps each, all in one process:
+without wandb_modprof, one torch thread, the fastest of 7 steps each (the collector off inside
+them), all in one process:
 
 * module hooks: a forward pre-hook and a forward hook on every module (what times a forward);
 * node hooks: a pre-hook and a hook on every autograd node of the step (what times a backward
@@ -32,14 +33,20 @@ import torch
 from torch import nn
 
 
-def _median_s(step: Callable[[], object], repeats: int = 5) -> float:
+def _fastest_s(step: Callable[[], object], repeats: int = 7) -> float:
+    """The fastest of `repeats` runs, each with the collector off (emptied before): the cost of
+    deterministic work, which a shared machine's preemptions and collections only add to."""
     times = []
     for _ in range(repeats):
         gc.collect()
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        gc.disable()
+        try:
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+        finally:
+            gc.enable()
+    return min(times)
 
 
 def _nodes(root: Any) -> set[Any]:
@@ -72,12 +79,12 @@ class Floor:
 
 
 def floor_us_per_call(
-    model: nn.Module, loss_of: Callable[[nn.Module], torch.Tensor], repeats: int = 5
+    model: nn.Module, loss_of: Callable[[nn.Module], torch.Tensor], repeats: int = 7
 ) -> Floor:
     """The floor of `model` with `loss_of(model)` as its step's forward: module pre/post hooks on
     every module, pre/post hooks on every autograd node (registered after the forward, as a
-    sampled step does), identity saved-tensor hooks; each against the plain step (medians of
-    `repeats`), per module call. Leaves no hook behind."""
+    sampled step does), identity saved-tensor hooks; each against the plain step (the fastest of
+    `repeats`, collector off), per module call. Leaves no hook behind."""
     counted = [0]
 
     def count(_module: nn.Module, _args: Any) -> None:
@@ -122,17 +129,17 @@ def floor_us_per_call(
         model.zero_grad(set_to_none=True)
 
     plain()
-    base = _median_s(plain, repeats)
+    base = _fastest_s(plain, repeats)
     handles = [m.register_forward_pre_hook(lambda mod, a: None) for m in model.modules()]
     handles += [m.register_forward_hook(lambda mod, a, out: None) for m in model.modules()]
     try:
-        module_hooked = _median_s(plain, repeats)
+        module_hooked = _fastest_s(plain, repeats)
     finally:
         for handle in handles:
             handle.remove()
-    walk = _median_s(walked, repeats)
-    nodes_hooked = _median_s(node_hooked, repeats)
-    saved = _median_s(saved_hooked, repeats)
+    walk = _fastest_s(walked, repeats)
+    nodes_hooked = _fastest_s(node_hooked, repeats)
+    saved = _fastest_s(saved_hooked, repeats)
     per_call = 1e6 / calls
     return Floor(
         calls,

@@ -20,8 +20,9 @@ Models
 Measured per model (one torch thread; plain and watched copies alternate step by step)
 -----------------------------------------------------------------------------------
 * ``plain ms``: median plain step (forward, loss, backward) of an unwatched deep copy;
-* ``structure ms``: the watched copy's first step, the one-off structure pass (never timed by
-  wandb_modprof; it is paid once per model, so it is not part of the per-sample cost);
+* ``structure ms``: the watched copy's second step, the one-off structure pass (never timed by
+  wandb_modprof; it is paid once per model, so it is not part of the per-sample cost; the first
+  step, sampled under ``log_freq=1``, derives the graph and is not timed here either);
 * ``sampled +ms``: median sampled step (``watch(log_freq=1)``, W&B log off) minus median plain
   step: hooks, saved-tensor hooks, node hooks, norms (the capture);
 * ``resolve ms``: ``handle.profile()`` right after each sampled step: the session resolved
@@ -281,7 +282,11 @@ def measure_capture(
     row = Row(case.name)
     try:
         _step(plain, case)  # warm-up: allocator, lazy init
-        row.structure_ms = _step(watched, case)  # first training step: the structure pass
+        # With log_freq=1 the first step is sampled (and derives the graph) and the second is
+        # the structure pass: neither is one of the timed sampled steps below.
+        _step(watched, case)
+        row.structure_ms = _step(watched, case)
+        handle.profile()
         plain_ms, sampled_ms, resolve_ms = [], [], []
         gc.collect()
         with GcCount() as gc_plain, GcCount() as gc_sampled:
@@ -300,8 +305,8 @@ def measure_capture(
         row.sampled_min_max = (min(sampled_ms), max(sampled_ms))
         prof = handle.profile()
         row.invocations = len(prof.invocations())
-        if prof.num_samples != steps or len(prof.structures()) != 1:
-            raise SystemExit(f"{case.name}: {prof.num_samples} samples, expected {steps}")
+        if prof.num_samples != steps + 1 or len(prof.structures()) != 1:
+            raise SystemExit(f"{case.name}: {prof.num_samples} samples, expected {steps + 1}")
 
         table_ms, layout_ms = [], []
         for _ in range(repeats):
