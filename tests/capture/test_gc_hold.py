@@ -1,5 +1,8 @@
-"""The garbage collector is held off inside a sampled step's timed windows, and only there
-(`capture/step/gc_pause.py`): no natural collection lands inside a timed call; the collector is on
+"""The garbage collector is held off inside a sampled step's timed windows and the work of
+ours around them (the hooks' attachment before the forward, closing the forward, the gradients'
+read-out after the backward), and only there (`capture/step/gc_pause.py`): no natural
+collection lands inside a timed call, nor inside the user's sampled forward or backward call;
+the collector is on
 again between the forward and the backward, after the backward, after a forward that raises,
 after a forward whose backward never comes, and after a backward that raised (at the next
 step); a collector the user turned off stays off; unsampled steps are left alone."""
@@ -105,6 +108,47 @@ def test_no_natural_collection_lands_inside_a_timed_call() -> None:
     gc_ms = [s.metrics["gc_ms"].max for s in prof.stats().values()]
     assert max(gc_ms) == 0.0, prof.stats()
     # an explicit collection inside a call still runs and is still charged (`gc_watch`)
+
+
+class Collections:
+    """Garbage collections counted while `counting` is set (`gc.callbacks`)."""
+
+    def __init__(self) -> None:
+        self.counting = False
+        self.count = 0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if self.counting and phase == "stop":
+            self.count += 1
+
+    def __enter__(self) -> Collections:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
+def test_no_collection_inside_the_sampled_forward_and_backward_calls() -> None:
+    """A sampled step's own work outside its timed windows makes many objects too: attaching a
+    hook pair to every module before the forward, closing the forward (saved storages, the
+    owners of the autograd nodes) and reading the gradients out after the backward. Held as
+    well: no collection runs inside the user's `model(x)` or `loss.backward()` call."""
+    model = nn.Sequential(*(nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(600)))
+    x = torch.randn(2, 4)
+    with wandb_modprof.profile(model, structure=False) as prof, Collections() as seen:
+        for _ in range(3):
+            gc.collect()  # each call starts with an empty young generation (outside the count)
+            seen.counting = True
+            out = model(x)
+            seen.counting = False
+            loss = out.sum()
+            gc.collect()
+            seen.counting = True
+            loss.backward()
+            seen.counting = False
+    assert prof.num_samples == 3
+    assert seen.count == 0, seen.count
 
 
 def test_unsampled_steps_are_left_alone() -> None:

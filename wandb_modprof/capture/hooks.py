@@ -273,6 +273,17 @@ class Capture(SubmoduleHooks):
 
     # ---- sessions ----------------------------------------------------------------------
     def _start(self, step: int, module: nn.Module, args: Any, kwargs: Any, derive: bool) -> None:
+        # The collector held off from here, before the model walk and the hooks' attachment
+        # (each makes many objects), until the root's own window holds it (`gc_pause`).
+        gc_pause.hold(id(self))
+        try:
+            self._start_held(step, module, args, kwargs, derive)
+        finally:
+            gc_pause.release(id(self))
+
+    def _start_held(
+        self, step: int, module: nn.Module, args: Any, kwargs: Any, derive: bool
+    ) -> None:
         index = self.index()  # the one model walk per sample: later stages reuse it
         if not under_compile():  # (under a compile wrapper: hooks there would be traced)
             self.hook_children(index)

@@ -206,7 +206,14 @@ class StepSession(NodeStamps):
             self.activations.push()
 
     def _end_forward(self) -> None:
-        gc_pause.release(id(self))  # the forward's window closed: held again in the backward
+        try:
+            self._close_forward()
+        finally:
+            # Released only now: closing the forward (the saved storages, the owners of the
+            # nodes, the derived graph) makes many objects too. Held again in the backward.
+            gc_pause.release(id(self))
+
+    def _close_forward(self) -> None:
         if self.nvtx is not None:
             self.nvtx.forward_abort()  # ranges a failed forward left open
         # Pop our saved-tensor hooks first, whatever happened: the hook stack must stay balanced.
@@ -264,7 +271,6 @@ class StepSession(NodeStamps):
             if self.bwd_started:
                 self.bwd_t_end = self.clock.stamp()
             self.closed = True
-            gc_pause.release(id(self))
             self.gc.stop()
             if self.activations is not None:
                 self.activations.stop_curve()
@@ -273,10 +279,14 @@ class StepSession(NodeStamps):
                 self.nvtx.backward_end()
         except Exception as error:  # runs inside the engine: must never break the backward
             self.closed = True
+            gc_pause.release(id(self))
             self.fail("end of backward", error)
             return
-        if not self.failed:
-            self._on_finish(self)
+        try:
+            if not self.failed:
+                self._on_finish(self)  # the gradients' bytes and norms: many objects, held too
+        finally:
+            gc_pause.release(id(self))
 
     def _open_calls(self) -> tuple[int, ...]:
         """The invocations a garbage collection starting now pauses: the forward's open calls,

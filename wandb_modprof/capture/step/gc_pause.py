@@ -10,8 +10,10 @@ collections run once the window closes (in the user's loss code or the next step
 allocations), never inside a timed call, and a deferred collection walks each young object
 once instead of once per threshold crossing.
 
-Held only inside the timed windows: from the root forward's start to its end, and from the
-first backward node of the sampled graph to the end of that backward (or the sample's drop).
+Held only inside the timed windows and our own work around them: from the sampled step's start
+(before the model walk and the hooks' attachment, each of which makes many objects) through the
+root forward to the end of closing it, and from the first backward node of the sampled graph to
+the end of that backward and of the gradients' read-out after it (or the sample's drop).
 Never between them, so a forward whose backward never comes cannot leave the collector off;
 and any hold still standing when a watched model's next step starts is released then (a
 backward that raised never reaches its end callback). A collector the user turned off stays
