@@ -76,6 +76,28 @@ def test_wheel_ships_the_spec_and_its_loader_reads_it(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr.decode()
     assert out.stdout.decode("utf-8") == SPEC.read_text("utf-8")
+    # every module of the package is in the wheel (a sub-package missing from pyproject's
+    # `packages` would only show at import time)
+    walk = (
+        "import sys, pathlib, pkgutil, importlib; sys.path.insert(0, sys.argv[1]); "
+        "import wandb_modprof as w; names = [m.name for m in pkgutil.walk_packages("
+        "w.__path__, 'wandb_modprof.') if '.integrations.' not in m.name "
+        "and not m.name.endswith('__main__')]; "
+        "files = [importlib.import_module(n).__file__ for n in names]; "
+        "bad = [f for f in files if not pathlib.Path(f).is_relative_to(sys.argv[1])]; "
+        "assert not bad, bad; print(' '.join(names))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", walk, str(target)], capture_output=True, check=False, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr.decode()
+    ours = set()
+    for path in (ROOT / "wandb_modprof").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        if "integrations" not in parts and parts[-1] != "__main__" and len(parts) > 1:
+            ours.add(".".join(parts))
+    assert ours <= set(out.stdout.decode().split()), ours - set(out.stdout.decode().split())
 
 
 def test_an_editable_install_builds_without_a_setuptools_warning(tmp_path: Path) -> None:
