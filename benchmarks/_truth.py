@@ -82,7 +82,7 @@ def _profiled_step(
 def _our_hooks_us(module_event: Any) -> float:
     """Time in wandb_modprof functions anywhere inside this module's event: the hooks its
     `_call_impl` calls, its children's, and our saved-tensor pack hooks inside its ops (all
-    of which we take out of our own numbers, capture/clock.py)."""
+    of which we take out of our own numbers, capture/step/clock.py)."""
     total = 0.0
     todo = list(module_event.cpu_children)
     while todo:

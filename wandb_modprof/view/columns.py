@@ -28,7 +28,7 @@ TABLE_VERSION = 4
 SPREAD_METRICS = ("fwd_ms", "fwd_self_ms", "bwd_ms", "bwd_self_ms")
 SPREAD_STATS = ("mean", "std", "min", "max", "last")
 # Garbage collections inside a module call: the longest in any sample (ms), and how many
-# samples held one (`capture/gc_watch.py`); missing for a version-1 file.
+# samples held one (`capture/step/gc_watch.py`); missing for a version-1 file.
 GC_COLUMNS = ("gc_ms_max", "gc_samples")
 FLOP_COLUMNS = ("fwd_flops", "fwd_self_flops", "fwd_flop_per_s")
 
