@@ -15,8 +15,9 @@ What is measured, side by side in one run (ratios, not absolute seconds: the mac
   with ``structure=False``, and the same with the default ``structure=True``, where that first
   sample also derives the module graph from its own forward
   (`capture/structure/step_dataflow`: input and output slots and identity maps at every call
-  boundary, each hooked node's inputs, edges resolved when the root returns). ``root fwd ms``: the root's reported forward in each, i.e.
-  how much of that bookkeeping lands inside the timed window (in parents' self time).
+  boundary, each hooked node's inputs, edges resolved when the root returns). ``root fwd ms``:
+  the root's reported forward in each, i.e. how much of that bookkeeping lands inside the
+  timed window (in parents' self time).
   Alternating with the plain step; medians over the repeats.
 * ``table ms``: `prof.table()` for the same model: merge, view graphs, layout of every view,
   rows. Also for a 2,000-invocation transformer (TinyGPT with 200 blocks), the issue's layout
