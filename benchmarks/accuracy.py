@@ -27,7 +27,8 @@ the repeats. The target: median error <= 5 % and every call within 15 % or 0.05 
 taking >= 1 % of the step. Beside it, the method against itself (an A/A): the truth's medians
 over the even repeats against those over the odd repeats, judged the same way; where that is
 above the target, the comparison cannot tell the profiler's error from the machine's noise
-(use more repeats, on a quiet machine).
+(use more repeats, on a quiet machine). Then the root's forward alone, ours against the plain
+forward (the observer effect on the whole forward, which per-call errors can hide).
 
 Against a truth known by construction (tests/phantom.py): a phantom model whose modules'
 forward and backward busy-wait a set time (containers with their own spin, a reused module, a
@@ -140,6 +141,16 @@ def mem_row(model: str, checks: list[MemCheck]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def root_row(model: str, checks: list[Check]) -> str:
+    """The sampled root forward against the model's forward with nothing of ours attached:
+    the observer effect on the whole step, which per-call errors can hide."""
+    (root,) = [c for c in checks if c.metric == "fwd" and c.key == "<root>#0"]
+    return (
+        f"| {model} | {root.ours_ms:.2f} | {root.truth_ms:.2f} | "
+        f"{root.ours_ms / root.truth_ms:.3f}x |"
+    )
+
+
 def phantom_rows(samples: int) -> list[str]:
     """One row per checkpoint mode and metric: calls judged, median and worst error of the
     minimum over samples, and the median error of the median over samples."""
@@ -173,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 5)
     torch.set_num_threads(1)
     started = time.perf_counter()
-    time_rows, mem_rows, unobserved_rows, aa_rows = [], [], [], []
+    time_rows, mem_rows, unobserved_rows, aa_rows, root_rows = [], [], [], [], []
     for workload in make_workloads(args.models, "quick" if args.quick else "cpu"):
         torch.manual_seed(0)
         model = workload.build().train()
@@ -189,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         mem_rows.append(mem_row(workload.name, mem))
         unobserved, aa = unobserved_checks(model, workload.loss, repeats)
         unobserved_rows.append(unobserved_row(workload.name, unobserved))
+        root_rows.append(root_row(workload.name, unobserved))
         if aa:
             aa_rows.append(unobserved_row(workload.name, aa))
         print(f"[{workload.name} done, {time.perf_counter() - started:.0f} s]", file=sys.stderr)
@@ -218,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
             "| bwd self worst | bwd self within |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             *unobserved_rows,
+            "",
+            "The sampled root forward against the model's forward with nothing of ours attached "
+            "(medians over the repeats; the observer effect on the whole forward):\n",
+            "| model | ours: root fwd ms | unobserved fwd ms | ratio |",
+            "|---|---|---|---|",
+            *root_rows,
             "",
             "The method against itself (A/A: the unobserved truth of the even repeats against "
             "the odd repeats'; the floor of the comparison above):\n",

@@ -94,7 +94,9 @@ module timed with nothing of ours attached (the unobserved model: one plain hook
 on plain steps interleaved with our sampled steps), and beside it the ground truth against
 itself (its even repeats against its odd ones: an A/A). Judged are the calls taking at least
 1 % of the step; where the A/A's error is as large as ours, the comparison cannot tell our
-error from the machine's noise. Five repeats per model, one torch thread. Last, a truth known by
+error from the machine's noise. A third table sets the sampled root forward beside the model's
+forward with nothing of ours attached: the observer effect on the whole forward. Five repeats
+per model, one torch thread. Last, a truth known by
 construction (`tests/phantom.py`): modules whose forward and backward busy-wait a set time, with
 containers, a reused module and a checkpointed block; judged is each metric's minimum over 25
 samples (a spin ends at its deadline and preemption only adds time, so the minimum is the truth
