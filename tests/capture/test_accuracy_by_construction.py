@@ -53,7 +53,9 @@ def test_times_match_the_constructed_truth(use_reentrant: bool, over: Overheads)
 
 def test_the_truth_is_what_an_unobserved_step_takes(over: Overheads) -> None:
     """The construction itself: the root's true forward + backward is the plain model's step,
-    timed with nothing attached (its minimum over steps, as above)."""
+    timed with nothing attached (its minimum over steps, as above). Asymmetric on purpose: the
+    truth may read low by the spins' overshoot beyond the 1 ms one it includes (1-2 % of a step
+    on a quiet VM, up to ~5 % right after a loaded stretch), never high."""
     torch.set_num_threads(1)
     model = Phantom()
     x = torch.ones(8, requires_grad=True)
@@ -63,4 +65,5 @@ def test_the_truth_is_what_an_unobserved_step_takes(over: Overheads) -> None:
         model(x).sum().backward()
         steps.append((time.perf_counter() - start) * 1e3)
     root = truth(model, over)["<root>#0"]
-    assert min(steps) == pytest.approx(root.fwd_ms + root.bwd_ms, rel=0.05)
+    true = root.fwd_ms + root.bwd_ms
+    assert 0.98 * true <= min(steps) <= 1.08 * true, (min(steps), true)
