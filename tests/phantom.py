@@ -21,7 +21,7 @@ length here), which the truth leaves out: it errs low, never in the profiler's f
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -112,11 +112,9 @@ class Phantom(nn.Module):
     call, and the interpreter's work around each hooked child call that lands in its parent's
     self time (tens of microseconds on a 2-core VM), are a few percent at most."""
 
-    def __init__(self, scale: float = 1.0, use_reentrant: bool = False) -> None:
+    def __init__(self, use_reentrant: bool = False) -> None:
         super().__init__()
-
-        def c(fwd: float, bwd: float) -> Cost:
-            return Cost(fwd * scale, bwd * scale)
+        c = Cost
 
         self.plain = Stage(c(2.0, 1.5), [c(2.0, 3.0), c(1.5, 2.0), c(3.0, 1.5)])
         self.reused = Stage(c(2.5, 1.0), [c(2.5, 2.0), c(1.5, 3.0)], repeat=True)
@@ -135,7 +133,6 @@ class Truth:
     fwd_self_ms: float
     bwd_self_ms: float
     recompute_ms: float | None = None
-    children: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -192,7 +189,6 @@ def truth(model: Phantom, over: Overheads) -> dict[str, Truth]:
         r = fwd if recompute else 0.0
         st = Truth(fwd, bwd + r, own_f, own_b + (own_f if recompute else 0.0))
         st.recompute_ms = r if recompute else None
-        st.children = [k for k, _ in calls]
         out[f"{name}#0"] = st
         return st
 
