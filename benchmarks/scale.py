@@ -38,9 +38,12 @@ Measured per model (one torch thread; plain and watched copies alternate step by
   invocations, <= 2 s for the MoE case;
 * ``floor us/call``: torch's own hook machinery with hooks that do nothing, on a deep copy of the
   same model in the same process (``hook_floor.floor_us_per_call``: module pre/post hooks,
-  pre/post hooks on every autograd node, saved-tensor hooks); ``thread x floor``: what the
-  training thread pays per call for one logged sample (the capture plus the hand-off of the
-  sample; the resolve, table, entry and run.log all run on the training thread) over the floor,
+  pre/post hooks on every autograd node, saved-tensor hooks); ``thread ms / sample``: what
+  one logged sample costs the training thread, all in (``thread_cost``: a model logging to an
+  offline run every 4th step against an unwatched twin stepped alongside; the sampled step,
+  the hand-off or the in-process resolve / table / W&B log, and with the worker process the
+  W&B log of its table when it arrives), in-process (``offload=False``) and with the worker
+  (``offload=True``); ``thread x floor``: that per call over the floor,
   target <= 2.5x; ``all-in x floor``: the whole sample's work wherever it runs, target <= 5x;
 * ``GC in step``: Python garbage collections that ran inside the sampled steps (counted with
   ``gc.callbacks``), per sampled step, with the full (generation 2) ones and their time;
@@ -72,7 +75,7 @@ import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +91,7 @@ import wandb_modprof.view.table as table_module
 from wandb_modprof.sinks.wandb_log import WandbLog
 
 THREAD_X_FLOOR, ALL_IN_X_FLOOR = 2.5, 5.0
+FREQ = 4  # `thread_cost`: log_freq of the watched model
 LOG_TARGET_S = 2.0
 LOG_TARGET_AT = 10_000
 PER_CALL_TARGET_US = 60.0
@@ -248,6 +252,9 @@ class Row:
     largest_ms: tuple[float, ...] = ()
     deepest: tuple[str, int] = ("", 0)
     deepest_ms: tuple[float, ...] = ()
+    # per sample, the training thread's extra ms over plain steps ("in-process", "worker")
+    thread_ms: dict[str, float] = field(default_factory=dict)
+    worker_wait_s: float = 0.0  # unwatch() waiting for the worker's final table and report
 
     @property
     def extra_s(self) -> float:
@@ -264,9 +271,18 @@ class Row:
 
     @property
     def thread_x_floor(self) -> float:
-        """The training thread's share over the floor: every phase runs on it (the resolve,
-        table and W&B entry are not handed off), so it is the whole sample's."""
-        return self.all_in_x_floor
+        """What the training thread pays per module call with the worker process (capture,
+        hand-off, W&B's table and `run.log`; `thread_cost`) over the floor."""
+        if not self.floor or not self.thread_ms:
+            return float("nan")
+        return self.thread_ms["worker"] * 1e3 / max(1, self.invocations) / self.floor.total_us
+
+    @property
+    def inproc_x_floor(self) -> float:
+        """The same with everything on the training thread (`offload=False`)."""
+        if not self.floor or not self.thread_ms:
+            return float("nan")
+        return self.thread_ms["in-process"] * 1e3 / max(1, self.invocations) / self.floor.total_us
 
 
 def measure_capture(
@@ -275,7 +291,9 @@ def measure_capture(
     torch.manual_seed(0)
     plain = case.build().train()
     watched = copy.deepcopy(plain)
-    handle = wandb_modprof.watch(watched, log_freq=1, run=new_run("disabled"))
+    # In-process (offload=False): each phase is timed on its own here; `thread_cost` measures
+    # what the training thread pays with the worker process.
+    handle = wandb_modprof.watch(watched, log_freq=1, run=new_run("disabled"), offload=False)
     log = handle._wandb_log
     assert log is not None
     handle._wandb_log = None  # W&B work is timed on its own below
@@ -339,6 +357,37 @@ def measure_capture(
     finally:
         handle.unwatch()
     return row, prof
+
+
+def thread_cost(
+    case: Case, offload: bool, cycles: int, new_run: Callable[[str], Any]
+) -> tuple[float, float]:
+    """What one logged sample costs the training thread, all in: a watched model logging to an
+    offline run every `FREQ`-th step, each of its steps followed by a step of an unwatched
+    twin; per cycle of `FREQ` steps, the watched steps' time less the twin's (the sampled
+    step, the hand-off or the in-process resolve, table and log at the next forward, and with
+    the worker the log of its table when it arrives). Median over `cycles` cycles after two
+    warm-up cycles (the structure pass, the worker's start); and `unwatch()`'s time."""
+    torch.manual_seed(0)
+    plain = case.build().train()
+    watched = copy.deepcopy(plain)
+    run = new_run("offline")
+    handle = wandb_modprof.watch(watched, log_freq=FREQ, run=run, offload=offload)
+    try:
+        extra = []
+        for cycle in range(cycles + 2):
+            spent = 0.0
+            for _ in range(FREQ):
+                spent += _step(watched, case) - _step(plain, case)
+                run.log({"loss": 0.0})
+            if cycle >= 2:
+                extra.append(spent)
+        start = time.perf_counter()
+        handle.unwatch()
+        wait = time.perf_counter() - start
+    finally:
+        handle.unwatch()
+    return statistics.median(extra), wait
 
 
 def profiler_memory(
@@ -429,9 +478,10 @@ def floor_table(rows: list[Row]) -> str:
     """Our cost per module call against torch's no-op hook floor, and the collections."""
     lines = [
         "| model | invocations | autograd nodes | floor us/call (module / node / saved) "
-        "| ours us/call | thread x floor | target | all-in x floor | target "
+        "| thread ms / sample: in-process / worker | thread x floor: in-process / worker "
+        "| target | all phases us/call | all-in x floor | target | unwatch wait s "
         "| GC in sampled step (n / full / ms) | GC in plain step (n / full / ms) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         f = r.floor
@@ -440,11 +490,14 @@ def floor_table(rows: list[Row]) -> str:
         thread_met = "yes" if r.thread_x_floor <= THREAD_X_FLOOR else "**no**"
         all_met = "yes" if r.all_in_x_floor <= ALL_IN_X_FLOOR else "**no**"
         gs, gp = r.gc_sampled, r.gc_plain
+        inproc, worker = r.thread_ms.get("in-process", 0.0), r.thread_ms.get("worker", 0.0)
         lines.append(
             f"| {r.case} | {r.invocations} | {f.nodes} | {f.total_us:.0f} ({f.module_us:.0f} / "
-            f"{f.node_us:.0f} / {f.saved_us:.0f}) | {r.per_call_us:.0f} | "
-            f"{r.thread_x_floor:.1f}x | <= {THREAD_X_FLOOR}x {thread_met} | "
+            f"{f.node_us:.0f} / {f.saved_us:.0f}) | {inproc:.0f} / {worker:.0f} | "
+            f"{r.inproc_x_floor:.1f}x / {r.thread_x_floor:.1f}x | "
+            f"<= {THREAD_X_FLOOR}x {thread_met} | {r.per_call_us:.0f} | "
             f"{r.all_in_x_floor:.1f}x | <= {ALL_IN_X_FLOOR:.0f}x {all_met} | "
+            f"{r.worker_wait_s:.1f} | "
             f"{gs[0]:.0f} / {gs[1]:.1f} / {gs[2]:.0f} | {gp[0]:.0f} / {gp[1]:.1f} / {gp[2]:.0f} |"
         )
     return "\n".join(lines)
@@ -520,6 +573,10 @@ def main(argv: list[str] | None = None) -> int:
     with wandb_runs() as new_run, tempfile.TemporaryDirectory() as tmp:
         for case in cases(args.quick, args.sizes, args.layers, args.moe):
             row, prof = measure_capture(case, steps, repeats, new_run, not args.no_memory)
+            for offload in (False, True):  # the worker's start is in the warm-up cycles
+                ms, wait = thread_cost(case, offload, steps, new_run)
+                row.thread_ms["worker" if offload else "in-process"] = ms
+                row.worker_wait_s = wait if offload else row.worker_wait_s
             if not args.no_browser:
                 measure_html(row, prof, Path(tmp), browser_repeats)
             rows.append(row)

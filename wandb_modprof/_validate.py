@@ -61,6 +61,15 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     return value
 
 
+def check_offload(offload: Any) -> str:
+    """`watch(offload=)`: "auto", True or False, as "auto", "process" or "off"."""
+    if offload is True or offload is False:
+        return "process" if offload else "off"
+    if isinstance(offload, str) and offload == "auto":
+        return "auto"
+    raise ModProfError(f"watch() offload expected 'auto', True or False; got {offload!r}")
+
+
 _PRESET_PART = re.compile(r"[A-Za-z0-9_.-]+")
 
 

@@ -33,6 +33,7 @@ from wandb_modprof.records.modes import MODE_KEYS
 from wandb_modprof.sinks import packed as _packed
 from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.sinks import wandb_log as _wandb_log
+from wandb_modprof.sinks import wandb_table as wandb_table_module
 
 CHART = f"me/{_spec.CHART_NAME}"
 
@@ -145,7 +146,7 @@ def test_wandb_infers_the_declared_column_types():
     cells = _wandb_log.wandb_table(table)
     columns, rows = _packed.logged(table.columns, table.rows)
     expected = wandb.Table(
-        columns=columns, data=rows, dtype=_wandb_log.column_types(columns), optional=False
+        columns=columns, data=rows, dtype=wandb_table_module.column_types(columns), optional=False
     )
     assert cells.columns == columns == [*_packed.UNPACKED, _packed.PACKED]
     assert cells.data == expected.data == rows

@@ -15,18 +15,21 @@ from wandb_modprof._validate import (
     check_choice,
     check_log_freq,
     check_model,
+    check_offload,
     check_optimizer,
     check_run,
 )
 from wandb_modprof._warn import entry_point, warn_at_user
 from wandb_modprof.api.distributed import RankChannel, open_channel, rank_info
 from wandb_modprof.api.profile import Profile
+from wandb_modprof.api.sample_handoff import SampleHandoff
 from wandb_modprof.capture.hooks import Capture
 from wandb_modprof.capture.model.wrappers import check_supported, type_name
 from wandb_modprof.capture.options import Options, parse_options
 from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.records import modes as _modes
-from wandb_modprof.sinks.wandb_log import WandbLog, chart_name, current_run, model_key
+from wandb_modprof.sinks.wandb_log import WandbLog, chart_name, model_key
+from wandb_modprof.sinks.wandb_run import call_at_finish, current_run
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 
 
@@ -115,6 +118,17 @@ class WatchHandle:
             raise
         self._capture.owner = self
         self._capture.set_after_sample(self._log_samples)
+        self._handoff: SampleHandoff | None = None  # set by `watch` when samples may move
+
+    def _offload(self, setting: str, log: WandbLog, mode: str, scale: str) -> None:
+        """Hand samples to a worker process (`api.sample_handoff`) as `setting` says."""
+        if setting == "off":
+            return
+        from wandb_modprof.view.table import MAX_ROWS
+
+        start = ("start", self._acc.model_name, MAX_ROWS, log.full_detail, mode, scale)
+        self._handoff = SampleHandoff(self.key, setting, start)
+        self._acc.remote = self._handoff
 
     def _log_samples(self, force: bool = False, final: bool = False) -> bool:
         """Called at the root forward after a sample (and by `unwatch`): rank 0 (or a run
@@ -130,6 +144,11 @@ class WatchHandle:
         log = self._wandb_log
         if log is None:
             return True
+        handoff = self._handoff
+        if handoff is not None and ranks is None:
+            acc.resolve_pending(force=False)  # decides at the first sample; hands it over
+            if acc.remote is handoff:
+                return handoff.deliver(acc, log, final)
 
         def ready() -> int | None:
             acc.resolve_pending(force=force)
@@ -159,11 +178,15 @@ class WatchHandle:
         for the device) and the final HTML report (`<key>/report`), and return the final
         profile."""
         if self._capture.attached:
+            if self._handoff is not None:
+                self._handoff.closing = True
             self._capture.detach()
             self._counter.remove()
             _registry.release(self.model, self)
             # final: the HTML report joins the last sample's log (`<key>/report`)
             self._log_samples(force=True, final=True)
+            if self._handoff is not None:
+                self._handoff.close(self._acc)
             if self._acc.num_samples == 0:
                 warn_at_user(_no_sample_text(self, entry_point()), UserWarning)
         return self._profile
@@ -233,6 +256,7 @@ def watch(
     default_scale: str = _modes.DEFAULT_SCALE,
     chart: str | None = None,
     artifact_freq: int | None = 0,
+    offload: bool | str = "auto",
 ) -> WatchHandle:
     """Measure every module of `model` on every `log_freq`-th training step; log to W&B.
 
@@ -288,6 +312,12 @@ def watch(
             `sinks.wandb_log`): 0 (default) at `unwatch()`, N > 0 also at every N-th logged
             sample, None never. The panel's table holds at most 10,000 rows; the file holds
             every call.
+        offload: where the work after a sample runs (resolving it, the statistics, the
+            table and its W&B rows): "auto" (default) in a worker process when a sample has
+            at least 1,000 module calls, True always in the worker, False on the training
+            thread. With the worker a sample is logged a step or two later, at the first
+            forward after the worker finished; `unwatch()`, `run.finish()` and `profile()`
+            wait for it. Host-timed, single-process runs only (`api.sample_handoff`).
     """
     check_model(model, "watch()")
     options = parse_options(
@@ -299,6 +329,7 @@ def watch(
     default_scale = check_choice("default_scale", default_scale, _modes.SCALES)
     chart = check_chart(chart)
     artifact_freq = check_artifact_freq(artifact_freq)
+    setting = check_offload(offload)
     run = check_run(run)
     check_supported(model)
     info = rank_info()
@@ -320,6 +351,9 @@ def watch(
             handle._wandb_log = WandbLog(
                 run, key, handle.chart, default_mode, default_scale, artifact_freq
             )
+            if handle._ranks is None:
+                handle._offload(setting, handle._wandb_log, default_mode, default_scale)
+            call_at_finish(run, handle, WatchHandle.unwatch)
         else:
             handle.key = f"modprof/{type_name(model)}"  # as rank 0 names it (first model)
         handle._capture.attach()

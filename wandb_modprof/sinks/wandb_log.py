@@ -20,9 +20,7 @@ order; re-watching the same model object in that run reuses its key):
 At `unwatch()`: `<key>/report`, a `wandb.Html` of the final profile as the self-contained
 HTML report (`sinks.html.report_html`, Vega inlined, about 1 MB plus the table), in the same
 `run.log` call as the last sample (alone if that was logged already; none if no sample was
-ever logged). Building it costs about 1 s once per process (vl-convert bundles Vega) and
-milliseconds after that (plus `table()`, up to ~1 s at 10,000 rows); a disabled run discards
-everything it is given, so for disabled runs the report is not built at all.
+ever logged); not built for disabled runs, which discard everything.
 
 The full profile, as a W&B artifact: at `unwatch()` (and, with `artifact_freq=N`, at every
 N-th logged sample too) the profile file (`prof.save`, `*.modprof.json`) is logged as the
@@ -30,17 +28,15 @@ artifact `modprof-<run id>-<Class>` (`artifact_name`), `type="modprof-profile"`,
 per log: the table is cut to 10,000 rows (`view/reduce.py`), the file never is, and
 `wandb-modprof report` or `wandb_modprof.load` read it back from
 `run.use_artifact(...).download()`. A reduced table's note (the panel's banner) names the
-artifact. `artifact_freq=None` logs none; disabled runs log none.
+artifact. `artifact_freq=None` logs none; disabled runs log none. Everything is logged with
+`commit=False`, as `wandb.watch` does: it joins the user's next `run.log` row.
 
-Everything is logged with `commit=False`, as `wandb.watch` does: it joins the user's next
-`run.log` row and never advances `run.step`.
-
-When: a sample is complete when its backward ends, inside the autograd engine, where nothing
-slow or re-entrant belongs. `Capture` marks it and calls `WandbLog.deliver` at the model's
-next root forward (the pre-hook; unsampled steps pay one bool check). On accelerators a
-sample is logged only once its device events have completed (never a device sync): otherwise
-the next step asks again. Samples resolved together are logged once (the table aggregates
-them; the totals are the newest sample's). `unwatch()` resolves and logs what is left.
+When: a sample is complete when its backward ends, inside the autograd engine. `Capture`
+marks it and calls `WandbLog.deliver` at the model's next root forward (on accelerators once
+its device events completed, never a device sync); with `watch`'s worker process,
+`log_packed` at the first root forward after the worker built the table
+(`api.sample_handoff`). Samples resolved together are logged once (the totals are the
+newest sample's). `unwatch()` and `run.finish()` log what is left.
 
 The chart preset: `chart=` if given, else `<entity>/wandb-modprof-v4` with the entity of the
 run (`run.entity`), else `$WANDB_ENTITY`. The preset must be registered once per entity
@@ -49,14 +45,11 @@ cannot name it: its tables are logged alone under `<key>_table` (the same data a
 would have stored), and a two-line warning at the user's line says how to get the panel for
 the entry point used (`wandb.init(entity=...)`, `WandbLogger(entity=...)`, `WANDB_ENTITY`).
 Offline runs warn once per process that the preset must be registered before `wandb sync`.
-Disabled runs (`mode="disabled"`, entity "dummy") log into
-the no-op run without a warning.
-
+Disabled runs (`mode="disabled"`, entity "dummy") log into the no-op run without a warning.
 A failure while building or logging (a finished run, a full disk) warns once per watched
-model and drops that log; training never sees it.
-
-Distributed runs: only rank 0 has a `WandbLog`; just before it builds the table it folds every
-rank's published statistics into the profile (`before_table`, `api.distributed.RankChannel`).
+model and drops that log; training never sees it. Distributed runs: only rank 0 has a
+`WandbLog`; just before it builds the table it folds every rank's published statistics into
+the profile (`before_table`, `api.distributed.RankChannel`).
 """
 
 from __future__ import annotations
@@ -64,20 +57,20 @@ from __future__ import annotations
 import math
 import os
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from wandb_modprof._errors import ModProfError
 from wandb_modprof._warn import entry_point, warn_at_user, warn_safely
 from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.records.snapshot import SupportsSnapshot, as_data
-from wandb_modprof.sinks import packed as _packed
 from wandb_modprof.sinks import spec as _spec
+from wandb_modprof.sinks.wandb_table import wandb_table, wandb_table_of
 from wandb_modprof.stats.quiet_gc import paused_gc
 
 if TYPE_CHECKING:
+    from wandb_modprof.records.sample import StepTotals
     from wandb_modprof.records.snapshot import ProfileData
     from wandb_modprof.view.table import ProfileTable
 
@@ -100,24 +93,6 @@ _ENTITY_FIX = {
     "lightning": "WandbLogger(entity=E) or WANDB_ENTITY=E",
     "huggingface": "WANDB_ENTITY=E in the environment (report_to='wandb' reads it)",
 }
-
-
-def current_run(run: Any) -> Any:
-    """`run`, or `wandb.run` when None; W&B is imported here, never at package import."""
-    if run is not None:
-        return run
-    try:
-        import wandb
-    except ImportError:
-        raise ModProfError(
-            "watch() logs to Weights & Biases, which is not installed: pip install wandb"
-        ) from None
-    if wandb.run is None:
-        raise ModProfError(
-            "watch() needs a W&B run: call wandb.init() before watch(), or pass run=...; "
-            "for profiling without W&B use wandb_modprof.profile(model)"
-        )
-    return wandb.run
 
 
 def model_key(run: Any, model: nn.Module) -> str:
@@ -189,29 +164,6 @@ def chart_name(run: Any, chart: str | None, key: str) -> str | None:
     return name
 
 
-def column_types(columns: Sequence[str]) -> list[type] | None:
-    """The table's column types, as `view.table` defines them (cells are never None). Given to
-    `wandb.Table` they make it 4x faster to build than inferring each cell's type (~80 vs
-    ~320 us per row) and make W&B reject, rather than store, a cell of the wrong kind. None
-    for a column not known here: then W&B infers."""
-    from wandb_modprof.view import (
-        table as _table,  # with the layout (igraph): only when logging, not at import
-    )
-
-    kinds: dict[str, type] = {_packed.PACKED: str}
-    for names, kind in (
-        (_table.TEXT_COLUMNS, str),
-        (_table.INT_COLUMNS, int),
-        (_table.BOOL_COLUMNS, bool),
-        (_table.NUMBER_COLUMNS, float),
-    ):
-        kinds.update(dict.fromkeys(names, kind))
-    try:
-        return [kinds[column] for column in columns]
-    except KeyError:
-        return None
-
-
 def artifact_name(run: Any, key: str) -> str:
     """`modprof-<run id>-<Class>` for the key `modprof/<Class>`: artifact names are per
     project, so the run id keeps two runs' profiles apart (W&B allows letters, digits, `-`,
@@ -225,26 +177,6 @@ def build_table_for(log: WandbLog, data: ProfileData, max_rows: int | None = Non
     from wandb_modprof.view.table import MAX_ROWS, build_table  # with the layout: when logging
 
     return build_table(data, MAX_ROWS if max_rows is None else max_rows, log.full_detail)
-
-
-def wandb_table(table: ProfileTable) -> Any:
-    """The `wandb.Table` of `table` as the panel reads it (`packed.logged`: the cells the spec
-    reads, packed into one text cell per row but the few an older panel needs to say the table
-    is newer, since W&B's work per cell, type checks here and serialisation in `run.log`, is
-    most of a large log's cost; the file has everything). Built a column at a time
-    (`Table.add_column`, W&B's documented
-    way to add a column of homogeneous data): W&B then checks each column's type once over its
-    values, where `Table(data=rows)` re-derives the whole row's type for every row (10,000 rows
-    x 79 columns: 1.7 s against 3.3 s with declared `dtype`s and 7.9 s with
-    `allow_mixed_types`, which skips no check; see README, Scale)."""
-    import wandb
-
-    columns, rows = _packed.logged(table.columns, table.rows)
-    cells = wandb.Table(columns=[])
-    by_column = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
-    for name, values in zip(columns, by_column, strict=True):
-        cells.add_column(name, list(values))
-    return cells
 
 
 class WandbLog:
@@ -287,22 +219,69 @@ class WandbLog:
         """Log `data` as the profile file artifact (see the module docstring); the artifact."""
         import tempfile
 
-        import wandb
-
         from wandb_modprof.sinks.profile_file import save_profile
+
+        with tempfile.TemporaryDirectory(prefix="modprof-") as tmp:
+            path = save_profile(data, f"{tmp}/{PROFILE_FILE}")
+            return self.log_profile_file(str(path), data.model_name, data.num_samples)
+
+    def log_profile_file(self, path: str, model_name: str, num_samples: int) -> Any:
+        """Log the profile file at `path` (written by `save_profile`) as the artifact."""
+        import wandb
 
         artifact = wandb.Artifact(
             artifact_name(self.run, self.key),
             type=ARTIFACT_TYPE,
-            description=f"wandb_modprof profile of {data.model_name}, {data.num_samples} samples",
-            metadata={"model": data.model_name, "samples": data.num_samples, "key": self.key},
+            description=f"wandb_modprof profile of {model_name}, {num_samples} samples",
+            metadata={"model": model_name, "samples": num_samples, "key": self.key},
         )
-        with tempfile.TemporaryDirectory(prefix="modprof-") as tmp:
-            path = save_profile(data, f"{tmp}/{PROFILE_FILE}")
-            artifact.add_file(str(path), name=PROFILE_FILE)  # copied: the folder may go
+        artifact.add_file(path, name=PROFILE_FILE)  # copied: the file's folder may go
         self.run.log_artifact(artifact)
-        self.artifact, self._artifact_at = artifact, data.num_samples
+        self.artifact, self._artifact_at = artifact, num_samples
         return artifact
+
+    def wants_report(self) -> bool:
+        """Whether the final log adds the HTML report (never to a disabled run)."""
+        return not _flag(self.run, "disabled")
+
+    def artifact_due_next(self) -> bool:
+        """Whether the next log of new samples also logs the profile file (`artifact_freq`)."""
+        freq = self.artifact_freq
+        return freq is not None and freq > 0 and (self._logs + 1) % freq == 0
+
+    def log_packed(
+        self,
+        count: int,
+        totals: StepTotals | None,
+        columns: list[str],
+        rows: list[list[object]],
+        page: str | None,
+        profile_file: str | None,
+        model_name: str,
+        final: bool,
+    ) -> None:
+        """Log a table built elsewhere (`watch`'s worker process, `api.sample_handoff`): the
+        packed cells, the newest sample's totals, the report page (final), and the profile
+        file written there when an artifact is due. Like `deliver`, never raises."""
+        try:
+            new = count != self.logged_samples
+            report = final and count > 0 and page is not None and self.wants_report()
+            if not (new or report):
+                return
+            self.logged_samples = count
+            with paused_gc():
+                entry = self._entry_of(wandb_table_of(columns, rows), totals) if new else {}
+                if report:
+                    entry.update(self._html(str(page)))
+                if entry:
+                    self.run.log(entry, commit=False)
+            self._logs += 1 if new else 0
+            freq = self.artifact_freq
+            due = freq is not None and (final or (freq > 0 and new and self._logs % freq == 0))
+            if due and profile_file is not None and count > self._artifact_at:
+                self.log_profile_file(profile_file, model_name, count)
+        except Exception as error:
+            self._warn_once(error)
 
     def deliver(
         self,
@@ -356,8 +335,6 @@ class WandbLog:
         """`{<key>/report: wandb.Html}`: the final profile as the self-contained HTML report
         (`sinks.html`), or {} if it could not be built (warned once, like a failed log)."""
         try:
-            import wandb
-
             from wandb_modprof.sinks.html import report_html, tables_html
 
             mode, scale = self.string_fields["mode"], self.string_fields["scale"]
@@ -366,13 +343,17 @@ class WandbLog:
                 page = report_html([(data.model_name, data)], mode=mode, scale=scale)
             else:
                 page = tables_html([(data.model_name, data.model_name, table)], mode, scale)
-            # inject=False: W&B's default would add a <link> to its CDN stylesheet, and the
-            # page must work offline; data_is_not_path: never stat a 1 MB string as a path
-            html = wandb.Html(page, inject=False, data_is_not_path=True)
+            return self._html(page)
         except Exception as error:
             self._warn_once(error)
             return {}
-        return {f"{self.key}{REPORT_SUFFIX}": html}
+
+    def _html(self, page: str) -> dict[str, Any]:
+        import wandb
+
+        # inject=False: W&B's default would add a <link> to its CDN stylesheet, and the
+        # page must work offline; data_is_not_path: never stat a 1 MB string as a path
+        return {f"{self.key}{REPORT_SUFFIX}": wandb.Html(page, inject=False, data_is_not_path=True)}
 
     def entry(
         self,
@@ -382,14 +363,17 @@ class WandbLog:
     ) -> dict[str, Any]:
         """The dict of one `run.log` call: the panel (or its table) and, with `totals`, the
         step totals (not when a table is logged again for the same samples)."""
-        import wandb
-
         from wandb_modprof.view.table import build_table
 
         data = as_data(profile, "entry()")
         if table is None:
             table = build_table(data)
-        cells = wandb_table(table)
+        last = data.last.totals if data.last is not None and totals else None
+        return self._entry_of(wandb_table(table), last)
+
+    def _entry_of(self, cells: Any, totals: StepTotals | None) -> dict[str, Any]:
+        import wandb
+
         entry: dict[str, Any] = {}
         if self.chart is None:
             entry[f"{self.key}_table"] = cells
@@ -397,10 +381,9 @@ class WandbLog:
             entry[self.key] = wandb.plot_table(
                 self.chart, cells, fields={}, string_fields=dict(self.string_fields)
             )
-        last = data.last if totals else None
-        if last is not None:
+        if totals is not None:
             for name in TOTALS:
-                value = getattr(last.totals, name)
+                value = getattr(totals, name)
                 if value is not None and math.isfinite(value):
                     entry[f"{self.key}/{name}"] = value
         return entry

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from wandb_modprof.capture.resolve import last_stamp_ready, resolve, wait
 from wandb_modprof.records.snapshot import ProfileData
@@ -29,6 +29,15 @@ if TYPE_CHECKING:
 
 MAX_UNRESOLVED = 8
 StaticFn = Callable[[set[str]], Mapping[str, "StaticMemory"]]
+Pending = tuple["StepSession", "PendingGradientState | None", StaticFn]
+
+
+class Remote(Protocol):
+    """Resolves an accumulator's sessions elsewhere (`watch`'s worker process,
+    `api.sample_handoff`): takes them with `take_pending` and, when forced, installs the
+    profile resolved there with `load`."""
+
+    def resolve(self, acc: ProfileAccumulator, force: bool) -> None: ...
 
 
 class ProfileAccumulator:
@@ -39,7 +48,7 @@ class ProfileAccumulator:
         self._acc = StatsAccumulator()
         self._last: Sample | None = None
         self._num_samples = 0
-        self._pending: deque[tuple[StepSession, PendingGradientState | None, StaticFn]] = deque()
+        self._pending: deque[Pending] = deque()
         self._lock = threading.Lock()
         self._structures: dict[str, Structure] = {}  # by call-sequence signature, in order
         self._loaded_stats: dict[str, ModuleStats] | None = None  # a profile read from a file
@@ -47,6 +56,7 @@ class ProfileAccumulator:
         # Every rank's compact statistics, folded by rank 0 of a distributed `watch` when it
         # logs (`api.distributed.RankChannel.collect`); None: no distributed data.
         self._ranks: RankData | None = None
+        self.remote: Remote | None = None  # set: sessions are resolved by it, not here
 
     @classmethod
     def restored(cls, data: ProfileData) -> ProfileAccumulator:
@@ -84,6 +94,9 @@ class ProfileAccumulator:
     # ---- resolution ------------------------------------------------------------------------
     def resolve_pending(self, force: bool) -> None:
         """Resolve finished samples; unless forced, only those whose device events completed."""
+        if self.remote is not None:
+            self.remote.resolve(self, force)
+            return
         with self._lock, paused_gc():
             while self._pending:
                 session, gradients, static_fn = self._pending[0]
@@ -101,6 +114,36 @@ class ProfileAccumulator:
                 self._acc.fold(sample.invocations)
                 self._last = sample
                 self._num_samples += 1
+
+    def first_pending(self) -> StepSession | None:
+        """The oldest finished session not resolved yet."""
+        with self._lock:
+            return self._pending[0][0] if self._pending else None
+
+    def take_pending(self) -> list[Pending]:
+        """The finished sessions not resolved yet, removed from here (for a `Remote`)."""
+        with self._lock:
+            taken = list(self._pending)
+            self._pending.clear()
+        return taken
+
+    def load(self, data: ProfileData) -> None:
+        """Hold `data`, the profile resolved by a `Remote`, as this accumulator's results."""
+        self._num_samples = data.num_samples
+        self._loaded_stats = dict(data.stats)
+        self._last = data.last
+        self._stats_cache = None
+        for structure in data.structures:
+            self._structures.setdefault(structure.signature, structure)
+
+    def saved_state(self) -> tuple[Any, ...]:
+        """The running statistics as picklable state (`restore_state` continues from it)."""
+        return (self._acc, self._last, self._num_samples, tuple(self._structures.values()))
+
+    def restore_state(self, state: tuple[Any, ...]) -> None:
+        self._acc, self._last, self._num_samples, structures = state
+        self._loaded_stats, self._stats_cache = None, None
+        self._structures = {s.signature: s for s in structures}
 
     @property
     def pending_count(self) -> int:

@@ -1,0 +1,155 @@
+"""`watch`'s worker process (`api.sample_handoff`, `api.sample_worker`): what it logs equals
+what the training process would have, a dead worker costs only the samples in flight, and
+`run.finish()` waits for it."""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import wandb
+from helpers import check_logged_tables, strict_json, train_step
+from models import TinyGPT, gpt_input
+
+import wandb_modprof
+from wandb_modprof._errors import ModProfError
+from wandb_modprof.api import sample_worker
+from wandb_modprof.capture.session_record import session_record
+from wandb_modprof.stats.accumulator import ProfileAccumulator
+
+
+def _table_files(root: Path, model: str) -> list[Path]:
+    (run_dir,) = (root / "wandb").glob("offline-run-*")
+    return sorted((run_dir / "files" / "media" / "table" / "modprof").glob(f"{model}_table_*"))
+
+
+def _offline_run(tmp_path: Path) -> wandb.Run:
+    return wandb.init(mode="offline", project="modprof-test", dir=str(tmp_path), entity="me")
+
+
+def test_a_session_resolves_in_the_worker_to_the_same_profile():
+    """The plain-data record of a session, pickled as it travels, resolves and folds in the
+    worker to the statistics and last sample the training process computes itself."""
+    captured = []
+
+    class Keeping(ProfileAccumulator):
+        def add(self, session, gradients, static_fn):  # type: ignore[no-untyped-def]
+            names = {inv.name for inv in session.invocations}
+            captured.append((session, gradients.resolve(), dict(static_fn(names))))
+            super().add(session, gradients, static_fn)
+
+    model, x = TinyGPT(), gpt_input()
+    acc = Keeping("TinyGPT")
+    handle = wandb_modprof.watch(model, log_freq=1, run=wandb.init(mode="disabled"),
+                                 structure=False, offload=False)  # fmt: skip
+    handle._acc.add = acc.add  # type: ignore[method-assign]
+    for _ in range(3):
+        train_step(model, x)
+    handle.unwatch()
+    assert len(captured) == 3
+    worker = sample_worker.Worker("/nonexistent/checkpoint")
+    sample_worker.handle(worker, ("start", "TinyGPT", 10_000, "", "fwd", "linear"), skip=False)
+    for session, gradients, static in captured:
+        record = session_record(session)
+        assert record is not None
+        travelled = sample_worker.pickle.loads(sample_worker.pickle.dumps(record))
+        sample_worker.handle(worker, ("sample", travelled, static, gradients), skip=False)
+    acc.resolve_pending(force=True)
+    mine, theirs = acc.snapshot(), worker.snapshot()
+    assert theirs.num_samples == mine.num_samples == 3
+    assert theirs.stats == mine.stats
+    assert theirs.last == mine.last
+
+
+def test_the_worker_logs_every_sample_and_the_final_profile(tmp_path):
+    """offload=True on an offline run: each sample is logged (a step or two later), the
+    final table is the returned profile's, the report and the artifact are logged, and
+    training is bitwise identical to an unwatched twin."""
+    model, x = TinyGPT(), gpt_input()
+    twin = copy.deepcopy(model)
+    run = _offline_run(tmp_path)
+    handle = wandb_modprof.watch(model, log_freq=2, run=run, offload=True)
+    opt, opt_twin = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin))
+    for _ in range(9):  # 1: structure pass; 2, 4, 6, 8 sampled
+        assert torch.equal(train_step(model, x), train_step(twin, x))
+        opt.step(), opt_twin.step()
+        opt.zero_grad(), opt_twin.zero_grad()
+        run.log({"loss": 1.0})
+        time.sleep(0.05)
+    assert handle._handoff is not None and handle._handoff.decided is True
+    worker = handle._handoff._worker
+    assert worker is not None and worker.alive()
+    prof = handle.unwatch()
+    assert worker.proc.poll() is not None  # stopped
+    artifact = handle._wandb_log.artifact if handle._wandb_log else None
+    run.finish()
+    assert prof.num_samples == 4
+    files = _table_files(tmp_path, "TinyGPT")
+    assert 1 <= len(files) <= 4  # tables of samples that arrived together are logged once
+    table = prof.table()
+    check_logged_tables(files, table.columns)
+    last = strict_json(files[-1].read_text())
+    assert len(last["data"]) == len(table.rows)
+    assert artifact is not None and artifact.type == "modprof-profile"
+    (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
+    (report,) = (run_dir / "files/media/html/modprof/TinyGPT").glob("report_*.html")
+    assert "TinyGPT" in report.read_text()
+    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_killed_worker_loses_only_the_samples_in_flight(tmp_path):
+    model, x = TinyGPT(), gpt_input()
+    run = wandb.init(mode="disabled")
+    handle = wandb_modprof.watch(model, log_freq=1, run=run, structure=False, offload=True)
+    for _ in range(3):
+        train_step(model, x)
+    assert handle.profile().num_samples == 3  # waits: the worker has saved 3 samples
+    handoff = handle._handoff
+    assert handoff is not None and handoff._worker is not None
+    first = handoff._worker.proc
+    train_step(model, x)  # sample 4: handed over at the next forward
+    train_step(model, x)  # sample 5
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    with pytest.warns(RuntimeWarning, match="ended .*lost, later samples are kept") as caught:
+        for _ in range(3):
+            train_step(model, x)
+        prof = handle.unwatch()
+    assert len([w for w in caught if "wandb_modprof" in str(w.message)]) == 1
+    assert handoff._worker is None or handoff._worker.proc is not first
+    # samples 1-3 were saved; 4 and 5 were handed over or still pending when it died
+    assert 6 <= prof.num_samples <= 8
+
+
+def test_run_finish_waits_for_the_worker_and_unwatches(tmp_path):
+    model, x = TinyGPT(), gpt_input()
+    run = _offline_run(tmp_path)
+    handle = wandb_modprof.watch(model, log_freq=1, run=run, structure=False, offload=True)
+    for _ in range(3):
+        train_step(model, x)
+    run.finish()  # no unwatch(): the run's teardown unwatches first
+    assert not handle.active
+    assert handle.profile().num_samples == 3
+    assert _table_files(tmp_path, "TinyGPT")
+
+
+def test_auto_keeps_a_small_model_in_process():
+    model, x = TinyGPT(), gpt_input()
+    handle = wandb_modprof.watch(model, log_freq=1, run=wandb.init(mode="disabled"))
+    for _ in range(3):
+        train_step(model, x)
+    handoff = handle._handoff
+    assert handoff is not None and handoff.decided is False and handoff._worker is None
+    assert handle.unwatch().num_samples == 2  # step 1 is the structure pass
+
+
+@pytest.mark.parametrize("offload", ["yes", 1, None, "process"])
+def test_offload_must_be_auto_true_or_false(offload):
+    with pytest.raises(ModProfError, match=r"offload expected 'auto', True or False; got"):
+        wandb_modprof.watch(TinyGPT(), run=wandb.init(mode="disabled"), offload=offload)

@@ -1,0 +1,191 @@
+"""The worker process of `watch`: resolves, folds and tables samples off the training thread.
+
+Started by `api.sample_handoff` as `python -m wandb_modprof.api.sample_worker FD CHECKPOINT`,
+with one end of a socket pair as FD. It holds the profile's running statistics (a
+`ProfileAccumulator`), receives finished step sessions as plain data
+(`capture.session_record`) with their static memory and gradient readings, and answers log
+requests with what the training process needs to log: the sample count, the newest sample's
+totals, the table's columns and packed rows (`sinks.packed`), on request the HTML report page
+and the whole profile. After every batch of samples it saves its statistics to CHECKPOINT
+(written aside, then renamed), so that a worker started after this one crashed continues from
+there and only the samples in flight are lost.
+
+Messages are pickled tuples (see `handle`). A failure while handling one is answered with
+("error", serial, text) and the worker carries on; it exits when the socket closes (the
+training process ended) or on ("stop",).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import sys
+import traceback
+from collections.abc import Mapping
+from multiprocessing.connection import Connection
+from typing import Any
+
+from wandb_modprof.capture.memory.static_memory import GradientState, StaticMemory
+from wandb_modprof.records.snapshot import ProfileData
+from wandb_modprof.stats.accumulator import ProfileAccumulator
+from wandb_modprof.stats.quiet_gc import paused_gc
+
+
+class _Given:
+    """Gradient readings already resolved in the training process (`PendingGradientState`)."""
+
+    def __init__(self, state: GradientState) -> None:
+        self.state = state
+
+    def resolve(self) -> GradientState:
+        return self.state
+
+
+class Worker:
+    """The statistics of one watched model and the answers to its log requests."""
+
+    def __init__(self, checkpoint: str) -> None:
+        self.checkpoint = checkpoint
+        self.acc: ProfileAccumulator | None = None
+        self.max_rows = 10_000
+        self.full_detail = ""
+        self.mode, self.scale = "fwd", "linear"
+        self.saved = 0  # samples in the last checkpoint written
+        self.files = 0  # profile files written
+
+    def start(
+        self, model_name: str, max_rows: int, full_detail: str, mode: str, scale: str
+    ) -> None:
+        self.acc = ProfileAccumulator(model_name)
+        self.max_rows, self.full_detail, self.mode, self.scale = max_rows, full_detail, mode, scale
+        if os.path.exists(self.checkpoint):
+            with open(self.checkpoint, "rb") as file:
+                self.acc.restore_state(pickle.load(file))
+            self.saved = self.acc.num_samples
+
+    def add(
+        self, record: Any, static: Mapping[str, StaticMemory], gradients: GradientState | None
+    ) -> None:
+        assert self.acc is not None
+        given = _Given(gradients) if gradients is not None else None
+        self.acc.add(record, given, lambda names: static)  # type: ignore[arg-type]
+
+    def save(self) -> None:
+        """The statistics to the checkpoint file (aside, then renamed: never half written)."""
+        assert self.acc is not None
+        self.acc.resolve_pending(force=True)
+        if self.acc.num_samples == self.saved:
+            return
+        aside = f"{self.checkpoint}.part"
+        with paused_gc(), open(aside, "wb") as file:
+            pickle.dump(self.acc.saved_state(), file, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(aside, self.checkpoint)
+        self.saved = self.acc.num_samples
+
+    def log(self, final: bool, want_file: bool, report: bool) -> tuple[Any, ...]:
+        """What the training process logs: (count, totals, columns, rows, report page, profile
+        file, model name) and, when final, the profile itself (for `unwatch()`'s result)."""
+        from wandb_modprof.sinks import packed
+        from wandb_modprof.view.table import build_table
+
+        assert self.acc is not None
+        self.acc.resolve_pending(force=True)
+        data = self.acc.snapshot()
+        with paused_gc():
+            table = build_table(data, self.max_rows, self.full_detail)
+            columns, rows = packed.logged(table.columns, table.rows)
+            page = None
+            if report and data.num_samples:
+                from wandb_modprof.sinks.html import tables_html
+
+                page = tables_html(
+                    [(data.model_name, data.model_name, table)], self.mode, self.scale
+                )
+        path = None
+        if want_file and data.num_samples:
+            from wandb_modprof.sinks.profile_file import save_profile
+
+            self.files += 1  # a new name each time: the training process may still read one
+            path = str(save_profile(data, f"{self.checkpoint}.{self.files}.modprof.json"))
+        totals = data.last.totals if data.last is not None else None
+        count, name = data.num_samples, data.model_name
+        return (count, totals, columns, rows, page, path, name, data if final else None)
+
+    def snapshot(self) -> ProfileData:
+        assert self.acc is not None
+        self.acc.resolve_pending(force=True)
+        return self.acc.snapshot()
+
+
+def serve(conn: Connection, worker: Worker) -> None:
+    """Answer messages until the socket closes or ("stop",) arrives."""
+    while True:
+        try:
+            batch = [conn.recv_bytes()]
+            while conn.poll(0):
+                batch.append(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        with paused_gc():
+            messages = [pickle.loads(raw) for raw in batch]
+        # Only the newest plain log request of a batch is answered with a table: an older one
+        # would be outdated before the training process read it.
+        outdated = [i for i, m in enumerate(messages) if m[0] == "log" and not (m[2] or m[3])][:-1]
+        for i, message in enumerate(messages):
+            if message[0] == "stop":
+                return
+            serial = message[1] if len(message) > 1 and isinstance(message[1], int) else -1
+            try:
+                reply = handle(worker, message, skip=i in outdated)
+            except Exception:
+                reply = ("error", serial, traceback.format_exc(limit=8), worker.saved)
+            if reply is not None:
+                with paused_gc():
+                    conn.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def handle(worker: Worker, message: tuple[Any, ...], skip: bool) -> tuple[Any, ...] | None:
+    """One message: ("start", model, max_rows, full_detail, mode, scale); ("sample", record,
+    static, gradients); ("structure", structure); ("log", serial, final, want_data, report);
+    ("snapshot", serial) (a log's want_file: write the profile file for the artifact; a final
+    log also sends the profile). Log and snapshot requests are answered (a skipped log with its
+    count only), the others not."""
+    kind = message[0]
+    if kind == "start":
+        worker.start(*message[1:])
+        return None
+    assert worker.acc is not None, "the first message is start"
+    if kind == "sample":
+        worker.add(*message[1:])
+        return None
+    if kind == "structure":
+        worker.acc.add_structure(message[1])
+        return None
+    serial = message[1]
+    if kind == "log":
+        final, want_file, report = message[2:5]
+        worker.save()
+        if skip:
+            return ("skipped", serial, worker.acc.num_samples, worker.saved)
+        return ("logged", serial, *worker.log(final, want_file, report), worker.saved)
+    if kind == "snapshot":
+        worker.save()
+        return ("data", serial, worker.snapshot(), worker.saved)
+    raise ValueError(f"unknown message {kind!r}")
+
+
+def main(argv: list[str]) -> int:
+    fd, checkpoint = int(argv[0]), argv[1]
+    with contextlib.suppress(OSError):
+        os.nice(10)  # the training process comes first when the cores are busy
+    conn = Connection(fd)
+    try:
+        serve(conn, Worker(checkpoint))
+    finally:
+        conn.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
