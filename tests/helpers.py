@@ -87,6 +87,12 @@ def logged_cells(
     return logged(columns, rows)
 
 
+def without_overhead(rows: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
+    """Logged (packed) or full rows without the `overhead_pct` meta row: a watched run's
+    measured overhead goes on after a table is logged, the rest of a table does not."""
+    return [r for r in rows if not (r[0] == "meta" and "overhead_pct" in r[:6])]
+
+
 def check_logged_tables(files: Sequence[Path], columns: Sequence[str]) -> None:
     """Every W&B table file is strict JSON with the columns of a table with these `columns`
     that the panel reads (`logged_cells`), 1 to 10,000 rows and only finite numbers, packed

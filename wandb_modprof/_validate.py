@@ -61,6 +61,15 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     return value
 
 
+def check_overhead(overhead: Any) -> float:
+    """`watch(overhead=)`: a share of training time, 0 < overhead < 1."""
+    if isinstance(overhead, bool) or not isinstance(overhead, (int, float)):
+        raise ModProfError(f"watch() overhead expected a number in (0, 1); got {overhead!r}")
+    if not 0 < overhead < 1:
+        raise ModProfError(f"watch() overhead expected a number in (0, 1); got {overhead!r}")
+    return float(overhead)
+
+
 def check_offload(offload: Any) -> str:
     """`watch(offload=)`: "auto", True or False, as "auto", "process" or "off"."""
     if offload is True or offload is False:

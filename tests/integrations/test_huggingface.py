@@ -21,6 +21,7 @@ from helpers import (
     ours,
     recorded_warnings,
     strict_json,
+    without_overhead,
 )
 from models import gpt2_from_config
 
@@ -126,7 +127,10 @@ def test_trainer_logs_every_log_freq_th_optimizer_step_to_the_report_to_wandb_ru
     table = prof.table()
     check_logged_tables(tables, table.columns)
     newest = max(tables, key=lambda path: int(path.name.split("_")[2]))
-    assert strict_json(newest.read_text())["data"] == logged_cells(table.columns, table.rows)[1]
+    # equal but for the run's measured overhead, which went on after that sample was logged
+    logged = strict_json(newest.read_text())["data"]
+    assert without_overhead(logged) == without_overhead(logged_cells(table.columns, table.rows)[1])
+    assert len(logged) - len(without_overhead(logged)) == 1
     (report,) = (run_dir / "files/media/html/modprof/GPT2LMHeadModel").glob("report_*.html")
     assert "GPT2LMHeadModel" in report.read_text()  # the final report, logged at unwatch
 

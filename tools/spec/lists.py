@@ -286,8 +286,9 @@ def _totals() -> list[Data]:
         joined.append(a)
     joined.append(
         "isValid(tot.num_samples) ? format(tot.num_samples, 'd') + ' samples  ·  ' + "
-        "format(tot.invocations, 'd') + ' calls' : ''"
-    )
+        "format(tot.invocations, 'd') + ' calls' + (isValid(tot.overhead_pct) ? '  ·  ' + "
+        "format(tot.overhead_pct, '.2~f') + ' % overhead' : '') : ''"
+    )  # (overhead_pct: a watched run's measured cost of sampling, `api.overhead`)
     # compiled regions (meta `compiled_region`): the calls inside have FLOPs only, so they are
     # absent from the time and memory top lists; this line says where they went
     joined.append(

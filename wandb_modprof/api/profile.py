@@ -106,7 +106,9 @@ class Profile:
 
         data = self.snapshot()
         compiled = regions(merge(data.structures, data.stats.values()))
-        return format_summary(data.model_name, data.num_samples, data.stats, data.last, n, compiled)
+        return format_summary(
+            data.model_name, data.num_samples, data.stats, data.last, n, compiled, data.overhead
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain builtins: model name, sample count, last sample's records, and statistics."""

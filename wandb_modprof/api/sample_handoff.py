@@ -50,6 +50,7 @@ from wandb_modprof.stats.accumulator import ProfileAccumulator
 from wandb_modprof.stats.quiet_gc import paused_gc
 
 if TYPE_CHECKING:
+    from wandb_modprof.records.snapshot import Overhead
     from wandb_modprof.sinks.wandb_log import WandbLog
 
 OFFLOAD_MIN_CALLS = 1_000
@@ -161,7 +162,7 @@ class SampleHandoff:
         if force and self._shipped and self._worker is not None and not self.closing:
             reply = self._ask(("snapshot",), acc)
             if reply is not None:
-                acc.load(reply[2])
+                acc.load(reply[2])  # (its overhead is this process's: `load` keeps it)
 
     # ---- delivery to W&B -------------------------------------------------------------------
     def deliver(self, acc: ProfileAccumulator, log: WandbLog, final: bool) -> bool:
@@ -173,21 +174,22 @@ class SampleHandoff:
         if acc.remote is not self:  # fell back: the caller logs in-process
             return log.deliver(lambda: _resolved(acc), acc.snapshot, final=final)
         if final:
-            ask = ("log", True, log.artifact_freq is not None, log.wants_report())
+            ask = ("log", True, log.artifact_freq is not None, log.wants_report(), acc.overhead)
             reply = self._ask(ask, acc) if self._shipped else None
             if reply is None:  # nothing handed over, or fell back to in-process
                 return log.deliver(lambda: _resolved(acc), acc.snapshot, final=final)
             self._newest = None
             acc.load(reply[9])
-            _log_reply(log, reply, final=True)
+            _log_reply(log, reply, True, acc.overhead)
             return True
         if self._shipped > self._requested:
             self._requested = self._shipped
-            self._outstanding = self._request(("log", False, log.artifact_due_next(), False))
+            ask = ("log", False, log.artifact_due_next(), False, acc.overhead)
+            self._outstanding = self._request(ask)
         self._drain(acc)
         newest, self._newest = self._newest, None
         if newest is not None:
-            _log_reply(log, newest, final=False)
+            _log_reply(log, newest, False, acc.overhead)
         return self._outstanding is None
 
     def close(self, acc: ProfileAccumulator) -> None:
@@ -353,10 +355,12 @@ class SampleHandoff:
         warn_safely(f"wandb_modprof: {text}. Training is not affected.", RuntimeWarning)
 
 
-def _log_reply(log: WandbLog, reply: tuple[Any, ...], final: bool) -> None:
+def _log_reply(
+    log: WandbLog, reply: tuple[Any, ...], final: bool, overhead: Overhead | None
+) -> None:
     """Log a ("logged", serial, count, totals, columns, rows, page, file, name, ...) answer."""
     count, totals, columns, rows, page, path, name = reply[2:9]
-    log.log_packed(count, totals, columns, rows, page, path, name, final=final)
+    log.log_packed(count, totals, columns, rows, page, path, name, final, overhead)
 
 
 def _resolved(acc: ProfileAccumulator) -> int | None:

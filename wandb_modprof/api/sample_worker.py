@@ -147,7 +147,8 @@ def serve(conn: Connection, worker: Worker) -> None:
 
 def handle(worker: Worker, message: tuple[Any, ...], skip: bool) -> tuple[Any, ...] | None:
     """One message: ("start", model, max_rows, full_detail, mode, scale); ("sample", record,
-    static, gradients); ("structure", structure); ("log", serial, final, want_data, report);
+    static, gradients); ("structure", structure); ("log", serial, final, want_file, report,
+    overhead);
     ("snapshot", serial) (a log's want_file: write the profile file for the artifact; a final
     log also sends the profile). Log and snapshot requests are answered (a skipped log with its
     count only), the others not."""
@@ -164,7 +165,7 @@ def handle(worker: Worker, message: tuple[Any, ...], skip: bool) -> tuple[Any, .
         return None
     serial = message[1]
     if kind == "log":
-        final, want_file, report = message[2:5]
+        final, want_file, report, worker.acc.overhead = message[2:6]
         worker.save()
         if skip:
             return ("skipped", serial, worker.acc.num_samples, worker.saved)

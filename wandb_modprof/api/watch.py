@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 import torch
@@ -17,65 +18,24 @@ from wandb_modprof._validate import (
     check_model,
     check_offload,
     check_optimizer,
+    check_overhead,
     check_run,
 )
 from wandb_modprof._warn import entry_point, warn_at_user
 from wandb_modprof.api.distributed import RankChannel, open_channel, rank_info
+from wandb_modprof.api.overhead import DEFAULT_OVERHEAD
 from wandb_modprof.api.profile import Profile
 from wandb_modprof.api.sample_handoff import SampleHandoff
+from wandb_modprof.api.step_counter import StepCounter
 from wandb_modprof.capture.hooks import Capture
 from wandb_modprof.capture.model.wrappers import check_supported, type_name
 from wandb_modprof.capture.options import Options, parse_options
 from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.records import modes as _modes
+from wandb_modprof.records.snapshot import Overhead
 from wandb_modprof.sinks.wandb_log import WandbLog, chart_name, model_key
 from wandb_modprof.sinks.wandb_run import call_at_finish, current_run
 from wandb_modprof.stats.accumulator import ProfileAccumulator
-
-
-class _StepCounter:
-    """Counts training steps and says which ones to sample.
-
-    A training step is a forward of the watched model with `model.training` and grad enabled
-    (eval, `no_grad` and `inference_mode` forwards are not counted). With an `optimizer`, steps
-    are optimizer steps instead: with gradient accumulation, the first micro-batch of every
-    `log_freq`-th optimizer step is sampled. Steps are 1-based and the `log_freq`-th,
-    `2*log_freq`-th ... are sampled, so the warm-up first step is skipped unless `log_freq=1`.
-    """
-
-    def __init__(self, log_freq: int, optimizer: torch.optim.Optimizer | None) -> None:
-        self.log_freq = log_freq
-        self.forwards = 0
-        self.optimizer_steps = 0
-        self._last_sampled = 0
-        self._handle = None
-        if optimizer is not None:
-            self._handle = optimizer.register_step_post_hook(self._on_optimizer_step)
-
-    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self.optimizer_steps += 1
-
-    @property
-    def steps(self) -> int:
-        return self.optimizer_steps if self._handle is not None else self.forwards
-
-    @staticmethod
-    def is_training_forward(module: nn.Module) -> bool:
-        return module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
-
-    def __call__(self, module: nn.Module) -> int | None:
-        if not self.is_training_forward(module):
-            return None
-        self.forwards += 1
-        step = self.optimizer_steps + 1 if self._handle is not None else self.forwards
-        if step % self.log_freq or step == self._last_sampled:
-            return None
-        self._last_sampled = step
-        return step
-
-    def remove(self) -> None:
-        if self._handle is not None:
-            self._handle.remove()
 
 
 class WatchHandle:
@@ -87,10 +47,11 @@ class WatchHandle:
     def __init__(
         self,
         model: nn.Module,
-        log_freq: int,
+        log_freq: int | str,
         run: Any,
         optimizer: torch.optim.Optimizer | None,
         options: Options,
+        budget: float = DEFAULT_OVERHEAD,
     ) -> None:
         self.model = model
         self.log_freq = log_freq
@@ -99,7 +60,7 @@ class WatchHandle:
         self.chart: str | None = None  # the W&B chart preset; None: tables without the panel
         self._wandb_log: WandbLog | None = None
         self._ranks: RankChannel | None = None  # distributed runs: per-rank statistics
-        self._counter = _StepCounter(log_freq, optimizer)
+        self._counter = StepCounter(log_freq, optimizer, budget)
         self._structure = options.structure  # for the no-sample warning of unwatch()
         self._acc = ProfileAccumulator(type_name(model))
         self._profile = Profile(self._acc.model_name, self._acc)
@@ -117,7 +78,9 @@ class WatchHandle:
             self._counter.remove()  # a refused watch leaves no optimizer hook behind
             raise
         self._capture.owner = self
-        self._capture.set_after_sample(self._log_samples)
+        self._capture.set_after_sample(self._timed_log)
+        structures = self._capture.structures
+        self._counter.passes = lambda: structures.passes
         self._handoff: SampleHandoff | None = None  # set by `watch` when samples may move
 
     def _offload(self, setting: str, log: WandbLog, mode: str, scale: str) -> None:
@@ -130,10 +93,24 @@ class WatchHandle:
         self._handoff = SampleHandoff(self.key, setting, start)
         self._acc.remote = self._handoff
 
+    def _timed_log(self) -> bool:
+        """`_log_samples` at a root forward, its time counted as the run's overhead."""
+        start = time.perf_counter()
+        try:
+            return self._log_samples()
+        finally:
+            self._counter.meter.own(time.perf_counter() - start)
+
+    @property
+    def overhead(self) -> Overhead:
+        """What sampling has cost this run's training thread so far (`api.overhead`)."""
+        return self._counter.meter.overhead()
+
     def _log_samples(self, force: bool = False, final: bool = False) -> bool:
         """Called at the root forward after a sample (and by `unwatch`): rank 0 (or a run
         that is not distributed) logs; every other rank publishes its statistics for rank 0."""
         acc = self._acc
+        acc.overhead = self.overhead
         ranks = self._ranks
         if ranks is not None and not ranks.is_logger:
             acc.resolve_pending(force=force)
@@ -170,6 +147,7 @@ class WatchHandle:
 
     def profile(self) -> Profile:
         """The aggregated profile; waits for the device only for samples not yet resolved."""
+        self._acc.overhead = self.overhead
         self._acc.resolve_pending(force=True)
         return self._profile
 
@@ -202,14 +180,14 @@ class WatchHandle:
 def _no_sample_text(handle: WatchHandle, entry: str) -> str:
     """Why a watch ended with nothing measured, and what to change (two lines)."""
     model, steps, freq = type(handle.model).__name__, handle.steps, handle.log_freq
-    unit = "optimizer step" if handle._counter._handle is not None else "training step"
+    unit = "optimizer step" if handle._counter.counts_optimizer_steps else "training step"
     head = f"wandb_modprof: {model} was watched for {steps} {unit}(s) with log_freq={freq}"
     if steps == 0:
         why = (
             f"{head} and no sample was taken: no {unit} was counted (a step is a forward "
             "in training mode with grad enabled), so nothing was logged.\n"
         )
-    elif steps < freq:
+    elif isinstance(freq, int) and steps < freq:
         why = f"{head}: steps {freq}, {2 * freq}, ... are sampled, so none was, nothing logged.\n"
     else:
         first = "the first training step is the structure pass; " if handle._structure else ""
@@ -243,7 +221,7 @@ def forwards_counted(handle: WatchHandle) -> int:
 
 def watch(
     model: nn.Module,
-    log_freq: int = 100,
+    log_freq: int | str = 100,
     run: Any = None,
     optimizer: torch.optim.Optimizer | None = None,
     *,
@@ -257,6 +235,7 @@ def watch(
     chart: str | None = None,
     artifact_freq: int | None = 0,
     offload: bool | str = "auto",
+    overhead: float = DEFAULT_OVERHEAD,
 ) -> WatchHandle:
     """Measure every module of `model` on every `log_freq`-th training step; log to W&B.
 
@@ -283,7 +262,8 @@ def watch(
 
     Args:
         model: the module to measure (the same object the training loop calls).
-        log_freq: sample every `log_freq`-th training step (>= 1).
+        log_freq: sample every `log_freq`-th training step (>= 1), or "auto": sample when
+            the run's measured cost of sampling stays within `overhead` (`api.overhead`).
         run: the W&B run to log to (default: `wandb.run`; one of them is required: for
             profiling without W&B use `wandb_modprof.profile(model)`). In a distributed
             run (`torch.distributed` initialised) only rank 0 needs and uses one: every other
@@ -318,12 +298,17 @@ def watch(
             thread. With the worker a sample is logged a step or two later, at the first
             forward after the worker finished; `unwatch()`, `run.finish()` and `profile()`
             wait for it. Host-timed, single-process runs only (`api.sample_handoff`).
+        overhead: with `log_freq="auto"`, the share of training time sampling may take
+            (default 0.01). Every run's measured overhead is in `handle.overhead`, the
+            summary, the panel, the report and `modprof/<Class>/overhead_pct`.
     """
     check_model(model, "watch()")
     options = parse_options(
         timing=timing, activations=activations, norms=norms, structure=structure, nvtx=nvtx
     )
-    log_freq = check_log_freq(log_freq)
+    if not (isinstance(log_freq, str) and log_freq == "auto"):
+        log_freq = check_log_freq(log_freq)
+    budget = check_overhead(overhead)
     optimizer = check_optimizer(optimizer)
     default_mode = check_choice("default_mode", default_mode, _modes.MODE_KEYS)
     default_scale = check_choice("default_scale", default_scale, _modes.SCALES)
@@ -335,7 +320,7 @@ def watch(
     info = rank_info()
     logs = info is None or info.rank == 0
     run = current_run(run) if logs else None
-    handle = WatchHandle(model, log_freq, run, optimizer, options)
+    handle = WatchHandle(model, log_freq, run, optimizer, options, budget)
     try:
         _registry.claim(model, handle, "watching")
     except BaseException:

@@ -19,6 +19,23 @@ from wandb_modprof.records.sample import ModuleStats, Sample
 
 
 @dataclass(frozen=True)
+class Overhead:
+    """What sampling cost a watched run's training thread, measured (`api.overhead`): the
+    training time so far, the part of it that was ours (sampled steps and structure passes
+    beyond a typical step, and our work at later steps), over how many steps and samples."""
+
+    wall_s: float
+    cost_s: float
+    steps: int
+    samples: int
+
+    @property
+    def share(self) -> float:
+        """`cost_s` over `wall_s` (0 before two steps were timed)."""
+        return self.cost_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class ProfileData:
     """The profile at one moment: statistics per call key (in forward order), the last sample,
     the structure passes (oldest first) and, on rank 0 of a distributed run, every rank's data."""
@@ -29,6 +46,8 @@ class ProfileData:
     last: Sample | None
     structures: tuple[Structure, ...]
     ranks: RankData | None = None
+    # `watch` only: what sampling cost the run (not part of the profile file: a fact of the run)
+    overhead: Overhead | None = None
 
     @property
     def statistic(self) -> str:

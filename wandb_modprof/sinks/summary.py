@@ -16,6 +16,7 @@ from wandb_modprof.view.regions import Region, note
 
 if TYPE_CHECKING:
     from wandb_modprof.records.sample import ModuleStats, Sample
+    from wandb_modprof.records.snapshot import Overhead
     from wandb_modprof.sinks.values import ModeValues
 
 
@@ -35,6 +36,15 @@ def _section(
     return [title, *render_columns(["module", "type", "self", "incl"], cells, {2, 3})]
 
 
+def overhead_line(overhead: Overhead) -> str:
+    """What sampling cost the run, as measured on its training thread (`api.overhead`)."""
+    cost, wall = (format_value("ms", 1e3 * s) for s in (overhead.cost_s, overhead.wall_s))
+    return (
+        f"sampling overhead: {100 * overhead.share:.2f} % of training time ({cost} of {wall} "
+        f"over {overhead.steps} steps, {overhead.samples} sampled; measured)"
+    )
+
+
 def format_summary(
     model_name: str,
     num_samples: int,
@@ -42,6 +52,7 @@ def format_summary(
     last: Sample | None,
     n: int,
     regions: Sequence[Region] = (),
+    overhead: Overhead | None = None,
 ) -> str:
     model_name = escape_text(model_name)
     if last is None or not stats:
@@ -65,6 +76,8 @@ def format_summary(
 
     kind = statistic_words(stats.values())
     lines = [head, totals_line, f"({kind} over samples; self = excluding child modules)"]
+    if overhead is not None:
+        lines.append(overhead_line(overhead))
     lines += gc_notes(list(stats.values()), n)
     lines += region_notes(regions, n)
     lines.append("")

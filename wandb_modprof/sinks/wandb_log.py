@@ -71,7 +71,7 @@ from wandb_modprof.stats.quiet_gc import paused_gc
 
 if TYPE_CHECKING:
     from wandb_modprof.records.sample import StepTotals
-    from wandb_modprof.records.snapshot import ProfileData
+    from wandb_modprof.records.snapshot import Overhead, ProfileData
     from wandb_modprof.view.table import ProfileTable
 
 KEY_PREFIX = "modprof"
@@ -259,6 +259,7 @@ class WandbLog:
         profile_file: str | None,
         model_name: str,
         final: bool,
+        overhead: Overhead | None = None,
     ) -> None:
         """Log a table built elsewhere (`watch`'s worker process, `api.sample_handoff`): the
         packed cells, the newest sample's totals, the report page (final), and the profile
@@ -270,7 +271,8 @@ class WandbLog:
                 return
             self.logged_samples = count
             with paused_gc():
-                entry = self._entry_of(wandb_table_of(columns, rows), totals) if new else {}
+                cells = wandb_table_of(columns, rows)
+                entry = self._entry_of(cells, totals, overhead) if new else {}
                 if report:
                     entry.update(self._html(str(page)))
                 if entry:
@@ -369,9 +371,11 @@ class WandbLog:
         if table is None:
             table = build_table(data)
         last = data.last.totals if data.last is not None and totals else None
-        return self._entry_of(wandb_table(table), last)
+        return self._entry_of(wandb_table(table), last, data.overhead if totals else None)
 
-    def _entry_of(self, cells: Any, totals: StepTotals | None) -> dict[str, Any]:
+    def _entry_of(
+        self, cells: Any, totals: StepTotals | None, overhead: Overhead | None = None
+    ) -> dict[str, Any]:
         import wandb
 
         entry: dict[str, Any] = {}
@@ -386,6 +390,8 @@ class WandbLog:
                 value = getattr(totals, name)
                 if value is not None and math.isfinite(value):
                     entry[f"{self.key}/{name}"] = value
+        if overhead is not None:  # `watch`'s measured cost of sampling, % of training time
+            entry[f"{self.key}/overhead_pct"] = 100.0 * overhead.share
         return entry
 
     def _warn_once(self, error: Exception) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from wandb_modprof.capture.resolve import last_stamp_ready, resolve, wait
-from wandb_modprof.records.snapshot import ProfileData
+from wandb_modprof.records.snapshot import Overhead, ProfileData
 from wandb_modprof.stats.quiet_gc import paused_gc
 from wandb_modprof.stats.running import StatsAccumulator
 
@@ -57,6 +57,7 @@ class ProfileAccumulator:
         # logs (`api.distributed.RankChannel.collect`); None: no distributed data.
         self._ranks: RankData | None = None
         self.remote: Remote | None = None  # set: sessions are resolved by it, not here
+        self.overhead: Overhead | None = None  # `watch`: what sampling cost, set before reads
 
     @classmethod
     def restored(cls, data: ProfileData) -> ProfileAccumulator:
@@ -207,4 +208,5 @@ class ProfileAccumulator:
             last=self._last,
             structures=self.structures(),
             ranks=self._ranks,
+            overhead=self.overhead,
         )

@@ -50,6 +50,8 @@ def profile_meta(prof: ProfileData, tree: CallTree, has_views: bool) -> list[Met
     meta.append(("total_fwd_bwd_ms", "", None if fwd is None or bwd is None else fwd + bwd))
     flops = root.fwd_flops if root is not None and root.flops_known else None
     meta.append(("total_fwd_flops", "", flops))
+    if prof.overhead is not None:  # `watch`: what sampling cost the run, in % of its time
+        meta.append(("overhead_pct", "", 100.0 * prof.overhead.share))
     meta.extend(rank_meta(prof.ranks))
     meta.extend(unseen_meta(prof))
     meta.extend(region_meta(tree))
