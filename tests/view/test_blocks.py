@@ -331,3 +331,22 @@ def test_a_real_moe_layer_is_drawn_as_a_grid_in_the_table(moe_prof: wandb_modpro
     assert len(edges) <= 8 and not ends & set(members)
     assert {r["dst_key"] for r in edges} >= {frame["node_key"]}
     assert frame["view_w_px"] < 2000
+
+
+def test_a_later_samples_view_reuses_its_layout_unless_the_grid_is_re_ranked():
+    """Layouts are cached by nodes, edges and each grid's member order: the same view with
+    other heat but the same ranking is the same layout object; a re-ranked grid is laid out
+    anew, equal to a layout computed from scratch."""
+    from wandb_modprof.view import layout as layout_module
+
+    experts = 40
+    first = layout_view(moe_view(experts, heat=[float(i) for i in range(experts)]))
+    same_rank = layout_view(moe_view(experts, heat=[2.0 * i + 1 for i in range(experts)]))
+    assert same_rank is first
+    reversed_heat = [float(experts - i) for i in range(experts)]
+    reranked = layout_view(moe_view(experts, heat=reversed_heat))
+    assert reranked is not first and reranked != first
+    layout_module._LAYOUTS.clear()
+    assert layout_view(moe_view(experts, heat=reversed_heat)) == reranked
+    plain = moe_view(experts, typed=False)  # no grid: heat plays no part
+    assert layout_view(plain) is layout_view(moe_view(experts, heat=[1.0] * experts, typed=False))

@@ -39,6 +39,7 @@ lane dummies (80 calls: 0.1 s, 200 calls: 1.3 s).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from wandb_modprof.records.graph import ViewGraph
@@ -131,17 +132,31 @@ def layout_view(graph: ViewGraph) -> ViewLayout:
     if not nodes:
         return ViewLayout(graph.view_key, 2.0 * MARGIN_PX, 2.0 * MARGIN_PX, (), ())
     found = find_blocks(nodes, edges, graph.heat)
+    # The layout depends on the nodes, the edges and, through the grids' order, the heat
+    # ranking of each grid's members, nothing else: the same view of a later sample (a
+    # watched model's next table) reuses it unless a grid was re-ranked.
+    key = (graph.view_key, nodes, tuple(edges), tuple(b.members for b in found))
+    cached = _LAYOUTS.get(key)
+    if cached is not None:
+        _LAYOUTS.move_to_end(key)
+        return cached
     if found:
-        return _with_blocks(graph, edges, found)
-    keys = [node.node_key for node in nodes]
-    lay = _layered(keys, [node.kind for node in nodes], [box_size(n) for n in nodes], edges)
-    return ViewLayout(
-        view_key=graph.view_key,
-        width_px=lay.width_px,
-        height_px=lay.height_px,
-        boxes=lay.boxes,
-        edges=tuple(EdgePath(keys[s], keys[d], lay.paths[i]) for i, (s, d) in enumerate(edges)),
-    )
+        laid = _with_blocks(graph, edges, found)
+    else:
+        keys = [node.node_key for node in nodes]
+        lay = _layered(keys, [node.kind for node in nodes], [box_size(n) for n in nodes], edges)
+        paths = tuple(EdgePath(keys[s], keys[d], lay.paths[i]) for i, (s, d) in enumerate(edges))
+        laid = ViewLayout(graph.view_key, lay.width_px, lay.height_px, lay.boxes, paths)
+    _LAYOUTS[key] = laid
+    if len(_LAYOUTS) > LAYOUT_CACHE_VIEWS:
+        _LAYOUTS.popitem(last=False)
+    return laid
+
+
+# Layouts of the views laid out last (least recently used dropped first): enough for every view
+# of the largest tables (a 10,000-row table draws a few hundred views). A `ViewLayout` is frozen.
+LAYOUT_CACHE_VIEWS = 4096
+_LAYOUTS: OrderedDict[tuple[object, ...], ViewLayout] = OrderedDict()
 
 
 @dataclass(frozen=True)
