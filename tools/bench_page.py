@@ -110,13 +110,19 @@ worst <= 15 %.
         ("--steps", "2", "--repeats", "1", "--browser-repeats", "1"),
         """\
 How the cost of one logged sample grows with the number of module calls per step, stage by
-stage: the capture (sampled step minus plain step), resolving the sample, `prof.table()` (and
-the layout's part of it), the W&B table entry and an offline `run.log`, per call and in total;
+stage: the capture (sampled step minus plain step), resolving the sample, `prof.table()` (the
+model's first table and a later sample's, which reuses the views laid out before; and the
+layout's part of each), the W&B table entry and an offline `run.log`, per call and in total;
 the profiler's Python heap (`tracemalloc`); and the HTML report opened in headless Chromium.
-Beside each model, torch's own hook machinery with no-op hooks on a copy of the same model in
-the same process (the floor: what any per-module capture pays before doing anything), our cost
-per module call as a multiple of it (targets: the training thread <= 2.5x, the whole sample
-<= 5x), and the garbage collections that ran inside the sampled and the plain steps.
+Then what one logged sample costs the **training thread**, all in, measured against an
+unwatched twin stepped alongside (a model logging to an offline run every 4th step): with
+everything on the training thread (`offload=False`) and with the worker process that resolves,
+tables and packs off the thread (`offload=True`, the default from 1,000 calls), and how long
+`unwatch()` waited for the worker's final table, report and profile file. Beside each model,
+torch's own hook machinery with no-op hooks on a copy of the same model in the same process
+(the floor: what any per-module capture pays before doing anything), our cost per module call
+as a multiple of it (targets: the training thread <= 2.5x, the whole sample <= 5x), and the
+garbage collections that ran inside the sampled and the plain steps.
 Models: synthetic nested `Linear -> ReLU -> Linear` blocks (100 to 20,000 calls), GPT-2 with 96
 and 768 layers, and a 48-layer mixture of experts with 128 experts and top-8 routing (~28,000
 calls; `benchmarks/_moe.py`). `make bench` takes 2 plain and 2 sampled steps, one table repeat
