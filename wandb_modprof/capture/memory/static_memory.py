@@ -263,15 +263,23 @@ def gradient_state(index: ModelIndex, names: set[str], norms: bool) -> PendingGr
     grads = [None if p.grad is None else _local(p.grad) for p in index.params]
     grad_extents = [[] if g is None else list(extents(g)) for g in grads]
     members = {name: index.members[name] for name in names if name in index.members}
-    grad_bytes = {
-        name: _dedup_bytes(kv for i in idx for kv in grad_extents[i])
-        for name, idx in members.items()
-    }
+    flat = [key for ext in grad_extents for key, _ in ext]
+    if len(set(flat)) == len(flat):
+        # No two gradients share memory (the usual case): a module's bytes are the sum of its
+        # parameters', with no per-module deduplication.
+        sizes = [sum(n for _, n in ext) for ext in grad_extents]
+        grad_bytes = {name: sum(map(sizes.__getitem__, idx)) for name, idx in members.items()}
+    else:
+        grad_bytes = {
+            name: _dedup_bytes(kv for i in idx for kv in grad_extents[i])
+            for name, idx in members.items()
+        }
     param_norms: list[torch.Tensor] = []
     grad_norms: list[torch.Tensor | None] = []
     if norms and index.params:
-        param_norms = _l2_norms([_local(p).detach() for p in index.params])
-        present = [g.detach() for g in grads if g is not None]
+        # (no `detach()`: `_l2_norms` runs under no_grad, and 20,000 detaches were 18 ms)
+        param_norms = _l2_norms([_local(p) for p in index.params])
+        present = [g for g in grads if g is not None]
         computed = iter(_l2_norms(present))
         grad_norms = [next(computed) if g is not None else None for g in grads]
     return PendingGradientState(grad_bytes, members, param_norms, grad_norms)
@@ -293,6 +301,11 @@ def _dense_values(tensor: torch.Tensor) -> torch.Tensor:
 def _l2_norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """fp32-accumulated L2 norms, one fused call; non-float tensors count as 0."""
     with torch.no_grad():
+        strided = torch.strided
+        if all(t.layout == strided and t.is_floating_point() for t in tensors):
+            # every tensor dense and floating (the usual case): the same call, without the
+            # per-tensor checks below
+            return list(torch._foreach_norm(tensors, 2, dtype=torch.float32)) if tensors else []
         tensors = [_dense_values(t) for t in tensors]
         dense = [t for t in tensors if _normable(t)]
         # fp32 accumulation: a bf16 norm of a large tensor loses most of its digits.
