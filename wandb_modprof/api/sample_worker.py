@@ -166,7 +166,10 @@ def handle(worker: Worker, message: tuple[Any, ...], skip: bool) -> tuple[Any, .
     serial = message[1]
     if kind == "log":
         final, want_file, report, worker.acc.overhead = message[2:6]
-        worker.save()
+        # Saved once per batch, at its newest log (the final log ends the worker: its
+        # statistics go back in the reply). The checkpoint costs about what resolving does.
+        if not (final or skip):
+            worker.save()
         if skip:
             return ("skipped", serial, worker.acc.num_samples, worker.saved)
         return ("logged", serial, *worker.log(final, want_file, report), worker.saved)
