@@ -36,6 +36,7 @@ from wandb_modprof import (
 )
 from wandb_modprof.records.sample import CURVE_SOURCES, MemoryCurve
 from wandb_modprof.records.snapshot import ProfileData
+from wandb_modprof.records.stat_columns import ColumnMetrics
 from wandb_modprof.sinks.profile_schema import AT_LEAST, NON_NEGATIVE_METRICS, RUN_KINDS
 
 ROOT = "<root>#0"
@@ -50,7 +51,11 @@ def _trained(model: nn.Module, x: torch.Tensor, steps: int = 3) -> Profile:
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal, NaN equal to NaN, and of the same types throughout (0.0 is not 0, () is not [])."""
+    """Equal, NaN equal to NaN, and of the same types throughout (0.0 is not 0, () is not []);
+    a statistics mapping compares as the dict it reads as (a live profile's statistics are
+    rows of arrays, `records.stat_columns`; a loaded one's are dicts)."""
+    if isinstance(a, ColumnMetrics) or isinstance(b, ColumnMetrics):
+        a, b = dict(a), dict(b)
     if type(a) is not type(b):
         return False
     if is_dataclass(a):

@@ -6,6 +6,7 @@ backward ran through the step, or the value needs an accelerator); `0` means "me
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 TIME_METRICS: tuple[str, ...] = (
@@ -205,7 +206,9 @@ class ModuleStats:
     parent_key: str | None
     depth: int
     order: int
-    metrics: dict[str, RunningStat]
+    # metric name -> statistics: a dict, or a row of the running statistics' arrays
+    # (`records.stat_columns.ColumnMetrics`, built on first read)
+    metrics: Mapping[str, RunningStat]
     # Samples in which garbage collections inside this call took at least 5 % of its time
     # (`stats.running.held_collection`); None: not watched (a version-1 file).
     gc_samples: int | None = None
@@ -213,6 +216,12 @@ class ModuleStats:
     def mean(self, metric: str) -> float | None:
         stat = self.metrics.get(metric)
         return None if stat is None else stat.mean
+
+    def medians_known(self) -> bool:
+        """Every statistic has a median (not a version-1 file's, which kept none)."""
+        if getattr(self.metrics, "medians_known", False):  # running statistics: known
+            return True
+        return all(stat.median is not None for stat in self.metrics.values())
 
     def typical(self, metric: str) -> float | None:
         """The colour and rank statistic of `metric` (`RunningStat.typical`), None if not
@@ -229,7 +238,7 @@ class ModuleStats:
             if name in _REPR_METRICS
         ]
         count = max((stat.count for stat in self.metrics.values()), default=0)
-        kept = all(stat.median is not None for stat in self.metrics.values())
+        kept = self.medians_known()
         return (
             f"<ModuleStats {self.key} {self.module_type} {' '.join(shown)} "
             f"({'medians' if kept else 'means'} of {count} "

@@ -53,7 +53,7 @@ class ProfileData:
     def statistic(self) -> str:
         """What the values are coloured and ranked by: "median", or "mean" where a statistic
         has no median (a profile read from a version-1 file, which kept no sample values)."""
-        known = all(s.median is not None for m in self.stats.values() for s in m.metrics.values())
+        known = all(m.medians_known() for m in self.stats.values())
         return "median" if known else "mean"
 
 

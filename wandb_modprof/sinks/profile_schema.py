@@ -14,7 +14,7 @@ import functools
 import json
 import math
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Protocol, TypeGuard, Union, get_args, get_origin, get_type_hints
 
@@ -111,11 +111,12 @@ def _encoder(tp: Any) -> Callable[[Any], Any]:
                 parts.extend((f.name, _encoder(hints[f.name])) for f in fields(record))
             return {name: part(getattr(value, name)) for name, part in parts}
 
-    elif get_origin(inner) in (tuple, dict):
-        item = _encoder(get_args(inner)[get_origin(inner) is dict])  # tuple[X, ...], dict[K, X]
+    elif get_origin(inner) in (tuple, dict, Mapping):
+        keyed = get_origin(inner) is not tuple
+        item = _encoder(get_args(inner)[keyed])  # tuple[X, ...], dict[K, X], Mapping[K, X]
 
         def enc(value: Any) -> Any:
-            if isinstance(value, dict):
+            if isinstance(value, Mapping):
                 return {key: item(v) for key, v in value.items()}
             return [item(v) for v in value]
 
@@ -163,7 +164,7 @@ def decode(value: Any, tp: Any, where: str) -> Any:
             raise FileError(where, f"expected an array, got {describe(value)}")
         item = get_args(tp)[0]
         return tuple(decode(v, item, f"{where}[{i}]") for i, v in enumerate(value))
-    if get_origin(tp) is dict:
+    if get_origin(tp) in (dict, Mapping):  # a Mapping field is read into a dict
         if not isinstance(value, dict):
             raise FileError(where, f"expected an object, got {describe(value)}")
         item = get_args(tp)[1]

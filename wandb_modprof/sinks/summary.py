@@ -103,7 +103,7 @@ def format_summary(
 
 def statistic_words(stats: Iterable[ModuleStats]) -> str:
     """ "medians", or "means (...)" where a statistic has no median (a version-1 file)."""
-    if all(s.median is not None for m in stats for s in m.metrics.values()):
+    if all(m.medians_known() for m in stats):
         return "medians"
     return "means: this profile file (version 1) kept no medians"
 
