@@ -10,6 +10,7 @@ step); a collector the user turned off stays off; unsampled steps are left alone
 from __future__ import annotations
 
 import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -149,6 +150,67 @@ def test_no_collection_inside_the_sampled_forward_and_backward_calls() -> None:
             seen.counting = False
     assert prof.num_samples == 3
     assert seen.count == 0, seen.count
+
+
+def test_releasing_the_collector_does_not_start_a_collection_in_the_step() -> None:
+    """Re-enabled after a window, the collector would start with a collection of everything
+    made while it was held (the step's records and hooks): inside the sampled step, between
+    the forward and the backward or after it. Those objects move to the oldest generation
+    instead (`gc_pause._promote_young`): the whole sampled step runs without a collection."""
+    model = nn.Sequential(*(nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(600)))
+    x = torch.randn(2, 4)
+    with wandb_modprof.profile(model, structure=False) as prof, Collections() as seen:
+        for _ in range(3):
+            gc.collect()
+            seen.counting = True
+            model(x).sum().backward()
+            for _ in range(200):  # the next statements' allocations: no collection either
+                [object() for _ in range(4)]
+            seen.counting = False
+    assert prof.num_samples == 3
+    assert seen.count == 0, seen.count
+
+
+class Cyclic(nn.Module):
+    """Leaves a reference cycle behind in every forward (garbage only a collection frees)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.dropped: list[Any] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        cycle: dict[str, Any] = {}
+        cycle["self"] = cycle
+        holder = Holder()
+        holder.cycle = cycle
+        self.dropped.append(weakref.ref(holder))
+        return self.fc(x)
+
+
+class Holder:
+    cycle: Any = None
+
+
+def test_garbage_made_while_held_is_still_collected_and_a_user_freeze_is_kept() -> None:
+    model = Cyclic()
+    x = torch.randn(4, 8)
+    with wandb_modprof.profile(model, structure=False):
+        for _ in range(3):
+            model(x).sum().backward()
+    gc.collect()
+    assert model.dropped and all(ref() is None for ref in model.dropped)
+    marker = Holder()
+    gc.freeze()  # the user's own freeze (before forking workers, say): left as it is
+    try:
+        with wandb_modprof.profile(model, structure=False):
+            model(x).sum().backward()
+        # frozen objects are in no generation `get_objects` lists
+        assert gc.get_freeze_count() > 0
+        assert not any(o is marker for o in gc.get_objects())
+    finally:
+        gc.unfreeze()
+    assert any(o is marker for o in gc.get_objects())
 
 
 def test_unsampled_steps_are_left_alone() -> None:

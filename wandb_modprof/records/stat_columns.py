@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -42,52 +43,59 @@ _FIELDS = ("count", "mean", "std", "min", "max", "last", "median")
 
 class ColumnMetrics(Mapping[str, RunningStat]):
     """Metric name -> `RunningStat` of one row of a `StatColumns` (a read-only mapping that
-    compares equal to the dict of the same statistics)."""
+    compares equal to the dict of the same statistics). A statistic is built the first time
+    it is read: ranking a view reads two metrics of every call, drawing it all of a few."""
 
-    __slots__ = ("_columns", "_row", "_stats")
+    __slots__ = ("_columns", "_row", "_stats", "_values")
     medians_known = True  # running statistics always keep their median
 
     def __init__(self, columns: StatColumns, row: int) -> None:
         self._columns = columns
         self._row = row
-        self._stats: dict[str, RunningStat] | None = None
+        self._values: tuple[list[Any], ...] | None = None  # the row's fields, as Python values
+        self._stats: dict[str, RunningStat] = {}
 
-    def _built(self) -> dict[str, RunningStat]:
-        stats = self._stats
-        if stats is None:
+    def _row_values(self) -> tuple[list[Any], ...]:
+        values = self._values
+        if values is None:
             cols, row = self._columns, self._row
             # one C call per field for the whole row, not one per value
-            counts, means, stds, mins, maxs, lasts, medians = (
-                getattr(cols, name)[row].tolist() for name in _FIELDS
-            )
-            stats = self._stats = {}
-            for i, metric in enumerate(METRICS):
-                if counts[i]:
-                    stats[metric] = frozen(
-                        RunningStat,
-                        {
-                            "count": counts[i], "mean": means[i], "std": stds[i],
-                            "min": mins[i], "max": maxs[i], "last": lasts[i],
-                            "median": medians[i],
-                        },
-                    )  # fmt: skip
-        return stats
+            values = self._values = tuple(getattr(cols, name)[row].tolist() for name in _FIELDS)
+        return values
 
     def __getitem__(self, metric: str) -> RunningStat:
-        return self._built()[metric]
+        stat = self._stats.get(metric)
+        if stat is None:
+            i = _INDEX[metric]  # KeyError: not a metric
+            counts, means, stds, mins, maxs, lasts, medians = self._row_values()
+            if not counts[i]:
+                raise KeyError(metric)  # never measured for this call key
+            stat = self._stats[metric] = frozen(
+                RunningStat,
+                {
+                    "count": counts[i], "mean": means[i], "std": stds[i], "min": mins[i],
+                    "max": maxs[i], "last": lasts[i], "median": medians[i],
+                },
+            )  # fmt: skip
+        return stat
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._built())
+        counts = self._row_values()[0]
+        return (metric for i, metric in enumerate(METRICS) if counts[i])
 
     def __len__(self) -> int:
-        return len(self._built())
+        return sum(1 for count in self._row_values()[0] if count)
 
     def __contains__(self, metric: object) -> bool:
-        return metric in self._built()
+        i = _INDEX.get(metric) if isinstance(metric, str) else None
+        return i is not None and bool(self._row_values()[0][i])
 
     def __repr__(self) -> str:
-        return repr(self._built())
+        return repr(dict(self.items()))
 
     def __reduce__(self) -> tuple[type[ColumnMetrics], tuple[StatColumns, int]]:
         # the columns pickle once per profile (pickle's memo), not once per call key
         return (ColumnMetrics, (self._columns, self._row))
+
+
+_INDEX = {metric: i for i, metric in enumerate(METRICS)}
