@@ -29,8 +29,9 @@ Measured per model (one torch thread; plain and watched copies alternate step by
   into a ``Sample`` (``capture/resolve.py``) and folded into the running statistics;
 * ``table ms`` (``layout ms`` of it): ``prof.table()``: merge, view graphs, layout of every
   view (``view.layout.layout_view``, timed by wrapping it), rows. ``first``: the model's first
-  table (layout cache cleared; median of ``--repeats``); ``later``: after one more sample,
-  as every later sample's table is built (views whose layout is unchanged are reused);
+  table (layout and call-tree caches cleared; median of ``--repeats``); ``later``: after one
+  more sample, as every later sample's table is built (the call tree and views, and the
+  layouts of unchanged views, reused);
 * ``entry ms``: ``handle._wandb_log.entry(prof, table)`` for a disabled W&B run: the
   ``wandb.Table`` (per-cell type checks) and the chart object;
 * ``run.log ms``: an **offline** run's ``run.log(entry)`` of a fresh entry (serialises the table
@@ -89,6 +90,7 @@ from report import COUNT_NODES_JS, opened_reports
 from torch import nn
 
 import wandb_modprof
+import wandb_modprof.view.graphs as _graphs_module
 import wandb_modprof.view.layout as _layout_module
 import wandb_modprof.view.table as table_module
 from wandb_modprof.sinks.wandb_log import WandbLog
@@ -334,6 +336,7 @@ def measure_capture(
         table_ms, layout_ms = [], []
         for _ in range(repeats):
             _layout_module._LAYOUTS.clear()  # the first table of a model: nothing laid out yet
+            _graphs_module._GRAPHS.clear()  # nor its call tree and views built
             with LayoutTimer() as layout:
                 start = time.perf_counter()
                 table = prof.table()

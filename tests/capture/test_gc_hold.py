@@ -156,7 +156,7 @@ def test_releasing_the_collector_does_not_start_a_collection_in_the_step() -> No
     """Re-enabled after a window, the collector would start with a collection of everything
     made while it was held (the step's records and hooks): inside the sampled step, between
     the forward and the backward or after it. Those objects move to the oldest generation
-    instead (`gc_pause._promote_young`): the whole sampled step runs without a collection."""
+    instead (`gc_pause.promote_young`): the whole sampled step runs without a collection."""
     model = nn.Sequential(*(nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(600)))
     x = torch.randn(2, 4)
     with wandb_modprof.profile(model, structure=False) as prof, Collections() as seen:

@@ -46,21 +46,21 @@ class ColumnMetrics(Mapping[str, RunningStat]):
     compares equal to the dict of the same statistics). A statistic is built the first time
     it is read: ranking a view reads two metrics of every call, drawing it all of a few."""
 
-    __slots__ = ("_columns", "_row", "_stats", "_values")
+    __slots__ = ("_cells", "_columns", "_row", "_stats")
     medians_known = True  # running statistics always keep their median
 
     def __init__(self, columns: StatColumns, row: int) -> None:
         self._columns = columns
         self._row = row
-        self._values: tuple[list[Any], ...] | None = None  # the row's fields, as Python values
+        self._cells: tuple[list[Any], ...] | None = None  # the row's fields, as Python values
         self._stats: dict[str, RunningStat] = {}
 
     def _row_values(self) -> tuple[list[Any], ...]:
-        values = self._values
+        values = self._cells
         if values is None:
             cols, row = self._columns, self._row
             # one C call per field for the whole row, not one per value
-            values = self._values = tuple(getattr(cols, name)[row].tolist() for name in _FIELDS)
+            values = self._cells = tuple(getattr(cols, name)[row].tolist() for name in _FIELDS)
         return values
 
     def __getitem__(self, metric: str) -> RunningStat:

@@ -26,7 +26,7 @@ from wandb_modprof.records.modes import MODE_KEYS, Mode, mode
 from wandb_modprof.records.ranks import RankData
 from wandb_modprof.records.sample import ModuleStats
 from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_data
-from wandb_modprof.view.graphs import merge, view_graphs
+from wandb_modprof.view.graphs import call_graphs
 from wandb_modprof.view.regions import Region, regions
 from wandb_modprof.view.values import as_float, finite
 
@@ -82,9 +82,9 @@ def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValu
     """
     m = check_mode(mode_key)
     data = as_data(prof, "mode_values()")
-    tree = merge(list(data.structures), data.stats.values())
+    tree, graphs = call_graphs(data.structures, data.stats.values())
     calls = {c.key: c for c in tree.calls}
-    order = [calls[n.node_key] for g in view_graphs(tree) for n in g.nodes if n.kind == "module"]
+    order = [calls[n.node_key] for g in graphs for n in g.nodes if n.kind == "module"]
     per_module = Counter(c.module_name for c in order)
     modules = tuple(
         ModuleValue(

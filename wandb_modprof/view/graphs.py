@@ -10,6 +10,7 @@ view, without edges: nothing measured is left out of the graph.
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -174,3 +175,54 @@ def _topological(n: int, succ: dict[int, set[int]]) -> list[int] | None:
             if indegree[w] == 0:
                 ready.append(w)
     return order if len(order) == n else None
+
+
+def call_graphs(
+    structures: Sequence[Structure], stats: Iterable[ModuleStats] = ()
+) -> tuple[CallTree, tuple[ViewGraph, ...]]:
+    """`merge` and `view_graphs` of the same inputs, reused while they are unchanged: every
+    sample of a watched model has the same structure passes (the same objects) and the same
+    calls, and rebuilding the tree and the views of a 10,000-call model took ~0.2 s of each
+    table. Reused when the passes are the same objects and the calls they did not see (those
+    the statistics add) are the same; the results are frozen records."""
+    stats = list(stats)
+    ids = tuple(id(s) for s in structures)
+    entry = _GRAPHS.get(ids)
+    if (
+        entry is not None
+        and all(a is b for a, b in zip(entry.structures, structures, strict=True))
+        and _unseen(stats, entry.seen) == entry.unseen
+    ):
+        _GRAPHS.move_to_end(ids)
+        return entry.tree, entry.graphs
+    tree = merge(structures, stats)
+    seen = frozenset(c.key for s in structures for c in s.calls)
+    _GRAPHS[ids] = _Graphs(
+        tuple(structures), seen, _unseen(stats, seen), tree, tuple(view_graphs(tree))
+    )
+    if len(_GRAPHS) > GRAPH_CACHE_ENTRIES:
+        _GRAPHS.popitem(last=False)
+    return _GRAPHS[ids].tree, _GRAPHS[ids].graphs
+
+
+def _unseen(stats: list[ModuleStats], seen: frozenset[str]) -> tuple[tuple[object, ...], ...]:
+    """What `merge` reads of the statistics: the calls no pass saw, in order."""
+    return tuple(
+        (s.key, s.module_name, s.module_type, s.call_index, s.parent_key, s.depth)
+        for s in stats
+        if s.key not in seen
+    )
+
+
+@dataclass(frozen=True)
+class _Graphs:
+    structures: tuple[Structure, ...]  # held: their ids are the cache key
+    seen: frozenset[str]  # the call keys of the passes
+    unseen: tuple[tuple[object, ...], ...]
+    tree: CallTree
+    graphs: tuple[ViewGraph, ...]
+
+
+# A few profiles at a time (a run that compares two models, a report beside a live watch).
+GRAPH_CACHE_ENTRIES = 8
+_GRAPHS: OrderedDict[tuple[int, ...], _Graphs] = OrderedDict()

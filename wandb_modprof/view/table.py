@@ -82,7 +82,7 @@ from wandb_modprof.view.columns import (
     TEXT_COLUMNS,
     Cell,
 )
-from wandb_modprof.view.graphs import merge, view_graphs
+from wandb_modprof.view.graphs import call_graphs
 from wandb_modprof.view.layout import layout_view
 from wandb_modprof.view.meta import REDUCTION_META_ROWS, profile_meta, reduction_meta
 from wandb_modprof.view.reduce import MIN_VIEW_ROWS, reduce_views
@@ -197,8 +197,7 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = 
     merge the structure passes into one call tree, reduce its views to the row budget, lay
     out each view drawn, then write the rows. `full_detail` (where the full profile is, e.g.
     the W&B artifact `sinks.wandb_log` logs) ends a reduced table's note."""
-    tree = merge(prof.structures, prof.stats.values())
-    graphs = view_graphs(tree)
+    tree, graphs = call_graphs(prof.structures, prof.stats.values())
     meta = profile_meta(prof, tree, has_views=bool(graphs))
     # The timeline's rows come out of the budget first, as many as it needs with every view
     # drawn, within its own budget (`view/timeline.py`) and never below one view's room.

@@ -7,7 +7,7 @@ inside one sampled step of an 8-layer, 128-expert MoE (1-2 of them full, over ~6
 of the process): 1.2 s of a 3.5 s step, landing inside whichever call crossed the threshold
 (a module read 119 ms where its peers read 5.5 ms; `gc_watch.py`). Held off, no collection
 runs inside a timed call; when the window closes, the objects made meanwhile move to the
-oldest generation (`_promote_young`), so the collector does not start with one collection of
+oldest generation (`promote_young`), so the collector does not start with one collection of
 all of them either (that collection was the last one left in a sampled step: 0.19 s of a
 10,000-call one). They are walked at the next full collection, as every object is.
 
@@ -74,11 +74,11 @@ def holding() -> bool:
 def _resume() -> None:
     if _STATE.paused_by_us:
         _STATE.paused_by_us = False
-        _promote_young()
+        promote_young()
         gc.enable()
 
 
-def _promote_young() -> None:
+def promote_young() -> None:
     """The objects made while the collector was held, moved to the oldest generation, the
     young generation's count set to 0: re-enabled, the collector does not start with a
     collection of them, which would land in the sampled step (it walked ~500,000 objects of a
