@@ -350,6 +350,7 @@ def gc_paused_profile(steps: int = 5, paused_step: int = 2) -> tuple[Any, list[A
     # natural full collection (walking `junk`) land in a second sample now and then.
     gc.collect()
     try:
+        model(x).pow(2).mean().backward()  # the model's start-up step, untimed
         with wandb_modprof.profile(model) as prof:
             for step in range(steps):
                 model.middle.collect_next = step == paused_step

@@ -448,3 +448,29 @@ class MoEStack(nn.Module):
 def moe_input(model: MoEStack) -> torch.Tensor:
     """One token per expert of the first layer, each its router row: every expert is hit."""
     return model.layers[0].router.weight.detach().clone().unsqueeze(0)
+
+
+def _big(width: int = 768) -> nn.Module:
+    return nn.Sequential(*(nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(4)))
+
+
+class Wrapper(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = _big()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)
+
+
+class Dominated(nn.Module):
+    """`body` (a wrapper around a stack of large layers) is nearly all of the time; `head` is
+    one tiny layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = Wrapper()
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x)[:4, :8])

@@ -219,6 +219,17 @@ def test_compare_ratios_match_the_profiles(files, capsys):
     assert "only in" not in out
 
 
+def test_compare_of_two_different_models_says_so(files, capsys):
+    """A ResNet against TinyGPT: no call in common. The comparison says the models differ and
+    that there is nothing to compare call by call, instead of "the 0 that changed most"."""
+    a, b = files["resnet"], files["gpt2"]
+    assert _cli.main(["compare", str(a), str(b), "--mode", "fwd"]) == 0
+    out = capsys.readouterr().out
+    assert "NOTE: A and B are different models (ResNet, TinyGPT): 0 module calls in common" in out
+    assert "no module call in both: nothing to compare call by call" in out
+    assert "that changed most" not in out and "only in A" in out and "only in B" in out
+
+
 def test_compare_lists_calls_found_in_one_profile_only(files, capsys):
     a, b = files["gpt2"], files["gpt3"]
     assert _cli.main(["compare", str(a), str(b), "--mode", "param", "--top", "3"]) == 0

@@ -209,7 +209,7 @@ def test_file_header_paths_and_determinism(tmp_path: Path) -> None:
     assert written == tmp_path / "run.json" and sorted(os.listdir(tmp_path)) == ["run.json"]
     doc = json.loads(written.read_text(encoding="utf-8"))
     assert list(doc)[:3] == ["format", "version", "wandb_modprof_version"]
-    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 4
+    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 5
     assert doc["wandb_modprof_version"] == wandb_modprof.__version__
     assert set(doc) - {"format", "version", "wandb_modprof_version"} == {
         "model_name",
@@ -217,6 +217,7 @@ def test_file_header_paths_and_determinism(tmp_path: Path) -> None:
         "stats",
         "last_sample",
         "structures",
+        "cold_left_out",
     }
     again = prof.save(tmp_path / "run.json")  # overwritten in place, same bytes
     assert again.read_bytes() == written.read_bytes()
@@ -296,10 +297,10 @@ _STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.
         (
             ("version",),
             999,
-            rf"version 999 \(written by wandb_modprof {_VERSION}\); .* reads version 1, 2, 3, 4; "
-            "upgrade",
+            rf"version 999 \(written by wandb_modprof {_VERSION}\); .* reads version "
+            "1, 2, 3, 4, 5; upgrade",
         ),
-        (("version",), 0, r"unsupported file format version 0 .*reads version 1, 2, 3, 4$"),
+        (("version",), 0, r"unsupported file format version 0 .*reads version 1, 2, 3, 4, 5$"),
         (("version",), True, r"version: expected an integer, got true"),
         (("version",), "1", r'version: expected an integer, got "1"'),
         (("wandb_modprof_version",), 1, r"wandb_modprof_version: expected a string, got 1"),
@@ -685,10 +686,10 @@ def test_a_version_1_file_loads_without_invented_medians(tmp_path: Path) -> None
     assert node["fwd_ms"] == data.stats["blocks.0#0"].metrics["fwd_ms"].mean
     assert {"gc_samples", "gc_ms_max"} <= set(node["missing"].split(","))
     assert "means: this profile file (version 1) kept no medians" in prof.summary()
-    # saved again: version 4, the unknowns kept as null, and it reads back the same
+    # saved again: version 5, the unknowns kept as null, and it reads back the same
     again = prof.save(tmp_path / "again.modprof.json")
     doc = json.loads(again.read_text(encoding="ascii"))
-    assert doc["version"] == 4 and doc["last_sample"]["memory"] is None
+    assert doc["version"] == 5 and doc["last_sample"]["memory"] is None
     first = next(iter(doc["stats"].values()))
     assert first["gc_samples"] is None and first["metrics"]["fwd_ms"]["median"] is None
     assert _same(wandb_modprof.load(again).snapshot().stats, data.stats)
@@ -730,7 +731,7 @@ def test_a_version_2_file_loads_without_a_curve(tmp_path: Path) -> None:
     assert all(i.fwd_mem_peak_bytes is None for i in data.last.invocations)  # CPU, version 2
     again = prof.save(tmp_path / "again.modprof.json")
     doc = json.loads(again.read_text(encoding="ascii"))
-    assert doc["version"] == 4 and doc["last_sample"]["memory"] is None
+    assert doc["version"] == 5 and doc["last_sample"]["memory"] is None
     assert _same(wandb_modprof.load(again).last_sample, prof.last_sample)
 
 
@@ -771,9 +772,30 @@ def test_a_version_3_file_loads_as_no_compiled_regions(tmp_path: Path) -> None:
     assert not [r for r in table.records() if r["meta_key"] == "compiled_region"]
     again = prof.save(tmp_path / "again.modprof.json")
     doc = json.loads(again.read_text(encoding="ascii"))
-    assert doc["version"] == 4
+    assert doc["version"] == 5
     assert all(c["compiled_region"] is None for c in doc["structures"][0]["calls"])
     assert wandb_modprof.load(again).structures() == prof.structures()
+
+
+def test_a_version_4_file_loads_without_a_first_step_mark(tmp_path: Path) -> None:
+    """Version 5 added the last sample's `cold_start` and the count of left-out first steps: a
+    version-4 file reads them as not recorded (null) and none left out, and a version-4 file
+    that has either field is refused."""
+    prof = _trained(TinyGPT(), gpt_input())
+    doc = json.loads(prof.save(tmp_path / "v5.modprof.json").read_text(encoding="ascii"))
+    assert doc["version"] == 5 and "cold_left_out" in doc and "cold_start" in doc["last_sample"]
+    doc["version"] = 4
+    del doc["cold_left_out"], doc["last_sample"]["cold_start"]
+    back = _load_text(tmp_path, json.dumps(doc))
+    assert back.last_sample is not None and back.last_sample.cold_start is None
+    assert back.snapshot().cold_left_out == 0 and back.stats() == prof.stats()
+    for field in ("cold_left_out", "cold_start"):
+        bad = json.loads(json.dumps(doc))
+        (bad if field == "cold_left_out" else bad["last_sample"])[field] = 0
+        with pytest.raises(
+            ModProfError, match=f'unknown field "{field}" \\(in a version 4 file\\)'
+        ):
+            _load_text(tmp_path, json.dumps(bad))
 
 
 def test_a_version_3_file_with_a_compiled_region_is_refused(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import browser
 import pytest
 import torch
 from helpers import train_step
-from models import ResNet, TinyGPT, gpt_input, resnet_input
+from models import Dominated, ResNet, TinyGPT, gpt_input, resnet_input
 from torch import nn
 
 import wandb_modprof
@@ -480,6 +480,32 @@ def test_clicking_a_module_drills_in_and_the_breadcrumb_goes_back(
     drawn = sorted(i.datum["node_key"] for i in panel.items("node_rect"))
     assert drawn == sorted(view_nodes(resnet_rows, ROOT))
     assert panel.errors() == []
+
+
+def test_a_dominated_model_opens_inside_the_dominant_module(
+    open_panel: OpenPanel, spec: dict[str, Any], shot: Shot
+) -> None:
+    """`body` holds >= 90 % of the time, and `body.inner` >= 90 % of body's: the panel opens on
+    `body.inner` (the table's `open_view` row), the breadcrumb leads back, and the user's
+    click wins over the opening view."""
+    torch.manual_seed(0)
+    model, x = Dominated(), torch.randn(512, 768)
+    train_step(model, x)  # start-up, untimed
+    rows = _rows(_profile(model, x).table())
+    opened = [r["meta_value"] for r in rows if r["meta_key"] == "open_view"]
+    assert opened == ["body.inner#0"]
+    panel = open_panel(spec, rows)
+    assert panel.errors() == []
+    assert panel.signal("view_now") == "body.inner#0"
+    crumbs = sorted(panel.items("crumb"), key=lambda i: i.x)
+    assert [c.datum["key"] for c in crumbs] == [ROOT, "body#0", "body.inner#0"]
+    assert_turbo(panel, rows, _modes.DEFAULT_MODE, "linear")
+    shot(panel, "opened")
+    panel.click("crumb", lambda i: i.datum["key"] == ROOT)
+    assert panel.signal("view_now") == ROOT
+    assert sorted(i.datum["node_key"] for i in panel.items("node_rect")) == sorted(
+        view_nodes(rows, ROOT)
+    )
 
 
 def to_ms(value: float, unit: str) -> float:
@@ -982,7 +1008,9 @@ def test_a_group_card_names_its_first_members(open_panel: OpenPanel, spec: dict[
     group = groups[0]
     logged = [dict(zip(cells.columns, row, strict=True)) for row in cells.data]
     panel = open_panel(spec, logged)
-    panel.click("node_rect", lambda i: i.datum["node_key"] == group["view_key"])  # drill in
+    opened = [r["meta_value"] for r in rows if r["meta_key"] == "open_view"]
+    if opened != [group["view_key"]]:  # the panel opens on the layer when it dominates
+        panel.click("node_rect", lambda i: i.datum["node_key"] == group["view_key"])  # drill in
     assert panel.signal("view_now") == group["view_key"]
     panel.hover("node_rect", lambda i: i.datum["node_kind"] == "group")
     lines = [str(i.text) for i in sorted(panel.items("card_text"), key=lambda i: i.y)]

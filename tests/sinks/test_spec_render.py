@@ -33,6 +33,7 @@ import wandb_modprof
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODES, mode
 from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.sinks.packed import logged
+from wandb_modprof.view.meta import COLD_LEFT_OUT
 from wandb_modprof.view.table import COLUMNS, ProfileTable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -304,7 +305,12 @@ def test_totals_panel_shows_model_totals(resnet: ProfileTable) -> None:
         lines[0] == f"Forward {_ms(meta['total_fwd_ms'])}  ·  Backward {_ms(meta['total_bwd_ms'])}"
     )
     assert lines[1].startswith("Activations ") and lines[1].endswith("MiB")
-    assert lines[-1] == f"{int(meta['num_samples'])} samples  ·  {int(meta['invocations'])} calls"
+    assert lines[-2] == f"{int(meta['num_samples'])} samples  ·  {int(meta['invocations'])} calls"
+    # the fixture's model is fresh: its first step was sampled, then left out (the last line)
+    cold = [
+        r["meta_value"] for r in rows if r["row_kind"] == "meta" and r["meta_key"] == "cold_start"
+    ]
+    assert lines[-1] == COLD_LEFT_OUT and cold == [COLD_LEFT_OUT]
 
 
 def test_ranked_list_is_sorted_by_the_mode(resnet: ProfileTable) -> None:

@@ -68,8 +68,9 @@ def big() -> ProfileData:
 
 def test_the_summary_writes_numbers_as_units_does(big: ProfileData) -> None:
     text = format_summary(big.model_name, big.num_samples, big.stats, big.last, 3)
-    assert "last step: forward 1000 ms, backward " in text
-    assert text.splitlines()[1].endswith(", activations 2.5 TiB")
+    assert big.last is not None
+    assert f"last sample (step {big.last.step}): forward 1000 ms, backward " in text
+    assert text.splitlines()[2].endswith(", activations 2.5 TiB")
     forward = text.split("Top modules by forward time")[1].split("\n\n")[0].splitlines()
     assert forward[1].split() == ["module", "type", "self", "incl"]
     for line in forward[2:]:

@@ -169,11 +169,13 @@ def _meta() -> list[Data]:
             }
             for key, meta_key in (
                 ("root", "root_view"),
+                ("open", "open_view"),  # the view to open on (`view.meta.open_view`)
                 ("model", "model_name"),
                 ("reduced", "reduced"),
                 ("format", "table_format"),
                 ("statistic", "statistic"),
                 ("unseen", "unseen_calls"),
+                ("cold", "cold_start"),  # the model's first step: left out, or the only one
                 # the timeline (`strip.py`): the curve's source and step, its peak
                 ("timeline", "timeline"),
                 ("mem_peak", "mem_peak"),

@@ -285,10 +285,12 @@ def _totals() -> list[Data]:
             a = f"({a}) + (({a}) !== '' && {b} !== '' ? '  ·  ' : '') + {b}"
         joined.append(a)
     joined.append(
-        "isValid(tot.num_samples) ? format(tot.num_samples, 'd') + ' samples  ·  ' + "
-        "format(tot.invocations, 'd') + ' calls' + (isValid(tot.overhead_pct) ? '  ·  ' + "
+        "isValid(tot.num_samples) ? format(tot.num_samples, 'd') + (tot.num_samples === 1 ? "
+        "' sample  ·  ' : ' samples  ·  ') + format(tot.invocations, 'd') + "
+        "(tot.invocations === 1 ? ' call' : ' calls') + (isValid(tot.overhead_pct) ? '  ·  ' + "
         "format(tot.overhead_pct, '.2~f') + ' % overhead' : '') : ''"
     )  # (overhead_pct: a watched run's measured cost of sampling, `api.overhead`)
+    joined.append("cold_text")  # the model's first step: left out, or the only sample
     # compiled regions (meta `compiled_region`): the calls inside have FLOPs only, so they are
     # absent from the time and memory top lists; this line says where they went
     joined.append(

@@ -100,6 +100,9 @@ def _runs() -> list[Signal]:
 def _views() -> list[Signal]:
     return [
         {"name": "root_view", "update": _first("m_root", "meta_value", "''")},
+        # where one module holds >= 90 % of the root's time: the view to open on (the user's
+        # click, `view_pick`, wins; the breadcrumb leads back to the root)
+        {"name": "open_view", "update": _first("m_open", "meta_value", "''")},
         {
             "name": "view_pick",
             "value": "",
@@ -115,7 +118,7 @@ def _views() -> list[Signal]:
         {
             "name": "view_now",
             "update": "indexof(pluck(data('views'), 'view_key'), view_pick) >= 0 ? view_pick : "
-            "root_view",
+            "(indexof(pluck(data('views'), 'view_key'), open_view) >= 0 ? open_view : root_view)",
         },
         {"name": "view_now_id", "update": _first("view_at", "view_id", "-1")},
         {
@@ -153,6 +156,8 @@ def _meta() -> list[Signal]:
         {"name": "statistic", "update": _first("m_statistic", "meta_value", "'mean'")},
         # calls no captured graph holds (`view.meta.unseen_meta`): drawn without edges
         {"name": "unseen_text", "update": _first("m_unseen", "meta_value", "''")},
+        # the model's first step in its process (`view.meta.cold_meta`): what became of it
+        {"name": "cold_text", "update": _first("m_cold", "meta_value", "''")},
         # the compiled region (`view.meta.region_meta`) the current view lies in: its root
         # call's key and name ('' outside compiled code)
         {"name": "region_key", "update": _first("region_at", "meta_value", "''")},

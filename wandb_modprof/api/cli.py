@@ -243,11 +243,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from wandb_modprof.sinks.summary import format_mode_summary
-    from wandb_modprof.sinks.values import mode_values
+    from wandb_modprof.sinks.summary import mode_summary
 
-    values = mode_values(_load(args.profile), args.mode)
-    _write(format_mode_summary(values, args.top))
+    _write(mode_summary(_load(args.profile).snapshot(), args.mode, args.top))
     return EXIT_OK
 
 

@@ -13,8 +13,7 @@ import torch
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.api.profile import Profile
 from wandb_modprof.api.watch import WatchHandle, watch
-from wandb_modprof.sinks.summary import format_mode_summary
-from wandb_modprof.sinks.values import mode_values
+from wandb_modprof.sinks.summary import mode_summary
 
 # The demo's tables: (analysis mode, what its ranking says)
 DEMO_MODES = (
@@ -155,7 +154,7 @@ def _write_outputs(
     # it suggests rank alike: `self` by each module's own work, `bwd` and `act` inclusive.
     for key, what in DEMO_MODES:
         print(f"{what}: `wandb-modprof summary {path} --mode {key}`", file=out)
-        print(format_mode_summary(mode_values(data, key), top), file=out)
+        print(mode_summary(data, key, top), file=out)
     print(
         f"Profile written to {path} (load it with wandb_modprof.load({str(path)!r}); the tables "
         "above are `wandb-modprof summary` of it, one --mode each).",

@@ -107,7 +107,14 @@ class Profile:
         data = self.snapshot()
         compiled = regions(merge(data.structures, data.stats.values()))
         return format_summary(
-            data.model_name, data.num_samples, data.stats, data.last, n, compiled, data.overhead
+            data.model_name,
+            data.num_samples,
+            data.stats,
+            data.last,
+            n,
+            compiled,
+            data.overhead,
+            data.cold_left_out,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -63,6 +63,7 @@ def profile(
     norms: bool = True,
     structure: bool = True,
     nvtx: bool = False,
+    warmup: int = 0,
 ) -> ProfileBlock:
     """Measure every forward of `model` (and its backward) inside a `with` block.
 
@@ -80,9 +81,19 @@ def profile(
     and the edges only Python-level tracing sees, and replaces the derived graph. A later
     forward that calls a new sequence of modules triggers one more structure pass.
     `structure=False` times every forward and the graph has no dataflow edges.
+
+    A model's first step in the process is mostly one-time start-up (allocator growth, kernel
+    selection, lazy initialisation). A sample of it is marked so (`Sample.cold_start`; the
+    summary, report and panel say it), and left out of the statistics once a later sample
+    exists. `warmup=N` runs the block's first N forwards untimed instead.
     """
     check_model(model, "profile()")
     options = parse_options(
-        timing=timing, activations=activations, norms=norms, structure=structure, nvtx=nvtx
+        timing=timing,
+        activations=activations,
+        norms=norms,
+        structure=structure,
+        nvtx=nvtx,
+        warmup=warmup,
     )
     return ProfileBlock(model, check_optimizer(optimizer), options)

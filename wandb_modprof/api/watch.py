@@ -230,6 +230,7 @@ def watch(
     norms: bool = True,
     structure: bool = True,
     nvtx: bool = False,
+    warmup: int = 0,
     default_mode: str = _modes.DEFAULT_MODE,
     default_scale: str = _modes.DEFAULT_SCALE,
     chart: str | None = None,
@@ -254,7 +255,7 @@ def watch(
     the model's next forward, under `modprof/<ModelClass>`: the module-graph panel over the
     aggregated profile table, and the step totals `modprof/<ModelClass>/fwd_ms`, `bwd_ms`,
     `act_bytes`; `unwatch()` logs the last one (see `sinks.wandb_log` for keys, timing, the chart
-    preset and offline runs). Call `unwatch()` before `run.finish()`.
+    preset and offline runs). `run.finish()` unwatches the model first.
 
     Distributed training: `watch(ddp_model)` names modules as in the wrapped model (no
     `module.` prefix); FSDP2 (`fully_shard`) modules keep their class names. See
@@ -282,6 +283,10 @@ def watch(
             structure pass takes the next step.
         nvtx: on sampled steps, emit NVTX ranges `<module>.forward` / `<module>.backward` for
             Nsight Systems (needs a CUDA build of torch).
+        warmup: the model's first `warmup` training steps run untimed (counted, never
+            sampled). With 0 (default), a first sample that is the model's first step in the
+            process (one-time start-up: allocator growth, kernel selection) is marked so and
+            left out of the statistics once a later sample exists (`Sample.cold_start`).
         default_mode: what the panel colours nodes by when opened: one of
             `records.modes.MODE_KEYS` ("fwd", "bwd", "fwd_bwd", "self", "act", "param", ...).
         default_scale: the panel's initial colour scale, "linear" or "log".
@@ -304,7 +309,12 @@ def watch(
     """
     check_model(model, "watch()")
     options = parse_options(
-        timing=timing, activations=activations, norms=norms, structure=structure, nvtx=nvtx
+        timing=timing,
+        activations=activations,
+        norms=norms,
+        structure=structure,
+        nvtx=nvtx,
+        warmup=warmup,
     )
     if not (isinstance(log_freq, str) and log_freq == "auto"):
         log_freq = check_log_freq(log_freq)

@@ -10,6 +10,7 @@ captured (`watch`), or for the whole `with profile(...)` block; modules without 
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,19 @@ from wandb_modprof.capture.structure.structure_pass import structure_pass_active
 from wandb_modprof.capture.submodule_hooks import SubmoduleHooks
 
 _MAX_PENDING = 4
+
+
+# Models a capture saw step in this process: a later capture's first sample is not their first.
+_STEPPED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+
+def cold_model(model: nn.Module) -> bool:
+    """`model`'s next step is its first in this process, as far as can be told: no capture saw
+    it step, and no parameter holds a gradient (a backward would have left one, unless the
+    user set them to None). A model that only ran forwards before is not detected."""
+    if model in _STEPPED:
+        return False
+    return all(p.grad is None for p in model.parameters())
 
 
 class Capture(SubmoduleHooks):
@@ -89,6 +103,12 @@ class Capture(SubmoduleHooks):
         self._deliver_fn: Callable[[], None] = lambda: None
         self._warned = False
         self.attached = False
+        # The first step's sample is the model's first step in this process when no capture
+        # saw the model step before and no parameter has a gradient yet (no backward ran).
+        self._untimed = options.warmup  # steps still to run untimed (`warmup=`)
+        self._cold = not options.warmup and cold_model(model)
+        self._cold_step = False  # the step now starting is that first step
+        self._stepped = False  # a step of the model started under this capture
 
     # ---- attach / detach ---------------------------------------------------------------
     def attach(self) -> None:
@@ -134,6 +154,10 @@ class Capture(SubmoduleHooks):
                 self._recover_interrupted()
             self._root_depth = 1
             self._index_checked = False
+            if self._cold_step or not self._stepped:  # (later steps: two attribute reads)
+                self._cold_step = self._cold and not self._stepped
+                self._stepped = True
+                _STEPPED.add(self.model)
             if gc_pause.holding():  # a sampled window left without its end (a failed backward)
                 gc_pause.release_all()
             if self.sample_due:
@@ -149,6 +173,9 @@ class Capture(SubmoduleHooks):
             if self.structures.stale:
                 self.structures.pop_stale()
             step = self._should_sample(module)
+            if self._untimed:  # `warmup=`: counted as a step, never timed
+                self._untimed -= 1
+                step = None
             if (step is not None or self.structures.due) and ap.functorch_active():
                 # `torch.func.vmap(grad(functional_call(model, ...)))`: wrapper tensors without
                 # storage. A step, counted, but neither sampled nor a structure pass (still due).
@@ -300,6 +327,7 @@ class Capture(SubmoduleHooks):
             nvtx=NvtxRanges() if self.options.nvtx else None,
             dataflow=StepDataflow(module.training) if derive else None,
         )
+        session.cold_start = self._cold_step
         self._forward = session
         name, module_type = self._names.get(id(self.model), (ROOT_NAME, type_name(self.model)))
         session.enter(id(self.model), name, module_type, module, args, kwargs)

@@ -26,6 +26,8 @@ class Options:
     # derives the graph from its own forward (`step_dataflow`)
     structure: bool = True
     nvtx: bool = False  # NVTX ranges per module forward/backward on sampled steps
+    # the model's first this many steps run untimed (one-time start-up: `Sample.cold_start`)
+    warmup: int = 0
 
 
 def parse_timing(value: object) -> Timing:
@@ -46,8 +48,23 @@ def check_bool(name: str, value: object) -> bool:
     return value
 
 
+def check_warmup(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise ModProfError(
+            f"warmup must be an integer >= 0 (steps run untimed first); got {value!r} "
+            f"({type(value).__name__})"
+        )
+    return value
+
+
 def parse_options(
-    *, timing: object, activations: object, norms: object, structure: object, nvtx: object
+    *,
+    timing: object,
+    activations: object,
+    norms: object,
+    structure: object,
+    nvtx: object,
+    warmup: object = 0,
 ) -> Options:
     """The `Options` of a `watch` / `profile` call, every argument checked."""
     return Options(
@@ -56,4 +73,5 @@ def parse_options(
         norms=check_bool("norms", norms),
         structure=check_bool("structure", structure),
         nvtx=check_bool("nvtx", nvtx),
+        warmup=check_warmup(warmup),
     )

@@ -112,6 +112,7 @@ def resolve(
         runs=_runs(session, back.t0, back.t1, back.r_off) if session.bwd_started else (),
         host_origin_ns=ref if isinstance(clock, CpuClock) else None,
         memory=curve,
+        cold_start=session.cold_start,
     )
 
 

@@ -68,6 +68,8 @@ class StepSession(NodeStamps):
         # Another model's structure pass ran inside this forward: its times are not this
         # model's normal cost, so the sample is dropped when it finishes.
         self.disturbed = False
+        # The model's first step in this process, as far as can be told (`Sample.cold_start`)
+        self.cold_start = False
         self.closed = False
         self.failed = False
         # activations (None when someone else's saved-tensor hooks are active)

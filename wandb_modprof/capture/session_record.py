@@ -55,6 +55,7 @@ class SessionRecord:
     bwd_t_end: Any
     forward_thread: int
     memory: None = None  # host-clock sessions only: no device allocator readings
+    cold_start: bool = False
 
     # Pickled with the invocations as columns (one list per slot): the default pickling of
     # 10,000 slotted objects builds a state dict per object (83 ms to pickle and 55 ms to
@@ -105,4 +106,5 @@ def session_record(session: StepSession) -> SessionRecord | None:
         bwd_t_begin=session.bwd_t_begin,
         bwd_t_end=session.bwd_t_end,
         forward_thread=session.forward_thread,
+        cold_start=session.cold_start,
     )

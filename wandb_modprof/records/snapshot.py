@@ -48,6 +48,10 @@ class ProfileData:
     ranks: RankData | None = None
     # `watch` only: what sampling cost the run (not part of the profile file: a fact of the run)
     overhead: Overhead | None = None
+    # Samples left out of `stats` (0 or 1; `num_samples` counts them): the model's first step
+    # (`Sample.cold_start`), left out once a later sample exists, so one-time start-up does
+    # not colour the profile.
+    cold_left_out: int = 0
 
     @property
     def statistic(self) -> str:

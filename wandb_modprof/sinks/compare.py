@@ -120,6 +120,11 @@ def format_comparison(c: Comparison, top: int) -> str:
         f"wandb_modprof compare, mode {c.mode.key} ({c.mode.label}): "
         f"A = {label_a} ({model_a}), B = {label_b} ({model_b}); ratio = B / A"
     ]
+    if c.model_a != c.model_b:
+        lines.append(
+            f"NOTE: A and B are different models ({model_a}, {model_b}): "
+            f"{len(c.matched)} module calls in common; the totals compare different work"
+        )
     if c.mode.total:
         lines.append(
             f"model total: A {format_value(unit, c.total_a)}, B {format_value(unit, c.total_b)}, "
@@ -128,10 +133,13 @@ def format_comparison(c: Comparison, top: int) -> str:
     else:
         lines.append(f"model total: mode {c.mode.key} has none")
     shown = c.matched[:top]
-    lines.append(
-        f"{len(c.matched)} module calls in both; the {len(shown)} that changed most "
-        "(largest |log ratio|; no ratio where a value is missing or 0):"
-    )
+    if not shown:
+        lines.append("no module call in both: nothing to compare call by call")
+    else:
+        lines.append(
+            f"{len(c.matched)} module calls in both; the {len(shown)} that changed most "
+            "(largest |log ratio|; no ratio where a value is missing or 0):"
+        )
     rows = [
         [
             m.key,
@@ -142,7 +150,8 @@ def format_comparison(c: Comparison, top: int) -> str:
         ]
         for m in shown
     ]
-    lines += render_columns(["module", "type", "A", "B", "B / A"], rows, {2, 3, 4})
+    if rows:
+        lines += render_columns(["module", "type", "A", "B", "B / A"], rows, {2, 3, 4})
     for label, only in (("A", c.only_a), ("B", c.only_b)):
         if not only:
             continue

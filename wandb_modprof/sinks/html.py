@@ -53,6 +53,7 @@ from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODE_KEYS, 
 from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_data
 from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.sinks.files import check_path, missing_directory, write_atomic
+from wandb_modprof.sinks.table_notes import table_notes
 from wandb_modprof.sinks.units import format_value
 
 if TYPE_CHECKING:
@@ -172,37 +173,13 @@ def _meta(table: ProfileTable) -> dict[str, float | None]:
         if row["row_kind"] == "meta":
             measured = row["missing"] != "meta_number"
             out[str(row["meta_key"])] = float(row["meta_number"]) if measured else None
+            if row["meta_key"] == "statistic" and row["meta_value"] == "mean":
+                out["statistic_mean"] = 1.0  # a version-1 profile: means, no medians
     return out
 
 
-def region_note(table: ProfileTable) -> str:
-    """What the table's `compiled_region` meta rows say, in a sentence ('' without any): the
-    regions' names (from their views' rows; the key where a view is not drawn) and the calls
-    that ran fused inside them, drawn grey in the time and memory modes."""
-    records = table.records()
-    keys = [
-        (str(r["meta_value"]), int(r["meta_number"]))
-        for r in records
-        if r["row_kind"] == "meta" and r["meta_key"] == "compiled_region"
-    ]
-    if not keys:
-        return ""
-    names = {
-        str(r["view_key"]): str(r["module_type"] if r["view_parent"] == -1 else r["name_ref"])
-        for r in records
-        if r["row_kind"] == "view"
-    }
-    shown = ", ".join(names.get(key, key) for key, _ in keys[:8])
-    more = f" and {len(keys) - 8} more" if len(keys) > 8 else ""
-    fused = sum(n for _, n in keys)
-    regions = "one compiled region" if len(keys) == 1 else f"{len(keys)} compiled regions"
-    return (
-        f"torch.compile: {regions} ({shown}{more}), each measured as one call; the {fused} "
-        "module calls inside ran fused, so they are drawn with their FLOPs only (grey in the "
-        "time and memory modes; their hover cards say so)."
-    )
-
-
+# the same figures as the panel's totals and `summary`'s "per step" line: the root call's
+# median (mean for a version-1 file) over the samples in the statistics
 _TOTALS_HEADS = ("model", "forward / step", "backward / step", "activations", "parameters")
 
 
@@ -210,7 +187,9 @@ def _totals(
     summaries: Sequence[tuple[str, str, Mapping[str, float | None]]], several: bool
 ) -> tuple[list[str], list[list[str]]]:
     """The header's totals table: its column heads and one row of text cells per profile."""
-    heads = (["run"] if several else []) + list(_TOTALS_HEADS) + ["samples"]
+    stat = "mean" if any(meta.get("statistic_mean") for _, _, meta in summaries) else "median"
+    named = [_TOTALS_HEADS[0], *(f"{h} ({stat})" for h in _TOTALS_HEADS[1:4]), _TOTALS_HEADS[4]]
+    heads = (["run"] if several else []) + named + ["samples"]
     rows = []
     for label, model, meta in summaries:
         samples = meta.get("num_samples")
@@ -324,7 +303,7 @@ def tables_html(
     notes += [
         f"{label}: {note}" if len(tables) > 1 else note
         for (label, _, table) in tables
-        if (note := region_note(table))
+        for note in table_notes(table)
     ]
     written = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z").strip()
     heads, totals = _totals(summaries, len(tables) > 1)

@@ -4,9 +4,9 @@ does the file I/O and the header; `profile_schema.py` turns the records into JSO
 
 The file is one JSON object (UTF-8, in fact pure ASCII):
 
-    {"format": "wandb_modprof.profile", "version": 4, "wandb_modprof_version": "0.1.0",
+    {"format": "wandb_modprof.profile", "version": 5, "wandb_modprof_version": "0.1.0",
      "model_name": ..., "num_samples": ..., "stats": {key: ModuleStats},
-     "last_sample": Sample | null, "structures": [Structure]}
+     "last_sample": Sample | null, "structures": [Structure], "cold_left_out": int}
 
 Each record is an object with exactly the fields of its dataclass (`records/sample.py`,
 `records/calls.py`), in field order; tuples are arrays. The schema (`profile_schema.py`) is read
@@ -53,6 +53,11 @@ root. It must name a call of the same structure: the call itself (and then no an
 a region: only the outermost region counts) or an ancestor that is its own region's root.
 Files of versions 1-3 load with every call's `compiled_region` null (not recorded: drawn as
 before, without the compiled-region notes).
+
+Version 5 added the last sample's `cold_start` (true: the model's first step in its process,
+whose times include one-time start-up) and `cold_left_out` (how many such samples the
+statistics left out because later samples exist: 0 or 1). Files of versions 1-4 load with
+`cold_start` null (not recorded) and `cold_left_out` 0.
 """
 
 from __future__ import annotations
@@ -71,8 +76,8 @@ if TYPE_CHECKING:
     from wandb_modprof.records.snapshot import ProfileData
 
 FORMAT = "wandb_modprof.profile"
-VERSION = 4
-SUPPORTED_VERSIONS = (1, 2, 3, 4)
+VERSION = 5
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)
 
 
 # ---- writing -------------------------------------------------------------------------------
@@ -90,7 +95,14 @@ def save_profile(prof: ProfileData, path: str | os.PathLike[str]) -> Path:
     that is a device, FIFO or directory is refused (`sinks/files.py`).
     """
     target = check_path(path, "save()")
-    data = FileData(prof.model_name, prof.num_samples, dict(prof.stats), prof.last, prof.structures)
+    data = FileData(
+        prof.model_name,
+        prof.num_samples,
+        dict(prof.stats),
+        prof.last,
+        prof.structures,
+        prof.cold_left_out,
+    )
     doc = {"format": FORMAT, "version": VERSION, "wandb_modprof_version": __version__}
     doc.update(encode(data, FileData))
     # ensure_ascii: escapes keep every Python str (even a lone surrogate in an odd module name)
@@ -117,7 +129,12 @@ def read_profile(path: str | os.PathLike[str]) -> ProfileData:
     except FileError as e:
         raise ModProfError(f"cannot load {where!r}: {e}") from None
     return ProfileData(
-        data.model_name, data.num_samples, data.stats, data.last_sample, data.structures
+        data.model_name,
+        data.num_samples,
+        data.stats,
+        data.last_sample,
+        data.structures,
+        cold_left_out=data.cold_left_out,
     )
 
 
@@ -176,6 +193,8 @@ def _parse(raw: bytes) -> FileData:
         _migrate_v2(doc, version)
     if version <= 3:
         _migrate_v3(doc, version)
+    if version <= 4:
+        _migrate_v4(doc, version)
     data: FileData = decode(doc, FileData, "")
     return data
 
@@ -237,3 +256,18 @@ def _migrate_v3(doc: dict[str, Any], version: int) -> None:
                     problem = f'unknown field "compiled_region" (in a version {version} file)'
                     raise FileError(where, problem)
                 call["compiled_region"] = None
+
+
+def _migrate_v4(doc: dict[str, Any], version: int) -> None:
+    """Give a version-1 to -4 document the fields version 5 added: `cold_left_out` 0 and the
+    last sample's `cold_start` null (not recorded). A file of those versions that has either
+    is refused."""
+    if "cold_left_out" in doc:
+        raise FileError("", f'unknown field "cold_left_out" (in a version {version} file)')
+    doc["cold_left_out"] = 0
+    last = doc.get("last_sample")
+    if isinstance(last, dict):
+        if "cold_start" in last:
+            problem = f'unknown field "cold_start" (in a version {version} file)'
+            raise FileError("last_sample", problem)
+        last["cold_start"] = None

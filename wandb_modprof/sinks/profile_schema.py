@@ -72,9 +72,10 @@ class FileData:
     stats: dict[str, ModuleStats]
     last_sample: Sample | None
     structures: tuple[Structure, ...]
+    cold_left_out: int
 
 
-AT_LEAST[FileData] = {"num_samples": 0}
+AT_LEAST[FileData] = {"num_samples": 0, "cold_left_out": 0}
 
 
 class FileError(Exception):
@@ -111,9 +112,8 @@ def _encoder(tp: Any) -> Callable[[Any], Any]:
                 parts.extend((f.name, _encoder(hints[f.name])) for f in fields(record))
             return {name: part(getattr(value, name)) for name, part in parts}
 
-    elif get_origin(inner) in (tuple, dict, Mapping):
-        keyed = get_origin(inner) is not tuple
-        item = _encoder(get_args(inner)[keyed])  # tuple[X, ...], dict[K, X], Mapping[K, X]
+    elif get_origin(inner) in (tuple, dict, Mapping):  # tuple[X, ...], dict / Mapping[K, X]
+        item = _encoder(get_args(inner)[get_origin(inner) is not tuple])
 
         def enc(value: Any) -> Any:
             if isinstance(value, Mapping):

@@ -16,7 +16,7 @@ from wandb_modprof.view.regions import Region, note
 
 if TYPE_CHECKING:
     from wandb_modprof.records.sample import ModuleStats, Sample
-    from wandb_modprof.records.snapshot import Overhead
+    from wandb_modprof.records.snapshot import Overhead, ProfileData
     from wandb_modprof.sinks.values import ModeValues
 
 
@@ -45,6 +45,40 @@ def overhead_line(overhead: Overhead) -> str:
     )
 
 
+def cold_lines(cold_left_out: int, last: Sample, num_samples: int) -> list[str]:
+    """What became of the model's first step in its process (`Sample.cold_start`)."""
+    if cold_left_out:
+        return [
+            "first step left out of the statistics: the model's first step in this process, "
+            "mostly one-time start-up (allocator growth, kernel selection)"
+        ]
+    if last.cold_start and num_samples == 1:
+        return [
+            "WARNING: the only sample is the model's first step in this process: its times are "
+            "mostly one-time start-up (allocator growth, kernel selection), not the model's "
+            "cost; run one step before profiling, or pass warmup=1"
+        ]
+    return []
+
+
+def per_step_line(stats: Mapping[str, ModuleStats]) -> str:
+    """The figures the panel's totals and the report's header show (the root call's median,
+    the mean for a version-1 file), named as such: "per step (median of 3 samples): ..."."""
+    roots = [s for s in stats.values() if s.parent_key is None]
+    root = min(roots, key=lambda s: s.order) if roots else None
+    if root is None:
+        return "per step: no sampled steps"
+    stat = "median" if root.medians_known() else "mean"
+    fwd = root.metrics.get("fwd_ms")
+    counted = fwd.count if fwd is not None else 0
+    return (
+        f"per step ({stat} of {counted} sample{'' if counted == 1 else 's'}): forward "
+        f"{format_value('ms', root.typical('fwd_ms'))}, backward "
+        f"{format_value('ms', root.typical('bwd_ms'))}, activations "
+        f"{format_value('bytes', root.typical('act_bytes'))}"
+    )
+
+
 def format_summary(
     model_name: str,
     num_samples: int,
@@ -53,6 +87,7 @@ def format_summary(
     n: int,
     regions: Sequence[Region] = (),
     overhead: Overhead | None = None,
+    cold_left_out: int = 0,
 ) -> str:
     model_name = escape_text(model_name)
     if last is None or not stats:
@@ -62,8 +97,9 @@ def format_summary(
         f"wandb_modprof profile of {model_name}: {num_samples} sampled step(s), "
         f"{len(last.invocations)} module invocations in the last one"
     )
+    per_step = per_step_line(stats)
     totals_line = (
-        f"last step: forward {format_value('ms', totals.fwd_ms)}, backward "
+        f"last sample (step {last.step}): forward {format_value('ms', totals.fwd_ms)}, backward "
         f"{format_value('ms', totals.bwd_ms)}, "
         f"activations {format_value('bytes', totals.act_bytes)}"
     )
@@ -75,9 +111,10 @@ def format_summary(
         return rows[:n]
 
     kind = statistic_words(stats.values())
-    lines = [head, totals_line, f"({kind} over samples; self = excluding child modules)"]
+    lines = [head, per_step, totals_line, f"({kind} over samples; self = excluding child modules)"]
     if overhead is not None:
         lines.append(overhead_line(overhead))
+    lines += cold_lines(cold_left_out, last, num_samples)
     lines += gc_notes(list(stats.values()), n)
     lines += region_notes(regions, n)
     lines.append("")
@@ -163,8 +200,20 @@ def render_columns(
     return [line(header)] + [line(r) for r in rows]
 
 
-def format_mode_summary(values: ModeValues, n: int) -> str:
-    """The top `n` module calls of one analysis mode as a terminal table.
+def mode_summary(data: ProfileData, mode_key: str, n: int) -> str:
+    """What `wandb-modprof summary --mode M` prints: the per-step line, what became of the
+    first step, then `format_mode_summary` of the mode."""
+    from wandb_modprof.sinks.values import mode_values
+
+    notes = [per_step_line(data.stats)]
+    if data.last is not None:
+        notes += cold_lines(data.cold_left_out, data.last, data.num_samples)
+    return format_mode_summary(mode_values(data, mode_key), n, notes)
+
+
+def format_mode_summary(values: ModeValues, n: int, notes: Sequence[str] = ()) -> str:
+    """The top `n` module calls of one analysis mode as a terminal table; `notes` (the
+    per-step line, what became of the first step) follow its first line.
 
     >>> print(format_mode_summary(values.mode_values(prof, "act"), 5))  # doctest: +SKIP
     """
@@ -176,6 +225,7 @@ def format_mode_summary(values: ModeValues, n: int) -> str:
     )
     if values.total is not None:
         head += f", model total {format_value(m.unit, values.total)}"
+    head = "\n".join([head, *notes])
     measured = [v for v in values.modules if v.value is not None]
     regions = region_notes(values.regions, n)
     if not measured:

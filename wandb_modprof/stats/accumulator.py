@@ -46,13 +46,19 @@ class ProfileAccumulator:
     def __init__(self, model_name: str) -> None:
         self.model_name = model_name
         self._acc = StatsAccumulator()
+        # The model's first step in the process (`Sample.cold_start`), folded on its own: the
+        # statistics while it is the only sample; once a later sample exists it is left out
+        # (counted) and only gives the calls no later sample made (none is lost).
+        self._cold: StatsAccumulator | None = None
+        self._cold_left_out = 0
         self._last: Sample | None = None
         self._num_samples = 0
         self._pending: deque[Pending] = deque()
         self._lock = threading.Lock()
         self._structures: dict[str, Structure] = {}  # by call-sequence signature, in order
         self._loaded_stats: dict[str, ModuleStats] | None = None  # a profile read from a file
-        self._stats_cache: tuple[int, dict[str, ModuleStats]] | None = None  # (samples, stats)
+        # ((samples, left out), stats): frozen once per folded sample
+        self._stats_cache: tuple[tuple[int, int], dict[str, ModuleStats]] | None = None
         # Every rank's compact statistics, folded by rank 0 of a distributed `watch` when it
         # logs (`api.distributed.RankChannel.collect`); None: no distributed data.
         self._ranks: RankData | None = None
@@ -64,6 +70,7 @@ class ProfileAccumulator:
         """A read-only accumulator holding a saved profile (`wandb_modprof.load`)."""
         acc = cls(data.model_name)
         acc._num_samples = data.num_samples
+        acc._cold_left_out = data.cold_left_out
         acc._loaded_stats = dict(data.stats)
         acc._last = data.last
         acc._structures = {s.signature: s for s in data.structures}
@@ -112,9 +119,19 @@ class ProfileAccumulator:
                     static_fn(names),
                     gradients.resolve() if gradients is not None else None,
                 )
-                self._acc.fold(sample.invocations)
-                self._last = sample
-                self._num_samples += 1
+                self._take(sample)
+
+    def _take(self, sample: Sample) -> None:
+        """Fold `sample` into the statistics; a first-step sample only while it is alone."""
+        if sample.cold_start and self._num_samples == 0:
+            self._cold = StatsAccumulator()
+            self._cold.fold(sample.invocations)
+        else:
+            if self._cold is not None and not self._cold_left_out:
+                self._cold_left_out = 1  # a later sample: the start-up one is left out
+            self._acc.fold(sample.invocations)
+        self._num_samples += 1
+        self._last = sample
 
     def first_pending(self) -> StepSession | None:
         """The oldest finished session not resolved yet."""
@@ -131,6 +148,7 @@ class ProfileAccumulator:
     def load(self, data: ProfileData) -> None:
         """Hold `data`, the profile resolved by a `Remote`, as this accumulator's results."""
         self._num_samples = data.num_samples
+        self._cold_left_out = data.cold_left_out
         self._loaded_stats = dict(data.stats)
         self._last = data.last
         self._stats_cache = None
@@ -139,10 +157,20 @@ class ProfileAccumulator:
 
     def saved_state(self) -> tuple[Any, ...]:
         """The running statistics as picklable state (`restore_state` continues from it)."""
-        return (self._acc, self._last, self._num_samples, tuple(self._structures.values()))
+        structures = tuple(self._structures.values())
+        return (
+            self._acc,
+            self._cold,
+            self._cold_left_out,
+            self._last,
+            self._num_samples,
+            structures,
+        )
 
     def restore_state(self, state: tuple[Any, ...]) -> None:
-        self._acc, self._last, self._num_samples, structures = state
+        self._acc, self._cold, self._cold_left_out, self._last, self._num_samples, structures = (
+            state
+        )
         self._loaded_stats, self._stats_cache = None, None
         self._structures = {s.signature: s for s in structures}
 
@@ -174,12 +202,24 @@ class ProfileAccumulator:
         then the W&B log) asked for it several times, and freezing a 10,000-call profile
         builds ~160,000 statistics (0.6-1 s each time here)."""
         cached = self._stats_cache
-        if cached is None or cached[0] != self._num_samples:
+        version = (self._num_samples, self._cold_left_out)
+        if cached is None or cached[0] != version:
             with paused_gc():
-                snap = self._acc.snapshot() if self._loaded_stats is None else self._loaded_stats
+                snap = self._running() if self._loaded_stats is None else self._loaded_stats
                 ordered = dict(sorted(snap.items(), key=lambda kv: kv[1].order))
-            cached = self._stats_cache = (self._num_samples, ordered)
+            cached = self._stats_cache = (version, ordered)
         return dict(cached[1])  # the caller's own dict (the statistics are frozen)
+
+    def _running(self) -> dict[str, ModuleStats]:
+        """The running statistics; with a left-out first step, its calls that no later
+        sample made (a route taken once) from it."""
+        if self._cold is None:
+            return self._acc.snapshot()
+        if not self._cold_left_out:
+            return self._cold.snapshot()
+        snap = self._acc.snapshot()
+        snap.update(self._cold.snapshot(exclude=snap.keys()))
+        return snap
 
     def structures(self) -> tuple[Structure, ...]:
         return tuple(self._structures.values())
@@ -190,7 +230,8 @@ class ProfileAccumulator:
         """Per call key the running means of `metrics` (None: not measured) and the sample
         count: what a rank publishes to rank 0 (`api.distributed`), without a full snapshot."""
         if self._loaded_stats is None:
-            return self._acc.means(metrics)
+            acc = self._cold if self._cold is not None and not self._cold_left_out else self._acc
+            return acc.means(metrics)
         means: dict[str, tuple[float | None, ...]] = {}
         counts: dict[str, int] = {}
         for key, stats in self._loaded_stats.items():
@@ -209,4 +250,5 @@ class ProfileAccumulator:
             structures=self.structures(),
             ranks=self._ranks,
             overhead=self.overhead,
+            cold_left_out=self._cold_left_out,
         )

@@ -20,7 +20,7 @@ doubles either way): the statistics are bit for bit the same.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from operator import attrgetter
 from typing import TypeVar
 
@@ -192,11 +192,14 @@ class StatsAccumulator:
             max=self._max[:n].copy(), last=self._last[:n].copy(), median=median,
         )  # fmt: skip
 
-    def snapshot(self) -> dict[str, ModuleStats]:
+    def snapshot(self, exclude: Collection[str] = ()) -> dict[str, ModuleStats]:
+        """The statistics of every call key but those in `exclude`."""
         columns = self._columns()
         gc_samples = self._gc_samples[: len(self._rows)].tolist()
         out: dict[str, ModuleStats] = {}
         for row, rec in enumerate(self._meta):
+            if rec.key in exclude:
+                continue
             out[rec.key] = ModuleStats(
                 key=rec.key,
                 module_name=rec.module_name,

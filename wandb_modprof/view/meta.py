@@ -9,6 +9,8 @@ leaves out (`reduced`, `views`). Takes the `ProfileData` and its merged `CallTre
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from wandb_modprof.view.columns import TABLE_FORMAT, TABLE_VERSION
@@ -19,6 +21,8 @@ from wandb_modprof.view.regions import regions
 from wandb_modprof.view.rows import MetaRow
 
 if TYPE_CHECKING:
+    from wandb_modprof.records.graph import ViewGraph
+    from wandb_modprof.records.sample import ModuleStats
     from wandb_modprof.records.snapshot import ProfileData
 
 _TOTALS = ("fwd_ms", "bwd_ms", "act_bytes", "param_bytes", "grad_bytes", "optim_bytes")
@@ -52,10 +56,28 @@ def profile_meta(prof: ProfileData, tree: CallTree, has_views: bool) -> list[Met
     meta.append(("total_fwd_flops", "", flops))
     if prof.overhead is not None:  # `watch`: what sampling cost the run, in % of its time
         meta.append(("overhead_pct", "", 100.0 * prof.overhead.share))
+    meta.extend(cold_meta(prof))
     meta.extend(rank_meta(prof.ranks))
     meta.extend(unseen_meta(prof))
     meta.extend(region_meta(tree))
     return meta
+
+
+# What became of a sample of the model's first step in its process (`Sample.cold_start`):
+# the panel's totals and the report's header show it as is, `summary` says it in full.
+COLD_LEFT_OUT = "first step left out (start-up)"
+COLD_ONLY = "only sample: the first step, mostly start-up (warmup=1)"
+
+
+def cold_meta(prof: ProfileData) -> list[MetaRow]:
+    """`cold_start`, only when the model's first step was sampled: text `COLD_LEFT_OUT`
+    (left out of the statistics, number: how many) or `COLD_ONLY` (the statistics are of that
+    step alone, number 0)."""
+    if prof.cold_left_out:
+        return [("cold_start", COLD_LEFT_OUT, float(prof.cold_left_out))]
+    if prof.last is not None and prof.last.cold_start and prof.num_samples == 1:
+        return [("cold_start", COLD_ONLY, 0.0)]
+    return []
 
 
 # At most this many `compiled_region` rows (they come out of the row budget before the views):
@@ -93,17 +115,52 @@ def unseen_meta(prof: ProfileData) -> list[MetaRow]:
     return [("unseen_calls", text, float(unseen))]
 
 
-# The rows `reduction_meta` adds after the reduction: `reduced` and `views`.
-REDUCTION_META_ROWS = 2
+# The rows `reduction_meta` adds after the reduction: `reduced`, `views` and `open_view`.
+REDUCTION_META_ROWS = 3
+# A view opens inside the module that holds at least this share of its time (`open_view`).
+DOMINANT_SHARE = 0.9
 
 
-def reduction_meta(reduction: Reduction, tree: CallTree) -> list[MetaRow]:
+def reduction_meta(
+    reduction: Reduction, tree: CallTree, stats: Mapping[str, ModuleStats] | None = None
+) -> list[MetaRow]:
     """`reduced` (the note; number: how many calls, the root aside, have no node drawn, 0 when
-    nothing was reduced) and `views` (how many are drawn)."""
+    nothing was reduced), `views` (how many are drawn) and, when one module dominates the
+    root's view, `open_view` (text: the view to open on, `open_view`)."""
     root_key = tree.calls[0].key if tree.calls else None
     drawn = {n.node_key for g in reduction.graphs for n in g.nodes}
     not_drawn = sum(1 for c in tree.calls if c.key not in drawn and c.key != root_key)
-    return [
+    meta: list[MetaRow] = [
         ("reduced", reduction.note, float(not_drawn if reduction.note else 0)),
         ("views", "", float(len(reduction.graphs))),
     ]
+    if root_key is not None and stats is not None:
+        opened = open_view(reduction.graphs, stats, root_key)
+        if opened != root_key:
+            meta.append(("open_view", opened, 0.0))
+    return meta
+
+
+def open_view(graphs: Sequence[ViewGraph], stats: Mapping[str, ModuleStats], root: str) -> str:
+    """The view the panel and the report open on: from the root, into the module that holds
+    at least `DOMINANT_SHARE` of its view's forward + backward time (medians), as long as
+    there is one and its view is drawn (`GPT2LMHeadModel` opens on `transformer`, 95 % of
+    it). The breadcrumb leads back; a click elsewhere wins."""
+    by_view = {g.view_key: g for g in graphs}
+
+    def cost(key: str) -> float:
+        s = stats.get(key)
+        parts = [] if s is None else [s.typical(m) for m in ("fwd_ms", "bwd_ms")]
+        known = [p for p in parts if p is not None and math.isfinite(p)]
+        return sum(known) if known else 0.0
+
+    view = root
+    while (graph := by_view.get(view)) is not None:
+        modules = [n.node_key for n in graph.nodes if n.kind == "module"]
+        if not modules:
+            break
+        top = max(modules, key=cost)
+        if top not in by_view or not cost(top) >= DOMINANT_SHARE * cost(view) > 0:
+            break
+        view = top
+    return view

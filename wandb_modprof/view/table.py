@@ -219,7 +219,7 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = 
     if timeline.note:
         note = "; ".join(n for n in (reduction.note, "timeline: " + timeline.note) if n)
         reduction = dataclasses.replace(reduction, note=note)
-    meta += reduction_meta(reduction, tree)
+    meta += reduction_meta(reduction, tree, prof.stats)
 
     src = RowSource(
         calls=calls,
