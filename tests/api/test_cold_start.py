@@ -69,6 +69,7 @@ def _first_step_in_a_fresh_process() -> None:
     assert max(cold[k] / warm[k] for k in warm) > 3, (cold, warm)
 
 
+@pytest.mark.accuracy  # a timing claim: run serially, with the cores to itself
 def test_the_first_step_in_a_process_is_marked_and_provably_slower() -> None:
     here = Path(__file__).resolve().parent
     code = (
