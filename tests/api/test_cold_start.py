@@ -117,6 +117,32 @@ def test_a_model_that_trained_before_is_not_marked() -> None:
     assert prof.snapshot().cold_left_out == 0 and _cold_meta(prof) == []
 
 
+def test_a_model_trained_with_gradients_cleared_or_forward_only_is_not_marked() -> None:
+    """`optimizer.zero_grad()` leaves no gradient behind; the optimizer's in-place updates
+    (`_version`) and a batch norm's batch count still say the model ran before."""
+    x = _x()
+    model = SmallCNN()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(2):
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    assert all(p.grad is None for p in model.parameters())
+    with wandb_modprof.profile(model, structure=False) as prof:
+        model(x).sum().backward()
+    assert prof.last_sample is not None and prof.last_sample.cold_start is False
+    forward_only = SmallCNN()
+    with torch.no_grad():
+        forward_only(x)  # train mode: bn1 counts the batch
+    with wandb_modprof.profile(forward_only, structure=False) as prof:
+        forward_only(x).sum().backward()
+    assert prof.last_sample is not None and prof.last_sample.cold_start is False
+    fresh = SmallCNN()
+    with wandb_modprof.profile(fresh, structure=False) as prof:
+        fresh(x).sum().backward()
+    assert prof.last_sample is not None and prof.last_sample.cold_start is True
+
+
 def test_warmup_runs_the_first_steps_untimed() -> None:
     model, x = SmallCNN(), _x()
     with wandb_modprof.profile(model, structure=False, warmup=2) as prof:

@@ -10,7 +10,6 @@ captured (`watch`), or for the whole `with profile(...)` block; modules without 
 from __future__ import annotations
 
 import functools
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -44,19 +43,6 @@ from wandb_modprof.capture.structure.structure_pass import structure_pass_active
 from wandb_modprof.capture.submodule_hooks import SubmoduleHooks
 
 _MAX_PENDING = 4
-
-
-# Models a capture saw step in this process: a later capture's first sample is not their first.
-_STEPPED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
-
-
-def cold_model(model: nn.Module) -> bool:
-    """`model`'s next step is its first in this process, as far as can be told: no capture saw
-    it step, and no parameter holds a gradient (a backward would have left one, unless the
-    user set them to None). A model that only ran forwards before is not detected."""
-    if model in _STEPPED:
-        return False
-    return all(p.grad is None for p in model.parameters())
 
 
 class Capture(SubmoduleHooks):
@@ -106,7 +92,7 @@ class Capture(SubmoduleHooks):
         # The first step's sample is the model's first step in this process when no capture
         # saw the model step before and no parameter has a gradient yet (no backward ran).
         self._untimed = options.warmup  # steps still to run untimed (`warmup=`)
-        self._cold = not options.warmup and cold_model(model)
+        self._cold = not options.warmup and _registry.cold_model(model)
         self._cold_step = False  # the step now starting is that first step
         self._stepped = False  # a step of the model started under this capture
 
@@ -157,7 +143,7 @@ class Capture(SubmoduleHooks):
             if self._cold_step or not self._stepped:  # (later steps: two attribute reads)
                 self._cold_step = self._cold and not self._stepped
                 self._stepped = True
-                _STEPPED.add(self.model)
+                _registry.stepped(self.model)
             if gc_pause.holding():  # a sampled window left without its end (a failed backward)
                 gc_pause.release_all()
             if self.sample_due:

@@ -165,9 +165,9 @@ class Sample:
     host_origin_ns: int | None = None
     # The step's memory curve (None: not measured: activations off, or a file before version 3).
     memory: MemoryCurve | None = None
-    # True: the model's first step in this process as far as wandb_modprof can tell (the first
-    # forward it saw of the model, no gradient on any parameter when it was attached): its times
-    # include one-time start-up (allocator growth, kernel selection, lazy initialisation).
+    # True: the model's first step in this process as far as wandb_modprof can tell
+    # (`capture.step.registry.cold_model`): its times include one-time start-up (allocator
+    # growth, kernel selection, lazy initialisation).
     # None: not recorded (a file before version 5).
     cold_start: bool | None = False
 

@@ -1,4 +1,5 @@
-"""Which models currently carry our hooks, so a model is never hooked twice.
+"""Which models currently carry our hooks, so a model is never hooked twice; and which
+models a capture saw step, for `cold_model` (the model's first step in the process).
 
 Weak keys and weak values: forgetting to `unwatch` a model that is then deleted leaks nothing.
 The owner (WatchHandle / ProfileBlock) stays alive as long as the model does, because the
@@ -58,3 +59,27 @@ def detach_capture(capture: Any) -> None:
 def attached_captures() -> list[Any]:
     """Each has `timed_forward`: its step session while a timed forward runs, else None."""
     return list(_ATTACHED)
+
+
+# Models a capture saw step in this process: a later capture's first sample is not their first.
+_STEPPED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+
+def stepped(model: nn.Module) -> None:
+    """`model` started a step under a capture (`cold_model` is False for it from now on)."""
+    _STEPPED.add(model)
+
+
+def cold_model(model: nn.Module) -> bool:
+    """`model`'s next step is its first in this process, as far as can be told: no capture saw
+    it step, no parameter holds a gradient (a backward leaves one unless set to None), none was
+    updated in place more than twice (initialisation and a load bump `_version` once each, an
+    optimizer step at least once more), and no batch norm counted a batch."""
+    if model in _STEPPED:
+        return False
+    # (torch's in-place version counter of a tensor; read defensively: not every subclass has it)
+    if any(p.grad is not None or getattr(p, "_version", 0) > 2 for p in model.parameters()):
+        return False
+    return not any(
+        int(b) > 0 for name, b in model.named_buffers() if name.endswith("num_batches_tracked")
+    )
