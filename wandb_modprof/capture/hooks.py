@@ -45,6 +45,25 @@ from wandb_modprof.capture.submodule_hooks import SubmoduleHooks
 _MAX_PENDING = 4
 
 
+def after_warmup(
+    should_sample: Callable[[nn.Module], int | None], warmup: int
+) -> Callable[[nn.Module], int | None]:
+    """`should_sample` with its first `warmup` steps counted but never sampled (`warmup=`);
+    itself without a warm-up, so the unsampled path does not change."""
+    if not warmup:
+        return should_sample
+    left = [warmup]
+
+    def sample(module: nn.Module) -> int | None:
+        step = should_sample(module)  # (counted either way)
+        if left[0]:
+            left[0] -= 1
+            return None
+        return step
+
+    return sample
+
+
 class Capture(SubmoduleHooks):
     """Installs and removes hooks; creates a `StepSession` per sampled root forward and hands
     it, once its backward ended, to `sink`."""
@@ -64,7 +83,7 @@ class Capture(SubmoduleHooks):
         super().__init__(model, hooks_only_when_sampling)  # (`submodule_hooks`)
         self.options = options
         self.optimizer = optimizer
-        self._should_sample = should_sample
+        self._should_sample = after_warmup(should_sample, options.warmup)
         if options.nvtx:
             check_available()
         device = model_device(model)
@@ -89,12 +108,11 @@ class Capture(SubmoduleHooks):
         self._deliver_fn: Callable[[], None] = lambda: None
         self._warned = False
         self.attached = False
-        # The first step's sample is the model's first step in this process when no capture
-        # saw the model step before and no parameter has a gradient yet (no backward ran).
-        self._untimed = options.warmup  # steps still to run untimed (`warmup=`)
+        # The first step's sample is the model's first step in this process when nothing says
+        # the model ran before (`registry.cold_model`); `warmup=` steps run untimed instead.
         self._cold = not options.warmup and _registry.cold_model(model)
         self._cold_step = False  # the step now starting is that first step
-        self._stepped = False  # a step of the model started under this capture
+        self._first_steps = 2  # counts down over the first two steps, then never read again
 
     # ---- attach / detach ---------------------------------------------------------------
     def attach(self) -> None:
@@ -140,9 +158,9 @@ class Capture(SubmoduleHooks):
                 self._recover_interrupted()
             self._root_depth = 1
             self._index_checked = False
-            if self._cold_step or not self._stepped:  # (later steps: two attribute reads)
-                self._cold_step = self._cold and not self._stepped
-                self._stepped = True
+            if self._first_steps:  # (later steps: one attribute read)
+                self._first_steps -= 1
+                self._cold_step = self._cold and self._first_steps == 1
                 _registry.stepped(self.model)
             if gc_pause.holding():  # a sampled window left without its end (a failed backward)
                 gc_pause.release_all()
@@ -159,9 +177,6 @@ class Capture(SubmoduleHooks):
             if self.structures.stale:
                 self.structures.pop_stale()
             step = self._should_sample(module)
-            if self._untimed:  # `warmup=`: counted as a step, never timed
-                self._untimed -= 1
-                step = None
             if (step is not None or self.structures.due) and ap.functorch_active():
                 # `torch.func.vmap(grad(functional_call(model, ...)))`: wrapper tensors without
                 # storage. A step, counted, but neither sampled nor a structure pass (still due).

@@ -66,7 +66,7 @@ class ColumnMetrics(Mapping[str, RunningStat]):
     def __getitem__(self, metric: str) -> RunningStat:
         stat = self._stats.get(metric)
         if stat is None:
-            i = _INDEX[metric]  # KeyError: not a metric
+            i = METRIC_INDEX[metric]  # KeyError: not a metric
             counts, means, stds, mins, maxs, lasts, medians = self._row_values()
             if not counts[i]:
                 raise KeyError(metric)  # never measured for this call key
@@ -87,7 +87,7 @@ class ColumnMetrics(Mapping[str, RunningStat]):
         return sum(1 for count in self._row_values()[0] if count)
 
     def __contains__(self, metric: object) -> bool:
-        i = _INDEX.get(metric) if isinstance(metric, str) else None
+        i = METRIC_INDEX.get(metric) if isinstance(metric, str) else None
         return i is not None and bool(self._row_values()[0][i])
 
     def __repr__(self) -> str:
@@ -98,4 +98,4 @@ class ColumnMetrics(Mapping[str, RunningStat]):
         return (ColumnMetrics, (self._columns, self._row))
 
 
-_INDEX = {metric: i for i, metric in enumerate(METRICS)}
+METRIC_INDEX = {metric: i for i, metric in enumerate(METRICS)}  # column of each metric

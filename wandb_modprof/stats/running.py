@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wandb_modprof.records.sample import METRICS, InvocationRecord, ModuleStats
-from wandb_modprof.records.stat_columns import ColumnMetrics, StatColumns
+from wandb_modprof.records.stat_columns import METRIC_INDEX, ColumnMetrics, StatColumns
 
 MEDIAN_WINDOW = 64  # sample values kept per key and metric (at most 512 bytes each)
 # A sample "held a garbage collection" (`ModuleStats.gc_samples`) when collections took at
@@ -51,7 +51,6 @@ Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
 _G = TypeVar("_G", bound=np.generic)
 _N = len(METRICS)
-_INDEX = {m: i for i, m in enumerate(METRICS)}
 _metric_values_of = attrgetter(*METRICS)  # every metric of a record, in `METRICS` order
 
 
@@ -143,8 +142,7 @@ class StatsAccumulator:
         starts = ok & ~varied & (count > 0) & (values != last)  # a key's first differing value
         self._varied[rows] = varied | starts
         keep = ok & (varied | starts)  # values that go into a window
-        for col in np.flatnonzero(keep.any(axis=0)).tolist():
-            c = col
+        for c in np.flatnonzero(keep.any(axis=0)).tolist():
             self._windowed(c, rows, values[:, c], count[:, c], last[:, c], keep[:, c], starts[:, c])
 
     def _windowed(
@@ -219,9 +217,9 @@ class StatsAccumulator:
         """Per key the running means of `metrics` (None: not measured) and the sample count
         (of fwd_ms), without freezing every statistic."""
         n = len(self._rows)
-        where = [_INDEX[m] for m in metrics]
+        where = [METRIC_INDEX[m] for m in metrics]
         picked = np.where(self._count[:n, where] > 0, self._mean[:n, where], np.nan).tolist()
-        counts = self._count[:n, _INDEX["fwd_ms"]].tolist()
+        counts = self._count[:n, METRIC_INDEX["fwd_ms"]].tolist()
         means: dict[str, tuple[float | None, ...]] = {}
         out_counts: dict[str, int] = {}
         for key, row in self._rows.items():

@@ -9,14 +9,13 @@ leaves out (`reduced`, `views`). Takes the `ProfileData` and its merged `CallTre
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from wandb_modprof.view.columns import TABLE_FORMAT, TABLE_VERSION
 from wandb_modprof.view.graphs import CallTree
 from wandb_modprof.view.ranks import rank_meta
-from wandb_modprof.view.reduce import Reduction
+from wandb_modprof.view.reduce import Reduction, module_cost
 from wandb_modprof.view.regions import regions
 from wandb_modprof.view.rows import MetaRow
 
@@ -149,10 +148,7 @@ def open_view(graphs: Sequence[ViewGraph], stats: Mapping[str, ModuleStats], roo
     by_view = {g.view_key: g for g in graphs}
 
     def cost(key: str) -> float:
-        s = stats.get(key)
-        parts = [] if s is None else [s.typical(m) for m in ("fwd_ms", "bwd_ms")]
-        known = [p for p in parts if p is not None and math.isfinite(p)]
-        return sum(known) if known else 0.0
+        return module_cost(stats.get(key))
 
     view = root
     while (graph := by_view.get(view)) is not None:

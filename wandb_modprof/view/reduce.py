@@ -139,7 +139,7 @@ def _fill(
     def offer(parent: str) -> None:
         for kid in children.get(parent, ()):
             if kid not in drawn and kid not in merged:
-                heapq.heappush(frontier, (-_cost(stats.get(kid)), order[kid], kid))
+                heapq.heappush(frontier, (-module_cost(stats.get(kid)), order[kid], kid))
 
     for key in drawn:
         offer(key)
@@ -213,7 +213,7 @@ def _ranked_modules(graph: ViewGraph, stats: Mapping[str, ModuleStats]) -> list[
     """A view's module nodes, costliest (forward + backward median) first, then in order."""
     position = {n.node_key: i for i, n in enumerate(graph.nodes)}
     modules = [n.node_key for n in graph.nodes if n.kind == "module"]
-    return sorted(modules, key=lambda k: (-_cost(stats.get(k)), position[k]))
+    return sorted(modules, key=lambda k: (-module_cost(stats.get(k)), position[k]))
 
 
 def _group_key(view_key: str) -> str:
@@ -232,7 +232,7 @@ def _merged_note(
         members = groups.get(_group_key(g.view_key))
         if members:
             total = sum(1 for n in g.nodes if n.kind == "module")
-            cost = sum(_cost(stats.get(k)) for k in members)
+            cost = sum(module_cost(stats.get(k)) for k in members)
             parts.append(f"`{g.view_key}` {len(members)} of {total} ({cost:.3g} ms)")
     if not parts:
         return "", ""
@@ -275,7 +275,8 @@ def _merge_nodes(graph: ViewGraph, into: dict[str, GraphNode]) -> ViewGraph:
     return ViewGraph(graph.view_key, tuple(nodes), tuple(edges))
 
 
-def _cost(stats: ModuleStats | None) -> float:
+def module_cost(stats: ModuleStats | None) -> float:
+    """What views rank a module call by: its fwd + bwd medians (0 where not measured)."""
     if stats is None:
         return 0.0
     metrics = stats.metrics
@@ -294,7 +295,7 @@ def _shrink_view(
     modules' group, input or output node keys for the others)."""
     position = {n.node_key: i for i, n in enumerate(graph.nodes)}
     modules = [n.node_key for n in graph.nodes if n.kind == "module"]
-    ranked = sorted(modules, key=lambda k: (-_cost(stats.get(k)), position[k]))
+    ranked = sorted(modules, key=lambda k: (-module_cost(stats.get(k)), position[k]))
     group_key = f"{graph.view_key}|group"
     ends: dict[str, GraphNode] = {}  # input / output node key -> the group it merges into
 
