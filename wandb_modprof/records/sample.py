@@ -231,8 +231,19 @@ class ModuleStats:
     def typical(self, metric: str) -> float | None:
         """The colour and rank statistic of `metric` (`RunningStat.typical`), None if not
         measured."""
+        read = getattr(self.metrics, "typical", None)  # `ColumnMetrics`: no RunningStat built
+        if read is not None:
+            return read(metric)  # type: ignore[no-any-return]
         stat = self.metrics.get(metric)
         return None if stat is None else stat.typical
+
+    def count(self, metric: str) -> int:
+        """How many samples measured `metric` (0: never)."""
+        read = getattr(self.metrics, "count", None)  # `ColumnMetrics`: no RunningStat built
+        if read is not None:
+            return read(metric)  # type: ignore[no-any-return]
+        stat = self.metrics.get(metric)
+        return 0 if stat is None else stat.count
 
     def __repr__(self) -> str:
         # One line: the generated repr printed every RunningStat of every metric (~1.7 KB a

@@ -11,7 +11,7 @@ objects held.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,22 @@ class StatColumns:
     max: Floats
     last: Floats
     median: Floats
+
+    def typicals(self, col: int) -> list[float | None]:
+        """Per row the median of metric column `col`, None where never measured: one C call
+        for every row, kept (ranking a view reads the forward and backward of every call)."""
+        cache: dict[int, list[float | None]] = self.__dict__.setdefault("_typicals", {})
+        out = cache.get(col)
+        if out is None:
+            measured = self.count[:, col] > 0
+            values = self.median[:, col].tolist()
+            out = cache[col] = [
+                v if m else None for v, m in zip(values, measured.tolist(), strict=True)
+            ]
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _FIELDS}  # not the `typicals` cache
 
 
 _FIELDS = ("count", "mean", "std", "min", "max", "last", "median")
@@ -78,6 +94,37 @@ class ColumnMetrics(Mapping[str, RunningStat]):
                 },
             )  # fmt: skip
         return stat
+
+    def typical(self, metric: str) -> float | None:
+        """`self[metric].typical` (the median), None where not measured, without building the
+        `RunningStat`: ranking reads it for every call of a view."""
+        i = METRIC_INDEX.get(metric)
+        return None if i is None else self._columns.typicals(i)[self._row]
+
+    def count(self, metric: str) -> int:
+        """`self[metric].count`, 0 where never measured (or not a metric), without building
+        the `RunningStat`."""
+        i = METRIC_INDEX.get(metric)
+        count: int = 0 if i is None else self._row_values()[0][i]
+        return count
+
+    def value_columns(self, spread: Collection[str]) -> dict[str, float]:
+        """The table's value columns of this row: per measured metric its median under the
+        metric's name and, for the metrics in `spread`, `<metric>_mean`, `_std`, `_min`, `_max`
+        and `_last`. The values reading each `RunningStat` gives, without building them (a
+        10,000-call table reads ~3,000 rows of ~25 metrics)."""
+        counts, means, stds, mins, maxs, lasts, medians = self._row_values()
+        out: dict[str, float] = {}
+        for i, metric in enumerate(METRICS):
+            if counts[i]:
+                out[metric] = medians[i]
+                if metric in spread:
+                    out[f"{metric}_mean"] = means[i]
+                    out[f"{metric}_std"] = stds[i]
+                    out[f"{metric}_min"] = mins[i]
+                    out[f"{metric}_max"] = maxs[i]
+                    out[f"{metric}_last"] = lasts[i]
+        return out
 
     def __iter__(self) -> Iterator[str]:
         counts = self._row_values()[0]

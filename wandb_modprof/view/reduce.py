@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -254,7 +255,29 @@ def _size(graph: ViewGraph) -> int:
 def _merge_nodes(graph: ViewGraph, into: dict[str, GraphNode]) -> ViewGraph:
     """Replace every node named in `into` by the group node it maps to, placed where its first
     member was (so merged inputs stay first and merged outputs last); edges follow,
-    deduplicated, and edges inside one group disappear."""
+    deduplicated, and edges inside one group disappear.
+
+    The same view merged the same way again (a later sample's table, its ranking unchanged)
+    gives the same object: its layout and fixed rows are then reused (`view/rows.py`)."""
+    key = (id(graph), tuple((k, g.node_key, g.label) for k, g in into.items()))
+    cached = _MERGED.get(key)
+    if cached is not None and cached[0] is graph:
+        _MERGED.move_to_end(key)
+        return cached[1]
+    merged = _merged(graph, into)
+    _MERGED[key] = (graph, merged)
+    if len(_MERGED) > MERGED_CACHE_VIEWS:
+        _MERGED.popitem(last=False)
+    return merged
+
+
+# The merged views made last (least recently used dropped first), each with the view it was
+# made from (held: the key uses its identity). A MoE table caps ~3,000 views.
+MERGED_CACHE_VIEWS = 8192
+_MERGED: OrderedDict[tuple[object, ...], tuple[ViewGraph, ViewGraph]] = OrderedDict()
+
+
+def _merged(graph: ViewGraph, into: dict[str, GraphNode]) -> ViewGraph:
     nodes: list[GraphNode] = []
     placed: set[str] = set()
     for n in graph.nodes:
@@ -279,8 +302,8 @@ def module_cost(stats: ModuleStats | None) -> float:
     """What views rank a module call by: its fwd + bwd medians (0 where not measured)."""
     if stats is None:
         return 0.0
-    metrics = stats.metrics
-    cost = sum(as_float(metrics[m].typical) for m in ("fwd_ms", "bwd_ms") if m in metrics)
+    fwd, bwd = stats.typical("fwd_ms"), stats.typical("bwd_ms")
+    cost = (0.0 if fwd is None else as_float(fwd)) + (0.0 if bwd is None else as_float(bwd))
     return cost if not math.isnan(cost) else 0.0  # NaN would make the ranking arbitrary
 
 

@@ -10,8 +10,10 @@ number or a bool (a value that is not finite is written as 0 and named in `missi
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from math import isfinite
 from operator import itemgetter
 from typing import TYPE_CHECKING
@@ -79,72 +81,123 @@ def view_rows(graph: ViewGraph, layout: ViewLayout, ref: ViewRef, src: RowSource
     """The `view` row of `graph` (numbered `ref`), its node rows (boxes from `layout`, in node
     order), then its edge rows. Keys and names in node and edge rows are refs relative to the
     view (`view/refs.py`), so no row repeats a string that grows with depth."""
+    fixed = _fixed_rows(graph, layout, src.calls)
     call = src.calls.get(graph.view_key)
     parent = src.calls.get(call.parent_key) if call and call.parent_key is not None else None
-    view_name = call.module_name if call is not None else ""
-    depth = call.depth if call is not None else 0
-    ids: dict[str, Cell] = {"view_id": ref.view_id, "view_depth": depth}
-    size: dict[str, Cell] = {"view_w_px": layout.width_px, "view_h_px": layout.height_px}
     crumb = "" if call is None else call.module_type if parent is None else short_name(call, parent)
     rows = [
         _row(
             {
-                **ids,
-                **size,
+                "view_id": ref.view_id,
+                "view_depth": call.depth if call is not None else 0,
+                "view_w_px": layout.width_px,
+                "view_h_px": layout.height_px,
                 "row_kind": "view",
                 "view_key": graph.view_key,
                 "view_parent": ref.parent_id,
                 "view_last": ref.last_id,
                 "label": crumb,
-                "name_ref": view_name,
+                "name_ref": fixed.view_name,
                 "module_type": call.module_type if call is not None else "",
                 "missing": "*",
             }
         )
     ]
+    # the cached rows are numbered 0: this view's number goes in (a later table may number
+    # the same view differently when other views are drawn)
+    vid = ref.view_id
+    rows += (_numbered(r, vid) for r in fixed.frames)
+    kids = [
+        src.stats[n.node_key] for n in graph.nodes if n.kind == "module" and n.node_key in src.stats
+    ]
+    for node, base in zip(graph.nodes, fixed.node_bases, strict=True):
+        node_cells, values, count_from = _node_values(node, graph.view_key, kids, src)
+        node_cells["view_id"] = vid
+        if "name_ref" in node_cells:
+            node_cells["name_ref"] = fixed.rel(str(node_cells["name_ref"]))
+        if count_from is not None:
+            samples = count_from.count("fwd_ms")
+            if samples:
+                node_cells["samples"] = samples
+        rows.append(_row(node_cells, values, base))
+    rows += (_numbered(r, vid) for r in fixed.edges)
+    return rows
+
+
+@dataclass(frozen=True)
+class _FixedRows:
+    """What a view's rows hold whatever the statistics and the view's number: its grid frames'
+    rows, each node row's cells before its values, its edge rows (all numbered 0). The same
+    for a later sample's table while the view's layout and nodes are: kept for those
+    (`_FIXED`)."""
+
+    layout: ViewLayout  # (held: the cache key uses the identity of these two)
+    nodes: tuple[GraphNode, ...]
+    view_name: str
+    frames: tuple[Row, ...]
+    node_bases: tuple[dict[str, Cell], ...]
+    edges: tuple[Row, ...]
+    rel: Callable[[str], str]
+
+
+def _fixed_rows(graph: ViewGraph, layout: ViewLayout, calls: Mapping[str, CallInfo]) -> _FixedRows:
+    key = (id(layout), id(graph.nodes))
+    cached = _FIXED.get(key)
+    if cached is not None and cached.layout is layout and cached.nodes is graph.nodes:
+        _FIXED.move_to_end(key)
+        return cached
+    call = calls.get(graph.view_key)
+    view_name = call.module_name if call is not None else ""
+    depth = call.depth if call is not None else 0
+    ids: dict[str, Cell] = {"view_id": 0, "view_depth": depth}
+    size: dict[str, Cell] = {"view_w_px": layout.width_px, "view_h_px": layout.height_px}
 
     def rel(full: str) -> str:
         return to_ref(full, graph.view_key, view_name)
 
     # A grid's frame (`view/blocks.py`) comes before the nodes it holds, so it is drawn
     # behind them; it names them in `group_members`, as a group node names what it merged.
-    for frame in layout.frames:
-        rows.append(_row(_frame_cells(frame, rel) | ids | size))
-    kids = [
-        src.stats[n.node_key] for n in graph.nodes if n.kind == "module" and n.node_key in src.stats
-    ]
+    frames = tuple(_row(_frame_cells(frame, rel) | ids | size) for frame in layout.frames)
+    bases = []
     for node, box in zip(graph.nodes, layout.boxes, strict=True):
-        cells: dict[str, Cell] = {
-            **ids,
-            **size,
-            "row_kind": "node",
-            "node_ref": rel(node.node_key),
-            "node_kind": node.kind,
-            "label": node.label,
-            "sublabel": node.sublabel,
-            "x_px": box.x_px,
-            "y_px": box.y_px,
-            "w_px": box.w_px,
-            "h_px": box.h_px,
-        }
-        node_cells, values, count_from = _node_values(node, graph.view_key, kids, src)
-        if "name_ref" in node_cells:
-            node_cells["name_ref"] = rel(str(node_cells["name_ref"]))
-        cells.update(node_cells)
-        if count_from is not None and "fwd_ms" in count_from.metrics:
-            cells["samples"] = count_from.metrics["fwd_ms"].count
-        rows.append(_row(cells, values))
-    for edge in layout.edges:
-        cells = {
-            **ids,
-            "row_kind": "edge",
-            "src_ref": rel(edge.src_key),
-            "dst_ref": rel(edge.dst_key),
-            "edge_path": _edge_path(edge.points),
-            "missing": "*",
-        }
-        rows.append(_row(cells))
-    return rows
+        base = dict(_DEFAULTS)
+        base.update(ids)
+        base.update(size)
+        base.update(
+            row_kind="node", node_ref=rel(node.node_key), node_kind=node.kind, label=node.label,
+            sublabel=node.sublabel, x_px=box.x_px, y_px=box.y_px, w_px=box.w_px, h_px=box.h_px,
+        )  # fmt: skip
+        bases.append(base)
+    edges = tuple(
+        _row(
+            {
+                **ids,
+                "row_kind": "edge",
+                "src_ref": rel(edge.src_key),
+                "dst_ref": rel(edge.dst_key),
+                "edge_path": _edge_path(edge.points),
+                "missing": "*",
+            }
+        )
+        for edge in layout.edges
+    )
+    fixed = _FixedRows(layout, graph.nodes, view_name, frames, tuple(bases), edges, rel)
+    _FIXED[key] = fixed
+    if len(_FIXED) > FIXED_CACHE_VIEWS:
+        _FIXED.popitem(last=False)
+    return fixed
+
+
+# The fixed rows of the views drawn last (least recently used dropped first): as many as the
+# layouts kept (`view.layout.LAYOUT_CACHE_VIEWS`).
+FIXED_CACHE_VIEWS = 4096
+_FIXED: OrderedDict[tuple[int, int], _FixedRows] = OrderedDict()
+_VIEW_ID = COLUMNS.index("view_id")
+
+
+def _numbered(row: Row, view_id: int) -> Row:
+    """`row` with `view_id` in its view number's cell."""
+    return (*row[:_VIEW_ID], view_id, *row[_VIEW_ID + 1 :])
 
 
 def _frame_cells(frame: BlockFrame, rel: Callable[[str], str]) -> dict[str, Cell]:
@@ -238,27 +291,43 @@ def timeline_rows(
 _in_column_order = itemgetter(*COLUMNS)  # a row dict's cells as the table's tuple, in one call
 
 
-def _row(cells: dict[str, Cell], values: dict[str, float] | None = None) -> Row:
+def _row(
+    cells: dict[str, Cell],
+    values: dict[str, float] | None = None,
+    base: dict[str, Cell] = _DEFAULTS,
+) -> Row:
     """One row; `values` are the metric columns measured for it, the others are missing.
-    A value that is not a finite float counts as missing too (see the module docstring)."""
-    row = dict(_DEFAULTS)
+    A value that is not a finite float counts as missing too (see the module docstring).
+    `base`: the cells before `cells` (every column's default, or a node's fixed cells)."""
+    row = dict(base)
     row.update(cells)
     if values is not None:
-        measured: set[str] = set()
-        for column, value in values.items():
-            # (the values are floats but for a few: `finite`'s conversion only for those;
-            # ~140,000 values in a 10,000-row table)
-            number = (value if isfinite(value) else None) if type(value) is float else finite(value)
-            if number is not None:
-                row[column] = number
-                measured.add(column)
+        # (the values are floats but for a few: `finite`'s conversion only for those;
+        # ~100,000 values in a 10,000-row table)
+        measured = {
+            column: value
+            for column, value in values.items()
+            if (isfinite(value) if type(value) is float else finite(value) is not None)
+        }
+        for column, value in measured.items():
+            if type(value) is not float:
+                measured[column] = finite(value)  # type: ignore[assignment]
+        row.update(measured)
         for column in RANK_INT_COLUMNS:
             if column in measured:
                 row[column] = int(row[column])
-        missing = [c for c in MISSABLE_COLUMNS if c not in measured]
-        row["missing"] = "*" if len(missing) == len(MISSABLE_COLUMNS) else ",".join(missing)
+        row["missing"] = _missing(tuple(measured))
     cells_in_order: Row = _in_column_order(row)
     return cells_in_order
+
+
+@lru_cache(maxsize=4096)
+def _missing(measured: tuple[str, ...]) -> str:
+    """The `missing` cell of a row whose measured columns are `measured` ("*": none measured).
+    Rows of one kind measure the same columns: a handful of distinct answers per table."""
+    have = set(measured)
+    missing = [c for c in MISSABLE_COLUMNS if c not in have]
+    return "*" if len(missing) == len(MISSABLE_COLUMNS) else ",".join(missing)
 
 
 def _edge_path(points: Sequence[tuple[float, float]]) -> str:

@@ -89,7 +89,7 @@ from wandb_modprof.view.reduce import MIN_VIEW_ROWS, reduce_views
 from wandb_modprof.view.refs import from_ref, number_views
 from wandb_modprof.view.rows import RowSource, meta_rows, timeline_rows, view_rows
 from wandb_modprof.view.timeline import ViewSpans, build_timeline, timeline_budget
-from wandb_modprof.view.values import as_float, finite
+from wandb_modprof.view.values import finite
 
 if TYPE_CHECKING:
     from wandb_modprof.records.graph import ViewGraph
@@ -180,9 +180,9 @@ def _heat(graph: ViewGraph, stats: Mapping[str, ModuleStats]) -> tuple[float, ..
     grid of many siblings by it, hottest first (`view/blocks.py`)."""
     out = []
     for node in graph.nodes:
-        metrics = stats[node.node_key].metrics if node.node_key in stats else {}
-        parts = [finite(as_float(metrics[m].typical)) for m in ("fwd_ms", "bwd_ms") if m in metrics]
-        known = [p for p in parts if p is not None]
+        node_stats = stats.get(node.node_key)
+        parts = [] if node_stats is None else [node_stats.typical(m) for m in ("fwd_ms", "bwd_ms")]
+        known = [v for v in (finite(p) for p in parts) if v is not None]
         out.append(sum(known) if known else math.nan)
     return tuple(out)
 

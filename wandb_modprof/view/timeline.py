@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
+import numpy as np
+
 from wandb_modprof.records.graph import ViewGraph
 from wandb_modprof.records.sample import InvocationRecord, MemoryCurve, Sample
 
@@ -318,13 +320,33 @@ def _fit(spans: list[Span], cap: int) -> list[Span]:
 
 def _downsample(curve: MemoryCurve, points: int) -> tuple[tuple[float, int], ...]:
     """At most `points` (t, bytes) of the curve: each of `points // 2` equal time buckets keeps
-    its lowest and highest point, in time order (the peak is kept exactly)."""
+    its lowest and highest point (the first of equals), in time order (the peak is kept
+    exactly)."""
     pairs = list(zip(curve.t_ms, curve.live_bytes, strict=True))
     if len(pairs) <= points:
         return tuple(pairs)
     buckets = max(points // 2, 1)
-    t0, t1 = pairs[0][0], pairs[-1][0]
+    t = np.asarray(curve.t_ms, dtype=np.float64)
+    live = np.asarray(curve.live_bytes)
+    t0, t1 = t[0], t[-1]
     width = (t1 - t0) / buckets or 1.0
+    if live.dtype.kind not in "iuf" or not np.isfinite(t).all() or not np.isfinite(width):
+        return _downsample_loop(pairs, buckets, t0, width)  # a damaged or huge-valued file
+    bucket = np.minimum(np.trunc((t - t0) / width), buckets - 1)
+    index = np.arange(len(t))
+    # per bucket the first lowest and the first highest point: sort by (bucket, value, index)
+    lowest = np.lexsort((index, live, bucket))
+    highest = np.lexsort(
+        (index, -live.astype(np.float64) if live.dtype.kind == "u" else -live, bucket)
+    )
+    starts = np.flatnonzero(np.r_[True, np.diff(bucket[lowest]) != 0])
+    chosen = np.union1d(lowest[starts], highest[starts])
+    return tuple(pairs[i] for i in chosen.tolist())
+
+
+def _downsample_loop(
+    pairs: list[tuple[float, int]], buckets: int, t0: float, width: float
+) -> tuple[tuple[float, int], ...]:
     kept: dict[int, list[int]] = {}  # bucket -> [index of its lowest, index of its highest]
     for i, (t, b) in enumerate(pairs):
         k = min(int((t - t0) / width), buckets - 1)

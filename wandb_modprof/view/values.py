@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 
 from wandb_modprof.records.calls import CallInfo
 from wandb_modprof.records.sample import MEMORY_METRICS, TIME_METRICS, ModuleStats, RunningStat
+from wandb_modprof.records.stat_columns import ColumnMetrics
 from wandb_modprof.view.columns import FLOP_COLUMNS, SPREAD_METRICS
 
 # Summed when cheap modules merge into a group node; spans, peaks and norms are not additive.
@@ -62,11 +63,15 @@ def finite(value: float | None) -> float | None:
 def _metric_values(stats: ModuleStats | None) -> dict[str, float]:
     if stats is None:
         return {}
-    out: dict[str, float] = {}
-    for metric, stat in stats.metrics.items():
-        out[metric] = as_float(stat.typical)
-        if metric in SPREAD_METRICS:
-            _spread(out, metric, stat)
+    out: dict[str, float]
+    if isinstance(stats.metrics, ColumnMetrics):  # running statistics: read from the arrays
+        out = stats.metrics.value_columns(SPREAD_METRICS)
+    else:  # a loaded file's statistics
+        out = {}
+        for metric, stat in stats.metrics.items():
+            out[metric] = as_float(stat.typical)
+            if metric in SPREAD_METRICS:
+                _spread(out, metric, stat)
     gc = stats.metrics.get("gc_ms")
     if gc is not None and stats.gc_samples is not None:
         out["gc_ms_max"] = as_float(gc.max)
@@ -101,7 +106,7 @@ def self_values(
             total = view.metrics.get(metric)
             if total is not None:
                 inner = sum(
-                    as_float(k.metrics[metric].typical) for k in distinct if metric in k.metrics
+                    as_float(v) for v in (k.typical(metric) for k in distinct) if v is not None
                 )
                 own = as_float(total.typical) - inner
                 # tied weights can overcount; max() would also turn a NaN into 0, so not then
