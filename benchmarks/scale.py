@@ -25,13 +25,15 @@ Measured per model (one torch thread; plain and watched copies alternate step by
   step, sampled under ``log_freq=1``, derives the graph and is not timed here either);
 * ``sampled +ms``: median sampled step (``watch(log_freq=1)``, W&B log off) minus median plain
   step: hooks, saved-tensor hooks, node hooks, norms (the capture);
-* ``resolve ms``: ``handle.profile()`` right after each sampled step: the session resolved
-  into a ``Sample`` (``capture/resolve.py``) and folded into the running statistics;
+* ``resolve ms``: ``handle.profile().snapshot()`` right after each sampled step: the session
+  resolved into a ``Sample`` (``capture/resolve.py``), folded into the running statistics and
+  frozen (once per sample; the table, the report and the W&B rows share it);
 * ``table ms`` (``layout ms`` of it): ``prof.table()``: merge, view graphs, layout of every
   view (``view.layout.layout_view``, timed by wrapping it), rows. ``first``: the model's first
-  table (layout and call-tree caches cleared; median of ``--repeats``); ``later``: after one
-  more sample, as every later sample's table is built (the call tree and views, and the
-  layouts of unchanged views, reused);
+  table (layout, call-tree, merged-view and fixed-row caches cleared; median of
+  ``--repeats``); ``later``: after one more sample, as every later sample's table is built
+  (the call tree and views, the layouts and fixed rows of unchanged views, reused); both on a
+  profile already frozen (``resolve ms``);
 * ``entry ms``: ``handle._wandb_log.entry(prof, table)`` for a disabled W&B run: the
   ``wandb.Table`` (per-cell type checks) and the chart object;
 * ``run.log ms``: an **offline** run's ``run.log(entry)`` of a fresh entry (serialises the table
@@ -92,6 +94,8 @@ from torch import nn
 import wandb_modprof
 import wandb_modprof.view.graphs as _graphs_module
 import wandb_modprof.view.layout as _layout_module
+import wandb_modprof.view.reduce as _reduce_module
+import wandb_modprof.view.rows as _rows_module
 import wandb_modprof.view.table as table_module
 from wandb_modprof.sinks.wandb_log import WandbLog
 
@@ -319,7 +323,7 @@ def measure_capture(
                 plain_ms.append(_step(plain, case, gc_plain))
                 sampled_ms.append(_step(watched, case, gc_sampled))
                 start = time.perf_counter()
-                handle.profile()  # resolves the sample and folds it into the statistics
+                handle.profile().snapshot()  # resolved, folded into the statistics, frozen
                 resolve_ms.append((time.perf_counter() - start) * 1e3)
         for counted, attr in ((gc_plain, "gc_plain"), (gc_sampled, "gc_sampled")):
             per = (counted.count / steps, counted.full / steps, counted.seconds * 1e3 / steps)
@@ -337,6 +341,8 @@ def measure_capture(
         for _ in range(repeats):
             _layout_module._LAYOUTS.clear()  # the first table of a model: nothing laid out yet
             _graphs_module._GRAPHS.clear()  # nor its call tree and views built
+            _reduce_module._MERGED.clear()  # nor its views merged
+            _rows_module._FIXED.clear()  # nor their fixed rows written
             with LayoutTimer() as layout:
                 start = time.perf_counter()
                 table = prof.table()
@@ -349,6 +355,7 @@ def measure_capture(
         # A later sample's table: one more sample folded, the views laid out before kept.
         _step(watched, case)
         prof = handle.profile()
+        prof.snapshot()  # frozen, as `resolve ms` times it
         with LayoutTimer() as layout:
             start = time.perf_counter()
             table = prof.table()

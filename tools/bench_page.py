@@ -110,11 +110,11 @@ worst <= 15 %.
         ("--steps", "2", "--repeats", "1", "--browser-repeats", "1"),
         """\
 How the cost of one logged sample grows with the number of module calls per step, stage by
-stage: the capture (sampled step minus plain step), resolving the sample, `prof.table()` (the
-model's first table and a later sample's, which reuses the call tree, the views and the
-layouts of unchanged views; and the layout's part of each), the W&B table entry and an
-offline `run.log`, per call and in total; the profiler's Python heap (`tracemalloc`); and the
-HTML report opened in headless Chromium.
+stage: the capture (sampled step minus plain step), resolving and freezing the sample,
+`prof.table()` (the model's first table and a later sample's, which reuses the call tree, the
+views, and the layouts and fixed rows of unchanged views; and the layout's part of each), the
+W&B table entry and an offline `run.log`, per call and in total; the profiler's Python heap
+(`tracemalloc`); and the HTML report opened in headless Chromium.
 Then what one logged sample costs the **training thread**, all in, measured against an
 unwatched twin stepped alongside (a model logging to an offline run every 4th step): with
 everything on the training thread (`offload=False`) and with the worker process that resolves,
