@@ -137,9 +137,12 @@ def test_memory_mode_draws_the_recorded_curve_the_shaded_spans_and_the_named_pea
     rows = gpt2.table().resolved()
     sample = gpt2.last_sample
     panel = open_panel(spec, rows, width=1200, height=700)
-    # GPT-2 opens on `transformer`, nearly all of its time (`view.meta.open_view`): back up
-    assert panel.signal("view_now") == "transformer#0"
-    panel.click("crumb", lambda i: i.datum["key"] == "<root>#0")
+    # GPT-2 opens on `transformer` where it holds >= 90 % of the time (`view.meta.open_view`;
+    # on a loaded machine it may not): back up to the model
+    assert panel.signal("view_now") in ("transformer#0", "<root>#0")
+    if panel.signal("view_now") == "transformer#0":
+        panel.click("crumb", lambda i: i.datum["key"] == "<root>#0")
+    assert panel.signal("view_now") == "<root>#0"
     assert _js(panel, "__mp.view.data('mem_drawn').length") == 0  # time mode: no curve
     panel.click("mode_entry", lambda i: i.datum["key"] == "act")
     assert panel.signal("mode_group") == "Memory"

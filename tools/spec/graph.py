@@ -11,7 +11,7 @@ from tools.spec.theme import (
     CARD_W,
     GX0,
     GY0,
-    MIN_READABLE_PX,
+    MIN_TEXT_PX,
     NODE_FONT_PX,
     NODE_SUBLABEL_FONT_PX,
     TEXT_FONT_PX,
@@ -109,7 +109,7 @@ def _nodes() -> list[Mark]:
             "signal": "show_text ? "
             f"({BLOCK} ? datum.label + ' · ' + datum.sublabel : datum.label) : ''"
         },
-        fontSize={"signal": f"{NODE_FONT_PX} * k"},
+        fontSize={"signal": f"max({MIN_TEXT_PX}, {NODE_FONT_PX} * k)"},
         **inside,
         **fit,
     )
@@ -117,10 +117,11 @@ def _nodes() -> list[Mark]:
         **centre,
         y={"signal": "datum.sy + k * datum.h_px * 0.76"},
         text={
-            "signal": f"show_text && !{BLOCK} && k * {NODE_SUBLABEL_FONT_PX} >= {MIN_READABLE_PX} "
+            # only where the box has room for two lines of readable text
+            "signal": f"show_text && !{BLOCK} && k * datum.h_px * 0.34 >= {MIN_TEXT_PX + 1} "
             "? datum.sublabel : ''"
         },
-        fontSize={"signal": f"{NODE_SUBLABEL_FONT_PX} * k"},
+        fontSize={"signal": f"max({MIN_TEXT_PX}, {NODE_SUBLABEL_FONT_PX} * k)"},
         **inside,
         fillOpacity={"value": 0.85},
         **fit,
@@ -130,7 +131,7 @@ def _nodes() -> list[Mark]:
         y={"signal": "datum.sy + 9 * k"},
         align={"value": "right"},
         text={"signal": "datum.has_view && show_text ? '+' : ''"},
-        fontSize={"signal": f"{TEXT_FONT_PX} * k"},
+        fontSize={"signal": f"max({MIN_TEXT_PX}, {TEXT_FONT_PX} * k)"},
         **inside,
     )
     return [

@@ -200,6 +200,9 @@ def _crumbs() -> Data:
     }
 
 
+TOP_NAME_CHARS = 16  # a ranked entry's name, at most (its column is 100 px)
+
+
 def _top() -> Data:
     return {
         "name": "top",
@@ -218,10 +221,24 @@ def _top() -> Data:
             },
             _filter("datum.rank <= top_n"),
             _formula("value_text", fmt("mode_unit", "datum.v")),
-            _formula("share_text", share("mode_total", "datum.v")),
+            # the share in its own narrow column: "86%" from 10 % up, "7.1%" below
+            _formula(
+                "share_text",
+                "isValid(tot[mode_total]) && tot[mode_total] > 0 ? format(datum.v / "
+                "tot[mode_total], datum.v >= 0.1 * tot[mode_total] ? '.0%' : '.1%') : ''",
+            ),
             _formula("who", "datum.module_name || datum.label"),
-            _formula("rank_text", "datum.rank + '. ' + datum.who"),
-            _formula("value_share", "datum.value_text + datum.share_text"),
+            # a long name keeps its end (the part that tells siblings apart), cut at a dot:
+            # "transformer.h.0.mlp.c_fc" -> "…h.0.mlp.c_fc"
+            _formula("tail", f"slice(datum.who, -{TOP_NAME_CHARS})"),
+            _formula(
+                "short_who",
+                f"length(datum.who) <= {TOP_NAME_CHARS} ? datum.who : '…' + "
+                "(indexof(datum.tail, '.') >= 0 && "
+                "indexof(datum.tail, '.') < length(datum.tail) - 1 "
+                "? substring(datum.tail, indexof(datum.tail, '.') + 1) : datum.tail)",
+            ),
+            _formula("rank_text", "datum.rank + '. ' + datum.short_who"),
         ],
     }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tools.spec.marks import HEADING, encode, text_mark
-from tools.spec.theme import ACTIVE_FILL, ROW, SIDE_W
+from tools.spec.theme import ACTIVE_FILL, MUTED, ROW, SIDE_W
 
 Mark = dict[str, Any]
 
@@ -56,19 +56,33 @@ def totals_and_top() -> list[Mark]:
             | HEADING,
         ),
         {"type": "rect", "name": "top_entry", "from": {"data": "top"}, "encode": encode(entry)},
+        # name, value and share in three columns that never meet (640 px wide panels
+        # included): the name gives way, ending in an ellipsis
         text_mark(
             "top_label",
-            texts | {"x": {"value": 2}, "text": {"field": "rank_text"}, "limit": {"value": 118}},
+            texts | {"x": {"value": 2}, "text": {"field": "rank_text"}, "limit": {"value": 100}},
             "top",
         ),
         text_mark(
             "top_value",
             texts
             | {
-                "x": {"value": SIDE_W - 10},
+                "x": {"value": SIDE_W - 44},
                 "align": {"value": "right"},
-                "text": {"field": "value_share"},
-                "limit": {"value": 100},
+                "text": {"field": "value_text"},
+                "limit": {"value": 72},
+            },
+            "top",
+        ),
+        text_mark(
+            "top_share",
+            texts
+            | {
+                "x": {"value": SIDE_W - 8},
+                "align": {"value": "right"},
+                "text": {"field": "share_text"},
+                "limit": {"value": 34},
+                "fill": {"value": MUTED},
             },
             "top",
         ),

@@ -24,6 +24,7 @@ from tools.spec.theme import (
     GY0,
     INK,
     MIN_READABLE_PX,
+    MIN_TEXT_PX,
     MUTED,
     NODE_FONT_PX,
     SMALL_FONT_PX,
@@ -254,8 +255,12 @@ def strip() -> Mark:
         "x": {"value": 4},
         "y": {"signal": "scale('lane', datum.node_key) + bandwidth('lane') / 2"},
         "baseline": {"value": "middle"},
-        "text": {"signal": "datum.lane"},
-        "fontSize": {"signal": f"min({SMALL_FONT_PX}, max(6, bandwidth('lane')))"},
+        # lanes too thin for readable text: only the hovered node's lane is named
+        "text": {
+            "signal": f"bandwidth('lane') >= {MIN_TEXT_PX} || datum.node_key === card_key "
+            "? datum.lane : ''"
+        },
+        "fontSize": {"signal": f"min({SMALL_FONT_PX}, max({MIN_TEXT_PX}, bandwidth('lane')))"},
         "fontWeight": {"signal": "datum.node_key === card_key ? 'bold' : 'normal'"},
         "limit": {"value": LANE_LABEL_W - 8},
     }
