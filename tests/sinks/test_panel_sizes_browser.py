@@ -15,7 +15,7 @@ from typing import Any
 import browser
 import pytest
 import torch
-from models import gpt2_from_config
+from models import MoEStack, gpt2_from_config, moe_input
 
 import wandb_modprof
 from wandb_modprof.records.modes import MODES
@@ -149,3 +149,30 @@ def test_the_report_is_readable_and_whole_in_a_narrow_window(
         _every_mode(report, sorted(set(_text_marks(_spec.filled({})))), chart, "report-700x500")
     finally:
         report.close()
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_a_grid_of_experts_is_readable_and_whole(
+    chromium: browser.Browser, size: tuple[int, int]
+) -> None:
+    """A layer's 128 experts drawn as a grid (`view/blocks.py`): small boxes, each with a `+`."""
+    torch.manual_seed(0)
+    model = MoEStack()
+    x = moe_input(model)
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(2):
+            model(x).square().mean().backward()
+    table = prof.table()
+    rows = [dict(zip(table.columns, row, strict=True)) for row in table.rows]
+    spec = _spec.filled({})
+    width, height = size
+    panel = chromium.open_panel(spec, rows, width=width, height=height)
+    try:
+        if panel.signal("view_now") != "layers.0#0":
+            panel.click("node_rect", lambda item: item.datum.get("label") == "layers.0")
+        assert len(panel.items("node_rect")) > 128
+        for mode in ("fwd_bwd", "param"):
+            panel.click("mode_entry", lambda i, k=mode: i.datum.get("key") == k)
+            _check(panel, sorted(set(_text_marks(spec))), "#panel", f"grid {size}, {mode}")
+    finally:
+        panel.close()

@@ -130,8 +130,9 @@ def _nodes() -> list[Mark]:
         x={"signal": "datum.sx + k * datum.w_px - 3 * k"},
         y={"signal": "datum.sy + 9 * k"},
         align={"value": "right"},
-        text={"signal": "datum.has_view && show_text ? '+' : ''"},
-        fontSize={"signal": f"max({MIN_TEXT_PX}, {TEXT_FONT_PX} * k)"},
+        # (where it would be under 9 px it is left out: the hover card says "Click to open")
+        text={"signal": f"datum.has_view && k * {TEXT_FONT_PX} >= {MIN_TEXT_PX} ? '+' : ''"},
+        fontSize={"signal": f"{TEXT_FONT_PX} * k"},
         **inside,
     )
     return [
