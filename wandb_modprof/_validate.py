@@ -11,11 +11,19 @@ from torch import nn
 from wandb_modprof._errors import ModProfError
 
 
-def check_model(model: Any, where: str) -> nn.Module:
+def check_model(model: Any, where: str, what: str = "a torch.nn.Module") -> nn.Module:
     if not isinstance(model, nn.Module):
         raise ModProfError(
-            f"{where} expected a torch.nn.Module; "
-            f"got {type(model).__module__}.{type(model).__qualname__}"
+            f"{where} expected {what}; got {type(model).__module__}.{type(model).__qualname__}"
+        )
+    if isinstance(model, torch.jit.ScriptModule):
+        # its forward runs in the TorchScript interpreter: no module hook reaches inside, and
+        # it refuses the hooks that mark a step (a scripted submodule is measured as one call)
+        raise ModProfError(
+            f"{where} expected {what} in Python; got a TorchScript module "
+            f"({type(model).__qualname__} of {getattr(model, 'original_name', '?')}): measure "
+            "the module before torch.jit.script / trace, or a Python module that calls it (a "
+            "scripted submodule is measured as one call)"
         )
     return model
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from torch import nn
 
 from wandb_modprof._errors import ModProfError
+from wandb_modprof._validate import check_model
 from wandb_modprof.capture.forward.callback_state import Callback, ModuleEvent, Phase
 from wandb_modprof.capture.forward.module_callbacks import ModuleCallbacks
 from wandb_modprof.capture.step import autograd_private as ap
@@ -72,11 +73,7 @@ def on_module(
 
     Returns a `ModuleCallbacks` handle: `.remove()`, or use it as a context manager.
     """
-    if not isinstance(module, nn.Module):
-        raise ModProfError(
-            f"on_module() expected a torch.nn.Module as `module`; "
-            f"got {type(module).__module__}.{type(module).__qualname__}"
-        )
+    check_model(module, "on_module()", "a torch.nn.Module as `module`")
     callbacks: dict[Phase, Callback | None] = {
         "forward_start": forward_start,
         "forward_end": forward_end,

@@ -18,6 +18,7 @@ from torch import nn
 
 from wandb_modprof.capture.memory.storage import StorageKey, extents, storages
 from wandb_modprof.capture.model.compiled import compiled_in_place, is_compiled_wrapper
+from wandb_modprof.capture.model.scripted import is_scripted
 from wandb_modprof.capture.model.wrappers import inner_model
 
 ROOT_NAME = "<root>"
@@ -65,7 +66,8 @@ def hookable_modules(model: nn.Module) -> dict[int, tuple[str, nn.Module]]:
         if module is inner or any(name == p or name.startswith(p + ".") for p in skip_prefixes):
             continue
         out[id(module)] = (name or ROOT_NAME, module)
-        if compiled_in_place(module) or is_compiled_wrapper(module):
+        # a compiled region, or a TorchScript module: one call, nothing below it hooked
+        if compiled_in_place(module) or is_compiled_wrapper(module) or is_scripted(module):
             if not name:
                 return out  # the whole model is one compiled region
             skip_prefixes.append(name)

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from torch import nn
 
 from wandb_modprof.capture.inert_hook import InertHook, skip_hook_frames
+from wandb_modprof.capture.model.scripted import ScriptedHandle, is_scripted
 from wandb_modprof.records.calls import CallInfo
 
 ORIG = "_orig_mod"  # OptimizedModule's attribute holding the user's module
@@ -65,10 +66,15 @@ def eager_modules(model: nn.Module) -> Iterator[tuple[str, nn.Module]]:
     """(user's name, module) for every module that runs in the model's forward, compiled
     regions included, each once: a wrapper stands for its `_orig_mod` (one call, one name)."""
     root = unwrapped(model)
+    scripted: list[str] = []  # a TorchScript module's submodules run inside it, unseen
     for name, module in root.named_modules():
         parts = name.split(".") if name else []
         if parts and parts[-1] == ORIG:
             continue  # called through its wrapper, which has this name already
+        if any(name.startswith(p + ".") for p in scripted):
+            continue
+        if name and is_scripted(module):
+            scripted.append(name)
         yield user_name(name), module
 
 
@@ -190,6 +196,8 @@ def hook_calls(module: nn.Module, pre: PreHook, post: PostHook) -> list[Removabl
         skip_hook_frames()  # a compiled wrapper around the model runs our hooks untraced
     if compiled_in_place(module):
         return [hook_compiled_boundary(module, pre, post)]
+    if is_scripted(module):
+        return [ScriptedHandle(module, pre, post)]  # refuses module hooks: `scripted.py`
     return [
         module.register_forward_pre_hook(InertHook(pre), with_kwargs=True),
         module.register_forward_hook(InertHook(post), with_kwargs=True, always_call=True),

@@ -8,6 +8,7 @@ import warnings
 from torch import nn
 
 from wandb_modprof.capture.model.compiled import is_compiled_wrapper, unwrapped
+from wandb_modprof.capture.model.scripted import is_scripted, scripted_type
 
 
 def inner_model(model: nn.Module) -> nn.Module | None:
@@ -39,6 +40,8 @@ def type_name(module: nn.Module) -> str:
         return type_name(inner)
     if is_compiled_wrapper(module):
         return type_name(unwrapped(module))
+    if is_scripted(module):
+        return scripted_type(module)
     cls = type(module)
     if _is_fsdp2(module):
         for base in cls.__mro__[1:]:

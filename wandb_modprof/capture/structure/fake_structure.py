@@ -31,6 +31,7 @@ from wandb_modprof.capture.model.compiled import (
     region_roots,
     unwrapped,
 )
+from wandb_modprof.capture.model.scripted import ScriptedHandle, is_scripted
 from wandb_modprof.capture.model.wrappers import inner_model, type_name
 from wandb_modprof.capture.structure.structure_pass import StructurePass
 from wandb_modprof.records.calls import Structure
@@ -100,10 +101,10 @@ def _root_compiled(model: nn.Module, inner: nn.Module | None, eager: nn.Module) 
     )
 
 
-def _hook(structure: StructurePass, eager: nn.Module) -> list[RemovableHandle]:
+def _hook(structure: StructurePass, eager: nn.Module) -> list[RemovableHandle | ScriptedHandle]:
     """Temporary hooks on every module below the root, compiled regions included (they run
     eagerly in this pass; Dynamo never sees these hooks: they are gone before the step)."""
-    handles: list[RemovableHandle] = []
+    handles: list[RemovableHandle | ScriptedHandle] = []
     for name, module in eager_modules(eager):
         if module is eager:
             continue
@@ -115,6 +116,9 @@ def _hook(structure: StructurePass, eager: nn.Module) -> list[RemovableHandle]:
         def post(m: nn.Module, a: Any, k: Any, r: Any) -> None:
             structure.exit(m, r)
 
+        if is_scripted(module):  # refuses module hooks: measured as one call
+            handles.append(ScriptedHandle(module, pre, post))
+            continue
         handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(module.register_forward_hook(post, with_kwargs=True, always_call=True))
     return handles

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from wandb_modprof.capture.forward.invocation import tensors_in
+from wandb_modprof.capture.model.scripted import is_scripted
 
 
 def output_slots(result: Any) -> list[tuple[str, list[torch.Tensor]]]:
@@ -51,11 +52,23 @@ def _parameters(forward: Callable[..., Any]) -> tuple[list[str], str | None]:
     return positional, var
 
 
+def _scripted_parameters(module: torch.nn.Module) -> tuple[list[str], str | None]:
+    """A TorchScript module's forward parameters, from its schema (its class has no Python
+    `forward` to inspect)."""
+    try:
+        schema: Any = getattr(module.forward, "schema")  # noqa: B009 (a TorchScript method)
+        return [a.name for a in schema.arguments][1:], None
+    except (AttributeError, RuntimeError):
+        return [], None
+
+
 def input_slots(
     module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> list[tuple[str, list[torch.Tensor]]]:
     """Arguments of a call named after `forward`'s parameters (`x`, `input_ids`, `args[2]`)."""
-    positional, var = _parameters(type(module).forward)
+    positional, var = (
+        _scripted_parameters(module) if is_scripted(module) else _parameters(type(module).forward)
+    )
     slots: list[tuple[str, list[torch.Tensor]]] = []
     for i, value in enumerate(args):
         if i < len(positional):
