@@ -53,7 +53,8 @@ SCRIPT = textwrap.dedent(
     with open(out + ".typed.modprof.json", "w", encoding="utf-8") as f:
         json.dump(data, f)  # ensure_ascii: a lone surrogate is written as its escape
     loaded = wandb_modprof.load(out + ".typed.modprof.json")
-    loaded.to_svg(out + ".typed.svg")
+    # tall enough for every node's type line (none is drawn under 9 px)
+    loaded.to_svg(out + ".typed.svg", height=2400)
     assert loaded.to_png()[:4] == b"\\x89PNG"
     print("ok")
     """

@@ -4,7 +4,8 @@ The root module always carries one forward pre-hook and one forward hook (cheap:
 a few attribute reads). Every other module gets hooks only while a sampled step is being
 captured (`watch`), or for the whole `with profile(...)` block; modules without hooks take
 `nn.Module._call_impl`'s fast path (which submodules carry hooks, and when: the base class,
-`submodule_hooks.SubmoduleHooks`). Process-global module hooks are never used.
+`submodule_hooks.SubmoduleHooks`). Process-global module hooks are used only for TorchScript
+submodules, and only while they are hooked (`model/scripted.py`).
 """
 
 from __future__ import annotations
@@ -20,13 +21,10 @@ from wandb_modprof._warn import warn_safely
 from wandb_modprof.capture.backward.nvtx import NvtxRanges, check_available
 from wandb_modprof.capture.delivery import delivery
 from wandb_modprof.capture.forward.callstack import call_depth
+from wandb_modprof.capture.forward.invocation import input_shapes
 from wandb_modprof.capture.inert_hook import under_compile
 from wandb_modprof.capture.memory.device_memory import AcceleratorMemory, DeviceMemory
-from wandb_modprof.capture.memory.static_memory import (
-    ROOT_NAME,
-    gradient_state,
-    static_memory,
-)
+from wandb_modprof.capture.memory.static_memory import ROOT_NAME, gradient_state, static_memory
 from wandb_modprof.capture.model.compiled import Removable, hook_calls
 from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.capture.options import Options
@@ -262,7 +260,7 @@ class Capture(SubmoduleHooks):
             if ap.in_backward():
                 running = backward_running(self._sessions)
                 if running is not None:
-                    running.recompute_enter(id(module))
+                    running.recompute_enter(id(module), input_shapes(args, kwargs))
                 return
             structure = self.structures.current
             if structure is not None:

@@ -23,7 +23,7 @@ from typing import Any
 from wandb_modprof.capture.backward.node_stamps import NodeStamps
 from wandb_modprof.capture.backward.nvtx import NvtxRanges
 from wandb_modprof.capture.forward.call_keys import CallKeys
-from wandb_modprof.capture.forward.invocation import Invocation, grad_fns
+from wandb_modprof.capture.forward.invocation import Invocation, grad_fns, input_shapes
 from wandb_modprof.capture.memory.activations import ActivationCounter
 from wandb_modprof.capture.memory.device_memory import DeviceMemory
 from wandb_modprof.capture.memory.static_memory import PendingGradientState
@@ -109,6 +109,7 @@ class StepSession(NodeStamps):
         parent = self._stack[-1] if self._stack else -1
         key, call_index = self._keys.enter(name, parent)
         inv = Invocation(module_id, name, module_type, key, call_index, parent, len(self._stack))
+        inv.shapes = input_shapes(args, kwargs)
         idx = len(self.invocations)
         self.invocations.append(inv)
         self._by_module.setdefault(module_id, []).append(idx)

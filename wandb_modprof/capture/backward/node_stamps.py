@@ -208,11 +208,13 @@ class NodeStamps:
     def recomputes(self) -> list[Recompute]:
         return self._recompute.records
 
-    def recompute_enter(self, module_id: int) -> None:
+    def recompute_enter(self, module_id: int, shapes: tuple[Any, ...] = ()) -> None:
+        """A module's forward runs again in the backward; `shapes`: its arguments' shapes
+        (`invocation.input_shapes`)."""
         if self.closed:
             return
         candidates = self._by_module.get(module_id, [])
-        self._recompute.enter(candidates, self.invocations, self._exec_stack(), self.clock)
+        self._recompute.enter(candidates, self.invocations, self._exec_stack(), self.clock, shapes)
 
     def recompute_exit(self, module_id: int, result: Any) -> None:
         if self.closed:

@@ -32,8 +32,15 @@ class RecomputeTracker:
         invocations: list[Invocation],
         exec_stack: list[int],
         clock: Clock,
+        shapes: tuple[Any, ...] = (),
     ) -> None:
-        """A module's forward starts during the backward; `candidates`: its calls' indices."""
+        """A module's forward starts during the backward; `candidates`: its calls' indices,
+        `shapes`: its arguments' shapes. A recompute repeats a call with the same shapes:
+        where some candidates have them, only those are considered (one module called
+        twice in one checkpointed function, on a large and a small tensor)."""
+        same = [i for i in candidates if i not in self._matched and invocations[i].shapes == shapes]
+        if same:
+            candidates = same
         parent = self._stack[-1] if self._stack else -1
         orig = -1
         if parent >= 0 and self.records[parent].orig >= 0:

@@ -31,6 +31,7 @@ class Invocation:
         "parent",
         "seq0",
         "seq1",
+        "shapes",
         "t0",
         "t1",
     )
@@ -62,6 +63,18 @@ class Invocation:
         self.mem_alloc0: int | None = None
         self.mem_alloc1: int | None = None
         self.mem_peak: int | None = None
+        # the shapes of its tensor arguments (`input_shapes`): a checkpoint recompute of this
+        # call gets the same ones, which tells apart two calls of one module in one region
+        self.shapes: tuple[Any, ...] = ()
+
+
+def input_shapes(args: tuple[Any, ...], kwargs: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """The shapes of a call's tensor arguments, positional then keyword (top level only: cheap,
+    it runs for every call of a sampled step)."""
+    shapes: list[Any] = [a.shape for a in args if isinstance(a, torch.Tensor)]
+    if kwargs:
+        shapes += [(k, v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+    return tuple(shapes)
 
 
 class Recompute:
