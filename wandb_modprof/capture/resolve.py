@@ -239,6 +239,16 @@ def _charge_recomputes(session: StepSession, back: _Backward, excl: list[float])
         if r.orig >= 0:
             back.recompute[r.orig] += r_dur[k]
             back.recomputed[r.orig] = True
+    # Inclusive, like every other time: a call whose children were recomputed but not itself
+    # (transformers checkpoints a layer's `forward` function, not the layer's call) holds
+    # their recompute time; a call recomputed itself already holds its children's.
+    invs = session.invocations
+    measured = list(back.recomputed)
+    for i in range(len(invs) - 1, -1, -1):  # preorder: children come after their parent
+        p = invs[i].parent
+        if p >= 0 and back.recomputed[i] and not measured[p]:
+            back.recompute[p] += back.recompute[i]
+            back.recomputed[p] = True
 
 
 def _roll_up(

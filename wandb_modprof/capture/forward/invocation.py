@@ -71,9 +71,12 @@ class Invocation:
 def input_shapes(args: tuple[Any, ...], kwargs: Mapping[str, Any] | None) -> tuple[Any, ...]:
     """The shapes of a call's tensor arguments, positional then keyword (top level only: cheap,
     it runs for every call of a sampled step)."""
-    shapes: list[Any] = [a.shape for a in args if isinstance(a, torch.Tensor)]
-    if kwargs:
-        shapes += [(k, v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+    try:
+        shapes: list[Any] = [a.shape for a in args if isinstance(a, torch.Tensor)]
+        if kwargs:
+            shapes += [(k, v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+    except RuntimeError:  # a tensor without sizes (nested): not told apart by shape
+        return ()
     return tuple(shapes)
 
 
