@@ -536,3 +536,25 @@ def test_the_run_double_has_the_real_runs_interface_and_no_other():
     recording = RecordingRun()
     recording.log({"a": 1}, commit=False)
     assert recording.calls == [({"a": 1}, False, False)]
+
+
+def test_a_name_with_a_lone_surrogate_still_gets_its_report_logged(tmp_path):
+    """A module name decoded from bytes that are not UTF-8 (a lone surrogate) reaches W&B's
+    `wandb.Html`, which writes the page as UTF-8: written with U+FFFD, not dropped."""
+    model = torch.nn.Sequential()
+    model.add_module("bad\udcffname", torch.nn.Linear(4, 4))
+    run = wandb.init(mode="offline", project="modprof-test", dir=str(tmp_path), entity="me")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the offline notice
+        handle = wandb_modprof.watch(model, log_freq=1, run=run, structure=False)
+    x = torch.randn(2, 4)
+    for _ in range(2):
+        model(x).sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "could not log" warning
+        handle.unwatch()
+    run.finish()
+    (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
+    (page,) = (run_dir / "files" / "media" / "html").rglob("*.html")
+    text = page.read_text(encoding="utf-8")
+    assert "bad\ufffdname" in text and "<html" in text.lower()

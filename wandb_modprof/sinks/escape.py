@@ -63,3 +63,13 @@ def escape_text(text: str) -> str:
         else:
             out.append(char)
     return "".join(out)
+
+
+def encodable(text: str) -> str:
+    """`text` with lone surrogates (surrogateescape'd bytes of a name or path that was not
+    UTF-8) as U+FFFD: every consumer that encodes it (a file, W&B's `wandb.Html`) can."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text

@@ -52,6 +52,7 @@ from wandb_modprof._validate import check_choice
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODE_KEYS, SCALES
 from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_data
 from wandb_modprof.sinks import spec as _spec
+from wandb_modprof.sinks.escape import encodable
 from wandb_modprof.sinks.files import check_path, missing_directory, write_atomic
 from wandb_modprof.sinks.table_notes import table_notes
 from wandb_modprof.sinks.units import format_value
@@ -349,10 +350,7 @@ def _joined(
 
 
 def _utf8(text: str) -> bytes:
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates (surrogateescape'd bytes) become U+FFFD
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
+    return encodable(text).encode("utf-8")
 
 
 def write_file(path: str | os.PathLike[str], data: str | bytes, what: str) -> Path:

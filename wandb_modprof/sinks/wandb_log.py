@@ -353,9 +353,12 @@ class WandbLog:
     def _html(self, page: str) -> dict[str, Any]:
         import wandb
 
+        from wandb_modprof.sinks.escape import encodable
+
         # inject=False: W&B's default would add a <link> to its CDN stylesheet, and the
         # page must work offline; data_is_not_path: never stat a 1 MB string as a path
-        return {f"{self.key}{REPORT_SUFFIX}": wandb.Html(page, inject=False, data_is_not_path=True)}
+        html = encodable(page)  # W&B writes it as UTF-8: a lone surrogate in a name would fail
+        return {f"{self.key}{REPORT_SUFFIX}": wandb.Html(html, inject=False, data_is_not_path=True)}
 
     def entry(
         self,
