@@ -142,6 +142,27 @@ _WRITERS: dict[str, Callable[[Profile, Path], object]] = {
 
 
 @pytest.mark.parametrize("writer", list(_WRITERS))
+def test_a_long_name_the_file_system_accepts_is_written(
+    prof: Profile, tmp_path: Path, writer: str
+) -> None:
+    """A 245-byte file name (the limit is 255): the temporary file written first must not add
+    bytes past the limit."""
+    path = tmp_path / ("n" * 240 + ".json")
+    _WRITERS[writer](prof, path)
+    assert path.stat().st_size > 0
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
+
+
+@pytest.mark.parametrize("writer", list(_WRITERS))
+def test_a_path_longer_than_the_system_allows_is_a_mod_prof_error(
+    prof: Profile, tmp_path: Path, writer: str
+) -> None:
+    deep = tmp_path.joinpath(*["d" * 200] * 25, "p.json")  # > PATH_MAX (4096 bytes)
+    with pytest.raises(ModProfError, match=r"cannot .*: File name too long"):
+        _WRITERS[writer](prof, deep)
+
+
+@pytest.mark.parametrize("writer", list(_WRITERS))
 def test_writes_go_through_links_and_never_replace_other_files(
     prof: Profile, tmp_path: Path, writer: str
 ) -> None:

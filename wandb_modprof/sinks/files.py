@@ -136,7 +136,9 @@ def write_atomic(path: Path, data: bytes, what: str) -> Path:
         if stat.S_ISDIR(old.st_mode):
             raise ModProfError(f"{what}: it is a directory (expected a file name)")
         raise ModProfError(f"{what}: it is {_kind(old.st_mode)}; expected a regular file")
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    # A short name of its own: the target's name plus a suffix could pass the 255-byte limit
+    # on a name that the file system accepts.
+    tmp = target.with_name(f".modprof-{secrets.token_hex(8)}.tmp")
     # os.open with 0o666 (not mkstemp's 0o600): a new file gets the usual umask permissions.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
@@ -157,7 +159,11 @@ def write_atomic(path: Path, data: bytes, what: str) -> Path:
 def missing_directory(error: OSError, target: Path) -> str | None:
     """ "directory 'x' does not exist" where that is why `error` happened writing `target`
     (not merely ENOENT: /proc exists and refuses new files with ENOENT too)."""
-    parent = Path(os.path.realpath(target)).parent if target.is_symlink() else target.parent
-    if isinstance(error, FileNotFoundError) and not parent.is_dir():
-        return f"directory {str(parent)!r} does not exist"
-    return None
+    if not isinstance(error, FileNotFoundError):
+        return None
+    try:
+        parent = Path(os.path.realpath(target)).parent if target.is_symlink() else target.parent
+        exists = parent.is_dir()
+    except OSError:  # the path itself is unusable (longer than the system allows)
+        return None
+    return None if exists else f"directory {str(parent)!r} does not exist"
