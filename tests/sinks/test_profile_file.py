@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -34,10 +35,11 @@ from wandb_modprof import (
     StepTotals,
     Structure,
 )
-from wandb_modprof.records.sample import CURVE_SOURCES, MemoryCurve
+from wandb_modprof.records.sample import CURVE_SOURCES, TIME_METRICS, MemoryCurve
 from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.records.stat_columns import ColumnMetrics
 from wandb_modprof.sinks.profile_schema import AT_LEAST, NON_NEGATIVE_METRICS, RUN_KINDS
+from wandb_modprof.sinks.profile_times import DURATIONS, TIME_LIMIT_MS
 
 ROOT = "<root>#0"
 
@@ -500,10 +502,24 @@ _ints = st.integers(-(2**63) + 1, 2**63 - 1)  # what the file format holds
 _strs = st.text(max_size=8) | st.sampled_from(["nan", "-inf", "__class__", "a|in:x", "\ud800"])
 
 
+# Times (`profile_times.py`): NaN or within the limit; durations (and a std) also >= 0.
+_times = st.floats(-TIME_LIMIT_MS, TIME_LIMIT_MS) | st.sampled_from([0.0, -0.0, math.nan])
+_durations = st.floats(0.0, TIME_LIMIT_MS) | st.sampled_from([0.0, math.nan])
+
+
 @st.composite
 def _stat(draw: st.DrawFn, metric: str) -> RunningStat:
     """Any statistic the schema's range rules allow (std >= 0, min <= max, min >= 0 for
-    a byte or count metric, a median within [min, max]; NaN passes every rule)."""
+    a byte or count metric, a median within [min, max], a time metric's values times; NaN
+    passes every rule)."""
+    if metric in TIME_METRICS:
+        low, high = draw(_times), draw(_times)
+        low, high = (high, low) if low > high else (low, high)
+        within = st.just(low) if low == high else st.floats(low, high)
+        bounded = all(map(math.isfinite, (low, high)))
+        median = draw(st.none() | (within if bounded else _times))
+        count = draw(st.integers(0, 2**63 - 1))
+        return RunningStat(count, draw(_times), draw(_durations), low, high, draw(_times), median)
     low, high = draw(_floats), draw(_floats)
     if metric in NON_NEGATIVE_METRICS:
         low, high = abs(low), abs(high)
@@ -529,26 +545,58 @@ def _builds(cls: type, **given: st.SearchStrategy[Any]) -> st.SearchStrategy[Any
     return st.builds(cls, **given)
 
 
-_record = _builds(InvocationRecord, key=_strs, fwd_ms=_floats, param_norm=_floats)
+_TIME_FIELDS = {
+    f.name: _durations if f.name in DURATIONS else _times
+    for f in fields(InvocationRecord)
+    if f.name.endswith("_ms")
+}
+
+
+@st.composite
+def _record(draw: st.DrawFn, key: str, parent: str | None, depth: int) -> InvocationRecord:
+    """A call with any values the rules allow: times, durations, a backward window that does
+    not end before it starts."""
+    given = {name: st.just(None) if draw(st.booleans()) and name.startswith("bwd") else strategy
+             for name, strategy in _TIME_FIELDS.items() if name != "fwd_ms"}  # fmt: skip
+    rec: InvocationRecord = draw(
+        _builds(
+            InvocationRecord,
+            key=st.just(key),
+            parent_key=st.just(parent),
+            depth=st.just(depth),
+            fwd_ms=_durations,
+            param_norm=_floats,
+            **given,
+        )
+    )
+    start, end = rec.bwd_start_ms, rec.bwd_end_ms
+    if start is not None and end is not None and end < start:
+        rec = dataclasses.replace(rec, bwd_start_ms=end, bwd_end_ms=start)
+    return rec
 
 
 @st.composite
 def _sample(draw: st.DrawFn) -> Sample:
-    records = tuple(draw(st.lists(_record, max_size=3)))
+    tree = draw(_tree(exact=False))[:3]
+    known = {k for k, _, _ in tree}
+    records = tuple(
+        draw(_record(k, p if p in known else None, d if p in known else 0)) for k, p, d in tree
+    )
     owners = [r.key for r in records]
     run = _builds(
         BackwardRun,
         kind=st.sampled_from(RUN_KINDS),
         name=_strs,
         owner_key=st.sampled_from(owners) if owners else st.nothing(),
-        start_ms=_floats,
+        start_ms=st.floats(-1e9, 1e9),
+        end_ms=st.floats(1e9, TIME_LIMIT_MS),
     )
     runs = draw(st.lists(run, max_size=3 if owners else 0))
     step = draw(st.integers(0, 2**63 - 1))
     return Sample(
         step,
         records,
-        draw(_builds(StepTotals)),
+        draw(_builds(StepTotals, fwd_ms=_durations, bwd_ms=st.none() | _durations)),
         draw(_ints),
         tuple(runs),
         draw(st.none() | _ints),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from wandb_modprof._warn import warn_safely
 from wandb_modprof.capture import memory_curve
+from wandb_modprof.capture.backward.recompute import roll_up_recomputes
 from wandb_modprof.capture.memory.static_memory import GradientState, StaticMemory
 from wandb_modprof.capture.session import StepSession
 from wandb_modprof.capture.step.clock import CpuClock
@@ -239,16 +240,7 @@ def _charge_recomputes(session: StepSession, back: _Backward, excl: list[float])
         if r.orig >= 0:
             back.recompute[r.orig] += r_dur[k]
             back.recomputed[r.orig] = True
-    # Inclusive, like every other time: a call whose children were recomputed but not itself
-    # (transformers checkpoints a layer's `forward` function, not the layer's call) holds
-    # their recompute time; a call recomputed itself already holds its children's.
-    invs = session.invocations
-    measured = list(back.recomputed)
-    for i in range(len(invs) - 1, -1, -1):  # preorder: children come after their parent
-        p = invs[i].parent
-        if p >= 0 and back.recomputed[i] and not measured[p]:
-            back.recompute[p] += back.recompute[i]
-            back.recomputed[p] = True
+    roll_up_recomputes([inv.parent for inv in session.invocations], back.recompute, back.recomputed)
 
 
 def _roll_up(
@@ -312,10 +304,10 @@ def _record(
             "order": i,
             "fwd_ms": fwd[i],
             "fwd_self_ms": fwd_self[i],
-            "bwd_ms": bwd[i] if has_bwd else None,
+            "bwd_ms": _duration(bwd[i]) if has_bwd else None,
             "bwd_self_ms": back.bwd_self[i] if has_bwd else None,
             "bwd_span_ms": last - first if ran_any else (0.0 if has_bwd else None),
-            "recompute_ms": back.recompute[i] if back.recomputed[i] else None,
+            "recompute_ms": _duration(back.recompute[i]) if back.recomputed[i] else None,
             "fwd_start_ms": fwd_start[i],
             "bwd_start_ms": first if ran_any else None,
             "bwd_end_ms": last if ran_any else None,
@@ -401,3 +393,8 @@ def _peak_over(peak: int | None, baseline: int | None) -> int | None:
     if peak is None or baseline is None:
         return None
     return max(0, peak - baseline)
+
+
+def _duration(ms: float) -> float:
+    """Never below 0 (NaN stays): sums of node times less our hooks' can end a hair below."""
+    return 0.0 if ms < 0 else ms

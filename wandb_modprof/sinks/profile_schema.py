@@ -20,17 +20,16 @@ from typing import Any, Protocol, TypeGuard, Union, get_args, get_origin, get_ty
 
 from wandb_modprof.records.calls import CallInfo, Structure
 from wandb_modprof.records.sample import (
-    CURVE_SOURCES,
     MEMORY_METRICS,
     METRICS,
     BackwardRun,
     InvocationRecord,
-    MemoryCurve,
     ModuleStats,
     RunningStat,
     Sample,
     StepTotals,
 )
+from wandb_modprof.sinks.profile_times import time_problem
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 # Every integer the profiler records (bytes, FLOPs, counts, indices) fits a signed 64-bit int;
@@ -242,15 +241,7 @@ def _check(obj: object, where: str) -> None:
                 raise FileError(f"structures[{i}].signature", "repeats an earlier structure's")
     elif isinstance(obj, Structure):
         calls = {c.key for c in obj.calls}
-        earlier: set[str] = set()
-        for i, call in enumerate(obj.calls):
-            if call.key in earlier:
-                at = f"{where}.calls[{i}].key"
-                raise FileError(at, f"{json.dumps(call.key)} repeats an earlier call's key")
-            earlier.add(call.key)
-        _check_tree(
-            obj.calls, lambda i: f"{where}.calls[{i}]", "a call of this structure", exact=True
-        )
+        _check_calls(obj.calls, f"{where}.calls", "a call of this structure", True)
         _check_regions(obj.calls, where)
         for i, edge in enumerate(obj.edges):
             for name in ("view_key", "src_key", "dst_key"):
@@ -263,6 +254,18 @@ def _check(obj: object, where: str) -> None:
                 if not ok:
                     at = f"{where}.edges[{i}].{name}"
                     raise FileError(at, f"{json.dumps(node)} is not a call of this structure")
+
+
+def _check_calls(calls: Sequence[_Call], at: str, within: str, exact: bool) -> None:
+    """One call per key, and a call tree (`_check_tree`)."""
+    earlier: set[str] = set()
+    for i, call in enumerate(calls):
+        if call.key in earlier:
+            raise FileError(
+                f"{at}[{i}].key", f"{json.dumps(call.key)} repeats an earlier call's key"
+            )
+        earlier.add(call.key)
+    _check_tree(calls, lambda i: f"{at}[{i}]", within, exact=exact)
 
 
 def _check_regions(calls: Sequence[CallInfo], where: str) -> None:
@@ -296,6 +299,9 @@ def _check_values(obj: object, where: str) -> None:
         if value is not None and value < least:
             rule = "a count or size" if least == 0 else "-1 for none"
             raise FileError(prefix + name, f"expected >= {least} ({rule}), got {value}")
+    problem = time_problem(obj)  # times, durations, windows, the memory curve
+    if problem is not None:
+        raise FileError(prefix + problem[0], problem[1])
     if isinstance(obj, RunningStat):
         _check_stat(obj, prefix)
     elif isinstance(obj, ModuleStats):
@@ -310,31 +316,13 @@ def _check_values(obj: object, where: str) -> None:
         if obj.kind not in RUN_KINDS:
             expected = " or ".join(json.dumps(k) for k in RUN_KINDS)
             raise FileError(prefix + "kind", f"expected {expected}, got {describe(obj.kind)}")
-    elif isinstance(obj, MemoryCurve):
-        _check_curve(obj, prefix)
     elif isinstance(obj, Sample):
         keys = {inv.key for inv in obj.invocations}
+        _check_calls(obj.invocations, f"{prefix}invocations", "a call of this sample", False)
         for i, run in enumerate(obj.runs):
             if run.owner_key not in keys:
                 at = f"{prefix}runs[{i}].owner_key"
                 raise FileError(at, f"{json.dumps(run.owner_key)} is not a key of invocations")
-
-
-def _check_curve(curve: MemoryCurve, prefix: str) -> None:
-    """A known source, one value per time, times in order, no negative bytes."""
-    if curve.source not in CURVE_SOURCES:
-        expected = " or ".join(json.dumps(k) for k in CURVE_SOURCES)
-        raise FileError(prefix + "source", f"expected {expected}, got {describe(curve.source)}")
-    if len(curve.t_ms) != len(curve.live_bytes):
-        got = f"{len(curve.live_bytes)} values for {len(curve.t_ms)} times"
-        raise FileError(prefix + "live_bytes", f"expected one value per time, got {got}")
-    for i in range(1, len(curve.t_ms)):
-        if not curve.t_ms[i - 1] <= curve.t_ms[i]:
-            got = f"{curve.t_ms[i]!r} after {curve.t_ms[i - 1]!r}"
-            raise FileError(f"{prefix}t_ms[{i}]", f"expected non-decreasing times, got {got}")
-    for i, value in enumerate(curve.live_bytes):
-        if value < 0:
-            raise FileError(f"{prefix}live_bytes[{i}]", f"expected >= 0 (a size), got {value}")
 
 
 def _check_stat(stat: RunningStat, prefix: str) -> None:

@@ -119,13 +119,30 @@ def write_trace(trace: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write `trace` as JSON to `path` atomically (`sinks/files.py`)."""
     target = check_path(path, "export_chrome_trace()")
     what = f"cannot write the trace to {str(target)!r}"
-    data = json.dumps(trace, allow_nan=False).encode("utf-8")
+    data = json.dumps(_finite(trace), allow_nan=False).encode("utf-8")
     try:
         write_atomic(target, data, what)
     except OSError as error:
         why = missing_directory(error, target) or error.strerror or str(error)
         raise ModProfError(f"{what}: {why}") from None
     return target
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every float that JSON cannot hold (NaN: a time not measured) as null, and
+    without the events whose place on the time axis is such a float (nothing to draw)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        if any(
+            isinstance(value.get(k), float) and not math.isfinite(value[k]) for k in ("ts", "dur")
+        ):
+            return None
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [_finite(v) for v in value]
+        return [v for v, old in zip(items, value, strict=True) if v is not None or old is None]
+    return value
 
 
 # ---- checks (used by the tests; cheap enough to run on any trace) ------------------------------

@@ -86,3 +86,16 @@ class RecomputeTracker:
             if r.seq1 > r.seq0 and owner >= 0:
                 owners[r.seq0 - lo : r.seq1 - lo] = [owner] * (r.seq1 - r.seq0)
         return list(roots), lo, hi, owners
+
+
+def roll_up_recomputes(parents: list[int], recompute: list[float], recomputed: list[bool]) -> None:
+    """Recompute times made inclusive, in place, like every other time: a call whose children
+    were recomputed but not itself (transformers checkpoints a layer's `forward` function, not
+    the layer's call) holds their recompute time; a call recomputed itself already holds its
+    children's. `parents[i]`: the parent of call i (-1: none), parents before children."""
+    measured = list(recomputed)
+    for i in range(len(parents) - 1, -1, -1):
+        p = parents[i]
+        if p >= 0 and recomputed[i] and not measured[p]:
+            recompute[p] += recompute[i]
+            recomputed[p] = True
