@@ -900,7 +900,8 @@ def test_calls_no_graph_saw_are_flagged_in_the_banner_and_the_card(
     panel = open_panel(spec, rows)
     banner = [str(i.text) for i in panel.items("message")]
     assert any("appeared after the graph was drawn" in text for text in banner), banner
-    panel.click("node_rect", lambda i: i.datum["node_key"] == "moe#0")
+    if panel.signal("view_now") != "moe#0":  # (it opens inside `moe` when that holds >= 90 %)
+        panel.click("node_rect", lambda i: i.datum["node_key"] == "moe#0")
     assert panel.signal("view_now") == "moe#0"
 
     def card(key: str) -> list[str]:
