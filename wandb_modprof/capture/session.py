@@ -61,6 +61,9 @@ class StepSession(NodeStamps):
         self._by_module: dict[int, list[int]] = {}
         self.ref_stamp: Any = None
         self.forward_thread = threading.get_native_id()
+        # Calls on other threads (a forward that runs branches in a thread pool) interleave
+        # with this stack: they are not measured, their time stays in their caller's.
+        self._thread = threading.get_ident()
         self.nvtx = nvtx
         self.exception_at_start = sys.exc_info()[1]
         self.forward_done = False
@@ -104,7 +107,7 @@ class StepSession(NodeStamps):
         args: tuple[Any, ...] = (),
         kwargs: Any = None,
     ) -> None:
-        if self.failed:
+        if self.failed or threading.get_ident() != self._thread:
             return
         parent = self._stack[-1] if self._stack else -1
         key, call_index = self._keys.enter(name, parent)
@@ -137,7 +140,7 @@ class StepSession(NodeStamps):
 
     def exit(self, module_id: int, result: Any) -> None:
         """Close the innermost invocation; returns when the root closes the forward."""
-        if not self._stack:
+        if not self._stack or threading.get_ident() != self._thread:
             return
         if self.failed:
             # Calls entered after the failure were never pushed; only the root's exit matters

@@ -20,6 +20,7 @@ are dropped when their call returns.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -177,6 +178,7 @@ class StructurePass:
         self._calls: list[_Builder] = []
         self._keys = CallKeys()
         self._stack: list[_Frame] = []
+        self._thread = threading.get_ident()  # calls on other threads are not followed
         self._edges: set[DataEdge] = set()
         self._dataflow = _Dataflow(self)
         self._flops = FlopCount(self, fake_type)
@@ -290,7 +292,7 @@ class StructurePass:
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
     ) -> None:
-        if self.failed:
+        if self.failed or threading.get_ident() != self._thread:
             return
         parent = self._stack[-1] if self._stack else None
         key, call_index = self._keys.enter(name, -1 if parent is None else parent.index)
@@ -321,7 +323,7 @@ class StructurePass:
         self._stack.append(frame)
 
     def exit(self, module: torch.nn.Module, result: Any) -> None:
-        if self.failed or not self._stack:
+        if self.failed or not self._stack or threading.get_ident() != self._thread:
             return
         frame = self._stack.pop()
         call = self._calls[frame.index]
