@@ -26,7 +26,7 @@ from models import MoEStack, ResNet, TinyGPT, gpt_input, moe_input, resnet_input
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof import ModuleStats, Profile, RunningStat, Structure
+from wandb_modprof import ModProfError, ModuleStats, Profile, RunningStat, Structure
 from wandb_modprof.records.calls import CallInfo, DataEdge, input_key, output_key
 from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.view.refs import from_ref, to_ref
@@ -495,14 +495,19 @@ def _with(stats: ModuleStats, **means: float) -> ModuleStats:
 
 
 def test_non_finite_values_in_a_loaded_file_are_missing_not_written(tmp_path: Path) -> None:
-    """`"nan"`, `"inf"` are valid in a saved file's float fields; in the table they are 0 and
-    named in `missing`, like values never measured (W&B and browsers reject NaN/Infinity)."""
+    """`"nan"` is valid in a saved file's float fields (`"inf"` too, but not for a time: a
+    time is NaN or within 10^12 ms); in the table they are 0 and named in `missing`, like
+    values never measured (W&B and browsers reject NaN/Infinity)."""
     path = synthetic([3, 2]).save(tmp_path / "p.modprof.json")
     doc = json.loads(path.read_text())
     doc["stats"]["m0#0"]["metrics"]["fwd_ms"]["mean"] = "nan"
-    doc["stats"]["m0#0"]["metrics"]["fwd_ms"]["max"] = "inf"
-    doc["stats"]["m1#0"]["metrics"]["bwd_ms"]["mean"] = "-inf"
+    doc["stats"]["m0#0"]["metrics"]["fwd_ms"]["max"] = "nan"
+    doc["stats"]["m1#0"]["metrics"]["bwd_ms"]["mean"] = "nan"
     doc["stats"]["<root>#0"]["metrics"]["fwd_ms"]["mean"] = "inf"
+    with pytest.raises(ModProfError, match=r'metrics\["fwd_ms"\]\.mean: expected a time within'):
+        path.write_text(json.dumps(doc))
+        wandb_modprof.load(path)
+    doc["stats"]["<root>#0"]["metrics"]["fwd_ms"]["mean"] = "nan"
     doc["stats"]["<root>#0"]["metrics"]["param_bytes"]["mean"] = "nan"
     path.write_text(json.dumps(doc))
     table = wandb_modprof.load(path).table()
