@@ -350,7 +350,10 @@ def _joined(
 
 
 def _utf8(text: str) -> bytes:
-    return encodable(text).encode("utf-8")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (surrogateescape'd bytes) become U+FFFD
+        return encodable(text).encode("utf-8")
 
 
 def write_file(path: str | os.PathLike[str], data: str | bytes, what: str) -> Path:

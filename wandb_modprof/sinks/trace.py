@@ -119,7 +119,11 @@ def write_trace(trace: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write `trace` as JSON to `path` atomically (`sinks/files.py`)."""
     target = check_path(path, "export_chrome_trace()")
     what = f"cannot write the trace to {str(target)!r}"
-    data = json.dumps(_finite(trace), allow_nan=False).encode("utf-8")
+    try:
+        text = json.dumps(trace, allow_nan=False)
+    except ValueError:  # a NaN or infinity (a loaded file's "not measured"): only then the copy
+        text = json.dumps(_finite(trace), allow_nan=False)
+    data = text.encode("utf-8")
     try:
         write_atomic(target, data, what)
     except OSError as error:

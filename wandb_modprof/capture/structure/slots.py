@@ -56,7 +56,7 @@ def _scripted_parameters(module: torch.nn.Module) -> tuple[list[str], str | None
     """A TorchScript module's forward parameters, from its schema (its class has no Python
     `forward` to inspect)."""
     try:
-        schema: Any = getattr(module.forward, "schema")  # noqa: B009 (a TorchScript method)
+        schema = module.forward.schema  # type: ignore[attr-defined]  # (a TorchScript method)
         return [a.name for a in schema.arguments][1:], None
     except (AttributeError, RuntimeError):
         return [], None
