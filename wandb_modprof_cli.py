@@ -17,8 +17,11 @@ import sys
 from typing import NoReturn
 
 EXIT_OK = 0
-EXIT_INTERNAL = 1  # a bug in wandb_modprof (the traceback is printed)
+# As `diff` and `cmp`: 1 is the verdict "differs" (the regression gate of `compare
+# --fail-above`), 2 is trouble; a bug of ours is 3 so that a CI gate can tell it from a verdict.
+EXIT_REGRESSED = 1  # `compare --fail-above`: a module call regressed (the offenders are printed)
 EXIT_INPUT = 2  # usage, or bad input: unknown mode, missing / corrupt file, unwritable output
+EXIT_INTERNAL = 3  # a bug in wandb_modprof (the traceback is printed)
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 # The command table: name -> the one line `wandb-modprof --help` shows. Each command's options
@@ -40,11 +43,12 @@ MODE_KEYS_IN_HELP = (
 
 EPILOG = """\
 exit status:
-  0    success
-  1    internal error (a bug in wandb_modprof: the traceback is printed; please report it)
+  0    success (compare --fail-above: no module call regressed)
+  1    compare --fail-above: a module call regressed (the offenders are printed)
   2    usage or input error: unknown command, option or analysis mode, a profile file that
        is missing, not JSON or not a wandb_modprof profile, an output path whose directory
        does not exist or that is a directory, a W&B request that failed (register-chart)
+  3    internal error (a bug in wandb_modprof: the traceback is printed; please report it)
   130  interrupted (Ctrl-C)
 Errors are one line on stderr: "wandb-modprof: error: ..."."""
 # only where a --mode is taken (report, summary, compare) and in the overview

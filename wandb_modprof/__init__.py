@@ -13,6 +13,7 @@ from wandb_modprof._version import __version__
 from wandb_modprof.api.callbacks import ModuleCallbacks, ModuleEvent, on_module
 from wandb_modprof.api.profile import Profile, load
 from wandb_modprof.api.profile_block import ProfileBlock, profile
+from wandb_modprof.api.regression import check_regression
 from wandb_modprof.api.watch import WatchHandle, unwatch, watch
 from wandb_modprof.records.calls import CallInfo, DataEdge, Structure
 from wandb_modprof.records.sample import (
@@ -26,6 +27,7 @@ from wandb_modprof.records.sample import (
 )
 from wandb_modprof.sinks.chart import register_chart
 from wandb_modprof.sinks.html import write_report
+from wandb_modprof.sinks.regression import RegressionCheck
 
 __all__ = [
     "METRICS",
@@ -39,12 +41,14 @@ __all__ = [
     "ModuleStats",
     "Profile",
     "ProfileBlock",
+    "RegressionCheck",
     "RunningStat",
     "Sample",
     "StepTotals",
     "Structure",
     "WatchHandle",
     "__version__",
+    "check_regression",
     "load",
     "on_module",
     "profile",

@@ -1,5 +1,6 @@
 """`wandb-modprof report / summary / compare` on profile files made here, and every error path
-with its exit status (0 ok, 1 internal error, 2 usage or bad input, 130 interrupted)."""
+with its exit status (0 ok, 1 a regression (`compare --fail-above`), 2 usage or bad input,
+3 internal error, 130 interrupted)."""
 
 from __future__ import annotations
 
@@ -396,12 +397,12 @@ def test_an_unwritable_report_is_an_input_error(files, tmp_path, capsys):
         pytest.skip("no file here that this user cannot write")
 
 
-def test_an_internal_error_exits_1_with_the_traceback(files, capsys, monkeypatch):
+def test_an_internal_error_exits_3_with_the_traceback(files, capsys, monkeypatch):
     def broken(*args: object) -> str:
         raise RuntimeError("boom")
 
     monkeypatch.setattr(_summary, "format_mode_summary", broken)
-    err = _fails(["summary", str(files["gpt2"])], capsys, status=1)
+    err = _fails(["summary", str(files["gpt2"])], capsys, status=3)
     assert "Traceback (most recent call last)" in err
     assert err.endswith(
         "wandb-modprof: error: internal error (RuntimeError: boom); this is a bug in "

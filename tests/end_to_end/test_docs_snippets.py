@@ -115,6 +115,39 @@ run.finish()
         ),
         warned_at=("handle = wandb_modprof.watch(", "prof = handle.unwatch()"),
     ),
+    "a regression gate in a test suite": Case(
+        marker="def test_no_module_got_slower():",
+        # modules of known time (tests/phantom.py): the baseline is the same model, so the
+        # gate passes; the same model with one module 1.5x slower must fail it
+        prelude="""
+import os, torch, wandb_modprof
+from torch import nn
+from phantom import Cost, Phantom
+class Weighted(Phantom):  # a parameter: its first sample is not taken for start-up
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(()))
+    def forward(self, x):
+        return super().forward(x * self.scale)
+build_model = Weighted
+def example_batch():
+    return torch.ones(4, requires_grad=True)
+""",
+        check="""
+os.makedirs("perf", exist_ok=True)
+profile_steps(build_model(), example_batch()).save("perf/base.modprof.json")
+test_no_module_got_slower()
+slow = build_model()
+slow.plain.cells[0].cost = Cost(3.0, 4.5)
+build_model = lambda: slow
+try:
+    test_no_module_got_slower()
+except AssertionError as failed:
+    assert "FAILED: 2 regressed" in str(failed) and "plain.cells.0#0" in str(failed), failed
+else:
+    raise AssertionError("the slowed module passed the gate")
+""",
+    ),
     "one step, no W&B": Case(
         marker="with wandb_modprof.profile(model) as prof:\n    for _ in range(3):",
         prelude="",

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 EXIT_OK = _top.EXIT_OK
 EXIT_INTERNAL = _top.EXIT_INTERNAL
 EXIT_INPUT = _top.EXIT_INPUT
+EXIT_REGRESSED = _top.EXIT_REGRESSED
 EXIT_INTERRUPTED = _top.EXIT_INTERRUPTED
 EPILOG = _top.EPILOG
 MODES_EPILOG = _top.MODES_EPILOG  # only where a --mode is taken (report, summary, compare)
@@ -43,6 +44,26 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def _ratio_limit(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a ratio >= 1, got {text!r}") from None
+    if not (value >= 1.0 and value != float("inf")):  # (NaN fails the comparison)
+        raise argparse.ArgumentTypeError(f"expected a finite ratio >= 1, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1], got {text}")
     return value
 
 
@@ -157,6 +178,23 @@ def _compare_parser(compare: argparse.ArgumentParser) -> None:
         metavar="HTML",
         help="also write the HTML report of both profiles, opened in compare mode (A baseline)",
     )
+    compare.add_argument(
+        "--fail-above",
+        type=_ratio_limit,
+        default=None,
+        metavar="RATIO",
+        help="regression gate: exit 1 when a module call holding >= --min-share of the model "
+        "total got slower (or bigger, per --mode) than RATIO x its A value, beyond what its "
+        "sample spread explains; the offenders are printed (e.g. 1.10)",
+    )
+    compare.add_argument(
+        "--min-share",
+        type=_fraction,
+        default=None,
+        metavar="FRACTION",
+        help="with --fail-above: calls holding less of the model total in both A and B are not "
+        "checked (default 0.01)",
+    )
 
 
 def _chart_parser(chart: argparse.ArgumentParser) -> None:
@@ -251,7 +289,14 @@ def _summary(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from wandb_modprof.sinks.compare import compare, format_comparison
+    from wandb_modprof.sinks.regression import DEFAULT_MIN_SHARE, check_limits, regression_check
 
+    gate = args.fail_above is not None
+    if args.min_share is not None and not gate:
+        raise ModProfError("--min-share expected --fail-above beside it (it only sets the gate)")
+    min_share = DEFAULT_MIN_SHARE if args.min_share is None else args.min_share
+    if gate:
+        check_limits(args.fail_above, min_share, args.mode)  # before loading anything
     target = None if args.html is None else _check_output(args.html, "report", (args.a, args.b))
     label_a, label_b = _label(args.a), _label(args.b)
     if label_a == label_b:  # same file name in two folders: the paths tell them apart
@@ -263,7 +308,11 @@ def _compare(args: argparse.Namespace) -> int:
 
         path = write_report(target, [(label_a, a), (label_b, b)], compare=True, mode=args.mode)
         _write(f"HTML report (compare mode, baseline {escape_text(label_a)}) written to {path}\n")
-    return EXIT_OK
+    if not gate:
+        return EXIT_OK
+    check = regression_check(a, b, args.fail_above, args.mode, min_share, label_a, label_b)
+    _write("\n" + check.format())
+    return EXIT_OK if check.passed else EXIT_REGRESSED
 
 
 def _register_chart(args: argparse.Namespace) -> int:
