@@ -211,7 +211,7 @@ def test_file_header_paths_and_determinism(tmp_path: Path) -> None:
     assert written == tmp_path / "run.json" and sorted(os.listdir(tmp_path)) == ["run.json"]
     doc = json.loads(written.read_text(encoding="utf-8"))
     assert list(doc)[:3] == ["format", "version", "wandb_modprof_version"]
-    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 5
+    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 6
     assert doc["wandb_modprof_version"] == wandb_modprof.__version__
     assert set(doc) - {"format", "version", "wandb_modprof_version"} == {
         "model_name",
@@ -300,9 +300,9 @@ _STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.
             ("version",),
             999,
             rf"version 999 \(written by wandb_modprof {_VERSION}\); .* reads version "
-            "1, 2, 3, 4, 5; upgrade",
+            "1, 2, 3, 4, 5, 6; upgrade",
         ),
-        (("version",), 0, r"unsupported file format version 0 .*reads version 1, 2, 3, 4, 5$"),
+        (("version",), 0, r"unsupported file format version 0 .*reads version 1, 2, 3, 4, 5, 6$"),
         (("version",), True, r"version: expected an integer, got true"),
         (("version",), "1", r'version: expected an integer, got "1"'),
         (("wandb_modprof_version",), 1, r"wandb_modprof_version: expected a string, got 1"),
@@ -734,10 +734,10 @@ def test_a_version_1_file_loads_without_invented_medians(tmp_path: Path) -> None
     assert node["fwd_ms"] == data.stats["blocks.0#0"].metrics["fwd_ms"].mean
     assert {"gc_samples", "gc_ms_max"} <= set(node["missing"].split(","))
     assert "means: this profile file (version 1) kept no medians" in prof.summary()
-    # saved again: version 5, the unknowns kept as null, and it reads back the same
+    # saved again: version 6, the unknowns kept as null, and it reads back the same
     again = prof.save(tmp_path / "again.modprof.json")
     doc = json.loads(again.read_text(encoding="ascii"))
-    assert doc["version"] == 5 and doc["last_sample"]["memory"] is None
+    assert doc["version"] == 6 and doc["last_sample"]["memory"] is None
     first = next(iter(doc["stats"].values()))
     assert first["gc_samples"] is None and first["metrics"]["fwd_ms"]["median"] is None
     assert _same(wandb_modprof.load(again).snapshot().stats, data.stats)
@@ -779,7 +779,7 @@ def test_a_version_2_file_loads_without_a_curve(tmp_path: Path) -> None:
     assert all(i.fwd_mem_peak_bytes is None for i in data.last.invocations)  # CPU, version 2
     again = prof.save(tmp_path / "again.modprof.json")
     doc = json.loads(again.read_text(encoding="ascii"))
-    assert doc["version"] == 5 and doc["last_sample"]["memory"] is None
+    assert doc["version"] == 6 and doc["last_sample"]["memory"] is None
     assert _same(wandb_modprof.load(again).last_sample, prof.last_sample)
 
 
@@ -820,7 +820,7 @@ def test_a_version_3_file_loads_as_no_compiled_regions(tmp_path: Path) -> None:
     assert not [r for r in table.records() if r["meta_key"] == "compiled_region"]
     again = prof.save(tmp_path / "again.modprof.json")
     doc = json.loads(again.read_text(encoding="ascii"))
-    assert doc["version"] == 5
+    assert doc["version"] == 6
     assert all(c["compiled_region"] is None for c in doc["structures"][0]["calls"])
     assert wandb_modprof.load(again).structures() == prof.structures()
 
@@ -830,7 +830,7 @@ def test_a_version_4_file_loads_without_a_first_step_mark(tmp_path: Path) -> Non
     version-4 file reads them as not recorded (null) and none left out, and a version-4 file
     that has either field is refused."""
     prof = _trained(TinyGPT(), gpt_input())
-    doc = json.loads(prof.save(tmp_path / "v5.modprof.json").read_text(encoding="ascii"))
+    doc = _as_v5(json.loads(prof.save(tmp_path / "v6.modprof.json").read_text(encoding="ascii")))
     assert doc["version"] == 5 and "cold_left_out" in doc and "cold_start" in doc["last_sample"]
     doc["version"] = 4
     del doc["cold_left_out"], doc["last_sample"]["cold_start"]
@@ -851,4 +851,60 @@ def test_a_version_3_file_with_a_compiled_region_is_refused(tmp_path: Path) -> N
     doc["structures"][0]["calls"][0]["compiled_region"] = ROOT
     message = re.escape('calls[0]: unknown field "compiled_region" (in a version 3 file)')
     with pytest.raises(ModProfError, match=message):
+        _load_text(tmp_path, json.dumps(doc))
+
+
+# ---- version 6 (work counts and the roofline) -----------------------------------------------
+_V6_CALL_FIELDS = (
+    "bwd_flops", "bwd_self_flops", "fwd_bytes", "fwd_self_bytes", "fwd_ops", "fwd_self_ops",
+    "work_known",
+)  # fmt: skip
+
+
+def _as_v5(doc: dict[str, Any]) -> dict[str, Any]:
+    """A version-6 document as the version-5 writer wrote it (without what version 6 added)."""
+    doc["version"] = 5
+    for structure in doc["structures"]:
+        del structure["roofline"]
+        for call in structure["calls"]:
+            for name in _V6_CALL_FIELDS:
+                del call[name]
+    return doc
+
+
+def test_a_version_5_file_loads_without_work_counts_or_roofline(tmp_path: Path) -> None:
+    """Version 6 added the structure calls' work counts and each structure's roofline: a
+    version-5 file reads them as not counted, and one that has any of them is refused."""
+    prof = _trained(TinyGPT(), gpt_input())
+    (structure,) = prof.structures()
+    assert structure.roofline is not None and structure.roofline.peak_flops > 0
+    assert all(c.work_known for c in structure.calls) and structure.calls[0].fwd_bytes > 0
+    doc = json.loads(prof.save(tmp_path / "v6.modprof.json").read_text(encoding="ascii"))
+    assert doc["version"] == 6 and doc["structures"][0]["roofline"]["source"] == "measured"
+    old = _as_v5(json.loads(json.dumps(doc)))
+    (back,) = _load_text(tmp_path, json.dumps(old)).structures()
+    assert back.roofline is None and not any(c.work_known for c in back.calls)
+    assert [c.fwd_flops for c in back.calls] == [c.fwd_flops for c in structure.calls]
+    for field in ("roofline", "fwd_bytes"):
+        bad = json.loads(json.dumps(old))
+        target = bad["structures"][0] if field == "roofline" else bad["structures"][0]["calls"][0]
+        target[field] = None
+        message = f'unknown field "{field}" \\(in a version 5 file\\)'
+        with pytest.raises(ModProfError, match=message):
+            _load_text(tmp_path, json.dumps(bad))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("peak_flops", 0.0, "peak_flops: expected a finite number > 0, got 0.0"),
+        ("peak_bytes_per_s", "inf", "peak_bytes_per_s: expected a finite number > 0, got inf"),
+        ("op_overhead_ms", -1.0, "op_overhead_ms: expected a finite number >= 0, got -1.0"),
+    ],
+)
+def test_a_roofline_out_of_range_is_refused(tmp_path: Path, field: str, value: Any, problem: str) -> None:
+    prof = _trained(TinyGPT(), gpt_input())
+    doc = json.loads(prof.save(tmp_path / "v6.modprof.json").read_text(encoding="ascii"))
+    doc["structures"][0]["roofline"][field] = value
+    with pytest.raises(ModProfError, match=re.escape(f"structures[0].roofline.{problem}")):
         _load_text(tmp_path, json.dumps(doc))

@@ -64,6 +64,8 @@ def profile(
     structure: bool = True,
     nvtx: bool = False,
     warmup: int = 0,
+    peak_flops: float | None = None,
+    peak_bw: float | None = None,
 ) -> ProfileBlock:
     """Measure every forward of `model` (and its backward) inside a `with` block.
 
@@ -86,6 +88,9 @@ def profile(
     selection, lazy initialisation). A sample of it is marked so (`Sample.cold_start`; the
     summary, report and panel say it), and left out of the statistics once a later sample
     exists. `warmup=N` runs the block's first N forwards untimed instead.
+
+    `peak_flops` / `peak_bw`: the roofline's peaks (FLOP/s, memory bytes/s) for the calls'
+    efficiency; None: found once per process (`watch`).
     """
     check_model(model, "profile()")
     options = parse_options(
@@ -95,5 +100,7 @@ def profile(
         structure=structure,
         nvtx=nvtx,
         warmup=warmup,
+        peak_flops=peak_flops,
+        peak_bw=peak_bw,
     )
     return ProfileBlock(model, check_optimizer(optimizer), options)

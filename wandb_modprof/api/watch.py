@@ -237,6 +237,8 @@ def watch(
     artifact_freq: int | None = 0,
     offload: bool | str = "auto",
     overhead: float = DEFAULT_OVERHEAD,
+    peak_flops: float | None = None,
+    peak_bw: float | None = None,
 ) -> WatchHandle:
     """Measure every module of `model` on every `log_freq`-th training step; log to W&B.
 
@@ -306,6 +308,10 @@ def watch(
         overhead: with `log_freq="auto"`, the share of training time sampling may take
             (default 0.01). Every run's measured overhead is in `handle.overhead`, the
             summary, the panel, the report and `modprof/<Class>/overhead_pct`.
+        peak_flops, peak_bw: the machine's peak FLOP/s and memory bytes/s that each call's
+            efficiency (the "eff" mode: its share of the roofline) is measured against.
+            Default None: a short calibration once per process on CPU (a GEMM, a large copy),
+            the data sheet on common GPUs (`capture.structure.calibration`).
     """
     check_model(model, "watch()")
     options = parse_options(
@@ -315,6 +321,8 @@ def watch(
         structure=structure,
         nvtx=nvtx,
         warmup=warmup,
+        peak_flops=peak_flops,
+        peak_bw=peak_bw,
     )
     if not (isinstance(log_freq, str) and log_freq == "auto"):
         log_freq = check_log_freq(log_freq)

@@ -92,7 +92,9 @@ class Capture(SubmoduleHooks):
         if options.device_memory and device.type != "cpu":
             self.memory = AcceleratorMemory(device)
         self.sink = sink
-        self.structures = StructureDriver(self, sink, options.structure, structure_eligible)
+        self.structures = StructureDriver(
+            self, sink, options.structure, structure_eligible, (options.peak_flops, options.peak_bw)
+        )
         self._root_handles: list[Removable] = []
         self.owner: object = None  # the WatchHandle / ProfileBlock: alive as long as the hooks
         self._forward: StepSession | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 from wandb_modprof._errors import ModProfError
@@ -28,6 +29,9 @@ class Options:
     nvtx: bool = False  # NVTX ranges per module forward/backward on sampled steps
     # the model's first this many steps run untimed (one-time start-up: `Sample.cold_start`)
     warmup: int = 0
+    # the roofline's peaks (FLOP/s, bytes/s); None: found by `structure.calibration`
+    peak_flops: float | None = None
+    peak_bw: float | None = None
 
 
 def parse_timing(value: object) -> Timing:
@@ -57,6 +61,17 @@ def check_warmup(value: object) -> int:
     return value
 
 
+def check_peak(name: str, value: object) -> float | None:
+    """`peak_flops=` / `peak_bw=`: None, or a finite number > 0 (per second)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ModProfError(f"{name} expected None or a number > 0 per second; got {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ModProfError(f"{name} expected None or a finite number > 0 per second; got {value}")
+    return float(value)
+
+
 def parse_options(
     *,
     timing: object,
@@ -65,6 +80,8 @@ def parse_options(
     structure: object,
     nvtx: object,
     warmup: object = 0,
+    peak_flops: object = None,
+    peak_bw: object = None,
 ) -> Options:
     """The `Options` of a `watch` / `profile` call, every argument checked."""
     return Options(
@@ -74,4 +91,6 @@ def parse_options(
         structure=check_bool("structure", structure),
         nvtx=check_bool("nvtx", nvtx),
         warmup=check_warmup(warmup),
+        peak_flops=check_peak("peak_flops", peak_flops),
+        peak_bw=check_peak("peak_bw", peak_bw),
     )

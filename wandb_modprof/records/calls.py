@@ -10,6 +10,8 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from wandb_modprof.records.roofline import Roofline
+
 
 @dataclass(frozen=True)
 class CallInfo:
@@ -25,6 +27,12 @@ class CallInfo:
     ancestor's for a call inside one, whose own time and memory compilation fused into the
     region's (`capture.structure.fake_structure`); None outside compiled code, and for every
     call of a graph from a profile file before version 4, which did not record it.
+
+    The work of the call's forward as the structure pass counted it (`work_known`; False for a
+    graph no pass saw and for a profile file before version 6): `bwd_flops`, the FLOPs of its
+    backward (the formulas of the backward kernels of its ops, for the inputs that needed a
+    gradient); `fwd_bytes`, the bytes its ops read and wrote; `fwd_ops`, its ATen ops (views
+    not counted). Each includes the children's; `*_self_*` only the call's own code's.
     """
 
     key: str
@@ -40,6 +48,13 @@ class CallInfo:
     fwd_self_flops: int
     flops_known: bool
     compiled_region: str | None = None
+    bwd_flops: int = 0
+    bwd_self_flops: int = 0
+    fwd_bytes: int = 0
+    fwd_self_bytes: int = 0
+    fwd_ops: int = 0
+    fwd_self_ops: int = 0
+    work_known: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,12 +69,16 @@ class DataEdge:
 
 @dataclass(frozen=True)
 class Structure:
-    """The call tree and dataflow of one forward; `signature` identifies its call sequence."""
+    """The call tree and dataflow of one forward; `signature` identifies its call sequence.
+    `roofline`: the machine's peaks the calls' efficiency is measured against, found when the
+    structure pass ran (None: a graph derived from a timed step, a pass that could not find
+    them, or a profile file before version 6)."""
 
     signature: str
     training: bool
     calls: tuple[CallInfo, ...]
     edges: tuple[DataEdge, ...]
+    roofline: Roofline | None = None
 
 
 def input_key(view_key: str, slot: str) -> str:

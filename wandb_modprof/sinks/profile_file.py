@@ -4,7 +4,7 @@ does the file I/O and the header; `profile_schema.py` turns the records into JSO
 
 The file is one JSON object (UTF-8, in fact pure ASCII):
 
-    {"format": "wandb_modprof.profile", "version": 5, "wandb_modprof_version": "0.1.0",
+    {"format": "wandb_modprof.profile", "version": 6, "wandb_modprof_version": "0.1.0",
      "model_name": ..., "num_samples": ..., "stats": {key: ModuleStats},
      "last_sample": Sample | null, "structures": [Structure], "cold_left_out": int}
 
@@ -58,6 +58,13 @@ Version 5 added the last sample's `cold_start` (true: the model's first step in 
 whose times include one-time start-up) and `cold_left_out` (how many such samples the
 statistics left out because later samples exist: 0 or 1). Files of versions 1-4 load with
 `cold_start` null (not recorded) and `cold_left_out` 0.
+
+Version 6 added what each structure call's forward does, as the structure pass counted it:
+`bwd_flops` / `bwd_self_flops` (its backward's FLOPs), `fwd_bytes` / `fwd_self_bytes` (bytes
+its ops read and wrote), `fwd_ops` / `fwd_self_ops` (its ATen ops) and `work_known`; and each
+structure's `roofline` (`records.roofline.Roofline`: the machine's peak FLOP/s, bytes/s and
+per-op overhead, null where not found; peaks finite and > 0). Files of versions 1-5 load with
+those counts 0, `work_known` false and `roofline` null (not counted: no efficiency shown).
 """
 
 from __future__ import annotations
@@ -76,8 +83,8 @@ if TYPE_CHECKING:
     from wandb_modprof.records.snapshot import ProfileData
 
 FORMAT = "wandb_modprof.profile"
-VERSION = 5
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)
+VERSION = 6
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6)
 
 
 # ---- writing -------------------------------------------------------------------------------
@@ -195,6 +202,8 @@ def _parse(raw: bytes) -> FileData:
         _migrate_v3(doc, version)
     if version <= 4:
         _migrate_v4(doc, version)
+    if version <= 5:
+        _migrate_v5(doc, version)
     data: FileData = decode(doc, FileData, "")
     return data
 
@@ -271,3 +280,37 @@ def _migrate_v4(doc: dict[str, Any], version: int) -> None:
             problem = f'unknown field "cold_start" (in a version {version} file)'
             raise FileError("last_sample", problem)
         last["cold_start"] = None
+
+
+_V6_CALL_FIELDS = {
+    **dict.fromkeys(("bwd_flops", "bwd_self_flops", "fwd_bytes", "fwd_self_bytes"), 0),
+    **dict.fromkeys(("fwd_ops", "fwd_self_ops"), 0),
+    "work_known": False,
+}
+
+
+def _migrate_v5(doc: dict[str, Any], version: int) -> None:
+    """Give a version-1 to -5 document the fields version 6 added: per structure call the
+    work counts (0) and `work_known` false, per structure `roofline` null (not counted). A file
+    of those versions that has one of them is refused."""
+    structures = doc.get("structures")
+    if not isinstance(structures, list):
+        return
+    for i, structure in enumerate(structures):
+        if not isinstance(structure, dict):
+            continue
+        if "roofline" in structure:
+            problem = f'unknown field "roofline" (in a version {version} file)'
+            raise FileError(f"structures[{i}]", problem)
+        structure["roofline"] = None
+        calls = structure.get("calls")
+        if not isinstance(calls, list):
+            continue
+        for j, call in enumerate(calls):
+            if not isinstance(call, dict):
+                continue
+            for name, value in _V6_CALL_FIELDS.items():
+                if name in call:
+                    problem = f"unknown field {json.dumps(name)} (in a version {version} file)"
+                    raise FileError(f"structures[{i}].calls[{j}]", problem)
+                call[name] = value

@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Protocol, TypeGuard, Union, get_args, get_origin, get_type_hints
 
 from wandb_modprof.records.calls import CallInfo, Structure
+from wandb_modprof.records.roofline import Roofline
 from wandb_modprof.records.sample import (
     MEMORY_METRICS,
     METRICS,
@@ -54,7 +55,11 @@ AT_LEAST: dict[type, dict[str, int]] = {
     StepTotals: {"act_bytes": 0},
     Sample: {"step": 0},
     BackwardRun: {"seq": -1},
-    CallInfo: {**_COUNTS, "fwd_flops": 0, "fwd_self_flops": 0},
+    CallInfo: {
+        **_COUNTS,
+        **dict.fromkeys(("fwd_flops", "fwd_self_flops", "bwd_flops", "bwd_self_flops"), 0),
+        **dict.fromkeys(("fwd_bytes", "fwd_self_bytes", "fwd_ops", "fwd_self_ops"), 0),
+    },
 }
 # Metrics whose every value is >= 0, so their statistics' min is too.
 NON_NEGATIVE_METRICS = (*MEMORY_METRICS, "fwd_mem_peak_bytes", "bwd_mem_peak_bytes", "gc_ms")
@@ -312,6 +317,13 @@ def _check_values(obj: object, where: str) -> None:
             if metric in NON_NEGATIVE_METRICS and running.min < 0:
                 got = f"got {running.min!r}"
                 raise FileError(f"{at}.min", f"expected >= 0 ({metric} >= 0), {got}")
+    elif isinstance(obj, Roofline):
+        for name in ("peak_flops", "peak_bytes_per_s", "op_overhead_ms"):
+            value = getattr(obj, name)
+            zero_ok = name == "op_overhead_ms"
+            if not (math.isfinite(value) and (value > 0 or (zero_ok and value == 0))):
+                least = ">= 0" if zero_ok else "> 0"
+                raise FileError(prefix + name, f"expected a finite number {least}, got {value!r}")
     elif isinstance(obj, BackwardRun):
         if obj.kind not in RUN_KINDS:
             expected = " or ".join(json.dumps(k) for k in RUN_KINDS)

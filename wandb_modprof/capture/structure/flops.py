@@ -2,7 +2,8 @@
 
 A `TorchDispatchMode` sees every ATen op once, as the user's code called it, and charges the
 FLOPs that `torch.utils.flop_counter`'s formulas give to the innermost open call (through the
-`FlopSink`, the running `StructurePass`).
+`FlopSink`, the running `StructurePass`), with the op's backward FLOPs and the bytes it moves
+(`work.py`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
+from wandb_modprof.capture.structure.work import backward_flops, is_view, moved_bytes
+
 
 class FlopSink(Protocol):
     failed: bool
 
-    def add_flops(self, count: int) -> None: ...
+    def add_work(self, flops: int, bwd_flops: int, nbytes: int) -> None: ...
 
     def fail(self, error: Exception) -> None: ...
 
@@ -102,10 +105,15 @@ class FlopCount(TorchDispatchMode):
         out = func(*args, **kwargs)
         if self.pass_.failed or isinstance(func, torch._ops.HigherOrderOperator):
             return out
+        if is_view(func):
+            return out  # no data moved, no FLOPs: not an op of the call's work
         try:
             formula = FORMULAS.get(func._overloadpacket)
+            flops = bwd = 0
             if formula is not None:
-                self.pass_.add_flops(int(formula(*args, **kwargs, out_val=out)))
+                flops = int(formula(*args, **kwargs, out_val=out))
+                bwd = backward_flops(func, args, kwargs, out)
+            self.pass_.add_work(flops, bwd, moved_bytes(args, kwargs, out))
         except Exception as error:  # a formula that cannot read these arguments
             self.pass_.fail(error)
         return out

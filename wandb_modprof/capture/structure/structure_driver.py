@@ -10,6 +10,7 @@ the small `HookOwner` interface below.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,6 +24,7 @@ from wandb_modprof.capture.memory.static_memory import ROOT_NAME
 from wandb_modprof.capture.model.compiled import compiled_in_place, is_compiled_wrapper
 from wandb_modprof.capture.model.wrappers import inner_model
 from wandb_modprof.capture.step import registry as _registry
+from wandb_modprof.capture.structure.calibration import roofline_of
 from wandb_modprof.capture.structure.fake_structure import fake_structure
 from wandb_modprof.capture.structure.structure_pass import (
     StructurePass,
@@ -87,11 +89,13 @@ class StructureDriver:
         sink: StructureSink,
         enabled: bool,
         eligible: Callable[[nn.Module], bool],
+        peaks: tuple[float | None, float | None] = (None, None),
     ) -> None:
         self.owner = owner
         self.sink = sink
         self.enabled = enabled
         self.eligible = eligible
+        self.peaks = peaks  # `watch(peak_flops=, peak_bw=)`: None = found by `calibration`
         self.due = enabled
         self.current: StructurePass | None = None
         self.stale: list[StructurePass] = []
@@ -143,7 +147,17 @@ class StructureDriver:
             self.warn(f"the graph of the compiled model could not be traced ({error!r})")
             return
         self._derived.discard(structure.signature)
-        self.sink.add_structure(structure)
+        self.sink.add_structure(self._with_roofline(structure, module))
+
+    def _with_roofline(self, structure: Structure, module: nn.Module) -> Structure:
+        """A pass's graph with the machine's roofline (`calibration`: measured once per
+        process; a failure leaves it out, with the one internal-error warning)."""
+        try:
+            found = roofline_of(module, *self.peaks)
+        except Exception as error:
+            self.owner.warn_once("<roofline calibration>", error)
+            return structure
+        return dataclasses.replace(structure, roofline=found)
 
     def can_start(self, module: nn.Module) -> bool:
         if not self.eligible(module) or self.compiled():
@@ -229,7 +243,7 @@ class StructureDriver:
             return
         finished = structure.finish()
         self._derived.discard(finished.signature)
-        self.sink.add_structure(finished)
+        self.sink.add_structure(self._with_roofline(finished, module))
 
     def end(self) -> None:
         structure, self.current = self.current, None

@@ -98,6 +98,8 @@ class _Frame:
 
 class _Builder:
     __slots__ = (
+        "bwd_flops",
+        "bytes",
         "call_index",
         "depth",
         "flops",
@@ -106,6 +108,7 @@ class _Builder:
         "module_id",
         "module_name",
         "module_type",
+        "ops",
         "outputs",
         "parent",
     )
@@ -129,7 +132,10 @@ class _Builder:
         self.depth = depth
         self.inputs: tuple[str, ...] = ()
         self.outputs: tuple[str, ...] = ()
-        self.flops = 0
+        self.flops = 0  # of ops in the call's own code (children's are theirs)
+        self.bwd_flops = 0
+        self.bytes = 0
+        self.ops = 0
 
 
 # Python-level in-place operators: they return their first argument (or None for
@@ -280,9 +286,14 @@ class StructurePass:
     def frame(self) -> _Frame | None:
         return self._stack[-1] if self._stack and not self.failed else None
 
-    def add_flops(self, count: int) -> None:
+    def add_work(self, flops: int, bwd_flops: int, nbytes: int) -> None:
+        """One op of the innermost open call (`flops.FlopCount`)."""
         if self._stack and not self.failed:
-            self._calls[self._stack[-1].index].flops += count
+            call = self._calls[self._stack[-1].index]
+            call.flops += flops
+            call.bwd_flops += bwd_flops
+            call.bytes += nbytes
+            call.ops += 1
 
     def enter(
         self,
@@ -346,10 +357,16 @@ class StructurePass:
     def finish(self) -> Structure:
         assert self.forward_done and not self.failed
         inclusive = [c.flops for c in self._calls]
+        bwd = [c.bwd_flops for c in self._calls]
+        nbytes = [c.bytes for c in self._calls]
+        ops = [c.ops for c in self._calls]
         known = [True] * len(self._calls)
         for i in range(len(self._calls) - 1, 0, -1):  # children come after their parent
             parent = self._calls[i].parent
             inclusive[parent] += inclusive[i]
+            bwd[parent] += bwd[i]
+            nbytes[parent] += nbytes[i]
+            ops[parent] += ops[i]
             known[parent] = known[parent] and known[i]
         calls = tuple(
             CallInfo(
@@ -365,6 +382,13 @@ class StructurePass:
                 fwd_flops=inclusive[i],
                 fwd_self_flops=c.flops,
                 flops_known=known[i],
+                bwd_flops=bwd[i],
+                bwd_self_flops=c.bwd_flops,
+                fwd_bytes=nbytes[i],
+                fwd_self_bytes=c.bytes,
+                fwd_ops=ops[i],
+                fwd_self_ops=c.ops,
+                work_known=known[i],
             )
             for i, c in enumerate(self._calls)
         )

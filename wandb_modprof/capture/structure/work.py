@@ -1,0 +1,126 @@
+"""What one ATen op of the structure pass costs besides its forward FLOPs: the FLOPs of its
+backward and the bytes it moves. `FlopCount` charges both to the innermost open call, with the
+op itself (the call's op count), for the efficiency analysis (`records/roofline.py`).
+
+Backward FLOPs are counted, not assumed: each op with a forward formula in
+`torch.utils.flop_counter` is charged the formulas of the kernels its backward runs, for the
+inputs that require a gradient at that moment (a first layer whose input needs none runs one
+matmul backward, not two; under `torch.no_grad` there is no backward). Ops without a formula
+(elementwise, reductions, copies) count 0 FLOPs forward and backward, as the FLOPs mode does.
+
+Bytes are logical: every distinct tensor an op reads (its tensor arguments) and writes (its
+outputs), at numel x element size; an in-place op reads and writes its tensor. View ops
+(`t`, `view`, `expand`, ...) move nothing and are not counted as ops.
+
+>>> import torch
+>>> a, b = torch.ones(8, 4, requires_grad=True), torch.ones(4, 2)
+>>> backward_flops(torch.ops.aten.mm.default, (a, b), {}, a @ b)  # grad of a only
+128
+>>> moved_bytes((a, b), {}, a @ b)  # 32 + 8 floats read, 16 written
+224
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.utils.flop_counter as fc
+from torch.utils._pytree import tree_leaves
+
+aten = torch.ops.aten
+
+
+def _needs(t: object) -> bool:
+    return isinstance(t, torch.Tensor) and t.requires_grad
+
+
+def _mm(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Backward of a @ b (M x K @ K x N): g @ b^T for a, a^T @ g for b; batched alike."""
+    *batch, m, k = a.shape
+    n = b.shape[-1]
+    g, bt, at = (*batch, m, n), (*batch, n, k), (*batch, k, m)
+    flops = 0
+    if _needs(a):
+        flops += fc.bmm_flop(g, bt) if batch else fc.mm_flop(g, bt)
+    if _needs(b):
+        flops += fc.bmm_flop(at, g) if batch else fc.mm_flop(at, g)
+    return int(flops)
+
+
+def _conv(
+    out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, bias: Any, *rest: Any, **_: Any
+) -> int:
+    stride, padding, dilation, transposed, output_padding, groups = rest[:6]
+    mask = [_needs(x), _needs(w), _needs(bias)]
+    if not any(mask):
+        return 0
+    return int(
+        fc.conv_backward_flop(
+            out.shape, x.shape, w.shape, None, stride, padding, dilation, transposed,
+            output_padding, groups, mask, None,
+        )  # fmt: skip
+    )
+
+
+def _attention(
+    out: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *_: Any, **__: Any
+) -> int:
+    if not (_needs(q) or _needs(k) or _needs(v)):
+        return 0
+    first = out[0] if isinstance(out, (tuple, list)) else out
+    return int(fc.sdpa_backward_flop_count(first.shape, q.shape, k.shape, v.shape))
+
+
+def _rules() -> dict[Any, Callable[..., int]]:
+    def mm(out: Any, a: Any, b: Any, *_: Any, **__: Any) -> int:
+        return _mm(a, b)
+
+    def addmm(out: Any, bias: Any, a: Any, b: Any, *_: Any, **__: Any) -> int:
+        return _mm(a, b)
+
+    rules: dict[Any, Callable[..., int]] = {aten.mm: mm, aten.bmm: mm}
+    rules.update({aten.addmm: addmm, aten.baddbmm: addmm})
+    for name in ("convolution", "_convolution", "convolution_overrideable"):
+        if hasattr(aten, name):
+            rules[getattr(aten, name)] = _conv
+    for name in (
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+    ):
+        if hasattr(aten, name):
+            rules[getattr(aten, name)] = _attention
+    return rules
+
+
+# Keyed by overload packet, like `flop_counter`'s registry. `_scaled_mm` (float8) has no
+# backward; the other formula ops are backward kernels themselves (counted only when run).
+BACKWARD_RULES = _rules()
+
+
+def backward_flops(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any) -> int:
+    """FLOPs of the backward of one forward op (0 where it has no rule)."""
+    rule = BACKWARD_RULES.get(func._overloadpacket)
+    if rule is None:
+        return 0
+    return rule(out, *args, **kwargs)
+
+
+def moved_bytes(args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any) -> int:
+    """Bytes one op reads (its distinct tensor arguments) and writes (its distinct outputs)."""
+    total = 0
+    for group in ((args, kwargs), out):
+        seen: set[int] = set()
+        for t in tree_leaves(group):
+            if isinstance(t, torch.Tensor) and id(t) not in seen:
+                seen.add(id(t))
+                total += t.numel() * t.element_size()
+    return total
+
+
+def is_view(func: Any) -> bool:
+    """An op that returns a view of its input (no data moved)."""
+    return bool(getattr(func, "is_view", False))

@@ -1,0 +1,94 @@
+"""The roofline a module call is measured against, and where a call stands under it.
+
+A call's forward does `flops` FLOPs and moves `nbytes` bytes in `ops` ATen ops (counted by
+the structure pass: `CallInfo.fwd_flops`, `fwd_bytes`, `fwd_ops`), and takes `ms` (measured).
+At the machine's peaks it could not take less than
+
+    t_roof = max(flops / peak_flops, nbytes / peak_bytes_per_s)
+
+which is the roofline: achieved FLOP/s over `min(peak_flops, intensity x peak_bytes_per_s)`,
+with intensity = flops / nbytes, equals t_roof / ms. `efficiency` gives that share (in %),
+the time lost to it (ms - t_roof) and the class of the call: "compute"-bound where the FLOPs
+take longer at peak than the bytes, "memory"-bound where the bytes do, and "overhead"-bound
+where the fixed cost of its ops (`ops x op_overhead_ms`: launch, dispatch, Python) is larger
+than both: such a call cannot get near its roofline by faster kernels, only by fewer ops.
+
+>>> line = Roofline("cpu", peak_flops=1e11, peak_bytes_per_s=1e10, op_overhead_ms=0.005,
+...                 source="measured")
+>>> e = efficiency(flops=2e9, nbytes=1.2e7, ops=1, ms=25.0, roofline=line)
+>>> e.bound, round(e.pct), round(e.lost_ms, 1)    # 20 ms at peak FLOP/s of 25 ms
+('compute', 80, 5.0)
+>>> efficiency(flops=0, nbytes=4e8, ops=1, ms=50.0, roofline=line).bound
+'memory'
+>>> efficiency(flops=0, nbytes=4e3, ops=40, ms=0.3, roofline=line).bound
+'overhead'
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+BOUNDS = ("compute", "memory", "overhead")
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The machine's peaks: `peak_flops` FLOP/s, `peak_bytes_per_s` bytes/s of memory
+    traffic, `op_overhead_ms` per ATen op; `device` where they hold ("cpu", "cuda:0 NVIDIA
+    H100 80GB HBM3"), `dtype` the GEMM's ("float32"), `source` how they were found
+    ("measured": a short calibration in the process; "table": the device's data sheet;
+    "given": `watch(peak_flops=, peak_bw=)`)."""
+
+    device: str
+    peak_flops: float
+    peak_bytes_per_s: float
+    op_overhead_ms: float
+    source: str
+    dtype: str = "float32"
+
+    @property
+    def ridge(self) -> float:
+        """FLOP per byte above which a call is compute-bound at peak."""
+        return self.peak_flops / self.peak_bytes_per_s
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Where one call's forward stands under the roofline (see the module docstring)."""
+
+    pct: float  # 100 x t_roof / ms: the share of the roofline reached
+    bound: str  # one of BOUNDS
+    flop_per_s: float  # achieved
+    bytes_per_s: float  # achieved
+    intensity: float | None  # FLOP per byte; None where no byte was counted
+    roof_ms: float  # t_roof
+    lost_ms: float  # ms - t_roof: what the call loses against its roofline
+
+
+def efficiency(
+    flops: float, nbytes: float, ops: float, ms: float | None, roofline: Roofline
+) -> Efficiency | None:
+    """`None` where the time is not measured or not > 0, or a count is not finite."""
+    if ms is None or not (math.isfinite(ms) and ms > 0):
+        return None
+    if not all(math.isfinite(v) and v >= 0 for v in (flops, nbytes, ops)):
+        return None
+    compute_ms = 1e3 * flops / roofline.peak_flops
+    memory_ms = 1e3 * nbytes / roofline.peak_bytes_per_s
+    overhead_ms = ops * roofline.op_overhead_ms
+    roof_ms = max(compute_ms, memory_ms)
+    if overhead_ms > roof_ms:
+        bound = "overhead"
+    else:
+        bound = "compute" if compute_ms >= memory_ms else "memory"
+    seconds = ms / 1e3
+    return Efficiency(
+        pct=100.0 * roof_ms / ms,
+        bound=bound,
+        flop_per_s=flops / seconds,
+        bytes_per_s=nbytes / seconds,
+        intensity=flops / nbytes if nbytes > 0 else None,
+        roof_ms=roof_ms,
+        lost_ms=ms - roof_ms,
+    )
