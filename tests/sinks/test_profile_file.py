@@ -902,7 +902,9 @@ def test_a_version_5_file_loads_without_work_counts_or_roofline(tmp_path: Path) 
         ("op_overhead_ms", -1.0, "op_overhead_ms: expected a finite number >= 0, got -1.0"),
     ],
 )
-def test_a_roofline_out_of_range_is_refused(tmp_path: Path, field: str, value: Any, problem: str) -> None:
+def test_a_roofline_out_of_range_is_refused(
+    tmp_path: Path, field: str, value: Any, problem: str
+) -> None:
     prof = _trained(TinyGPT(), gpt_input())
     doc = json.loads(prof.save(tmp_path / "v6.modprof.json").read_text(encoding="ascii"))
     doc["structures"][0]["roofline"][field] = value

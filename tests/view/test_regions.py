@@ -24,7 +24,7 @@ from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.sinks.summary import format_mode_summary
 from wandb_modprof.sinks.table_notes import region_note
 from wandb_modprof.sinks.values import mode_values
-from wandb_modprof.view.columns import MISSABLE_COLUMNS
+from wandb_modprof.view.columns import MISSABLE_COLUMNS, WORK_COLUMNS
 from wandb_modprof.view.graphs import merge
 from wandb_modprof.view.meta import MAX_REGION_ROWS, region_meta
 from wandb_modprof.view.regions import regions
@@ -33,7 +33,8 @@ from wandb_modprof.view.table import build_table
 ROOT = "<root>#0"
 V3_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_gpt_compiled.v3.modprof.json"
 # what a call inside a region still has: the FLOPs the pass on fake tensors counted
-FLOPS_ONLY = set(MISSABLE_COLUMNS) - {"fwd_flops", "fwd_self_flops"}
+# inside a region only what the structure pass counts: FLOPs and the other work counts
+FLOPS_ONLY = set(MISSABLE_COLUMNS) - {"fwd_flops", "fwd_self_flops", *WORK_COLUMNS}
 
 
 def _marked(data: ProfileData, roots: set[str]) -> ProfileData:
@@ -83,8 +84,9 @@ def test_a_whole_compiled_model_is_one_region_with_every_call_inside(whole: Prof
     modules = [r for r in records if r["row_kind"] == "node" and r["node_kind"] == "module"]
     assert len(modules) == len(structure.calls) - 1  # every call inside is drawn
     calls = {c.key: c for c in structure.calls}
-    for row in modules:  # ... with its FLOPs, and every other metric missing
-        assert _missing(row) == FLOPS_ONLY, row["node_key"]
+    for row in modules:  # ... with its FLOPs, and every other metric missing (a version-3 file
+        # has no other work counts: they came with version 6)
+        assert _missing(row) == FLOPS_ONLY | set(WORK_COLUMNS), row["node_key"]
         assert row["fwd_flops"] == calls[str(row["node_key"])].fwd_flops
     assert sum(float(r["fwd_flops"]) for r in modules if r["view_key"] == ROOT) > 0
     # the root's own view: its self node holds the region's whole time (no child has any)

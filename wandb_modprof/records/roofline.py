@@ -27,7 +27,9 @@ than both: such a call cannot get near its roofline by faster kernels, only by f
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 BOUNDS = ("compute", "memory", "overhead")
 
@@ -47,6 +49,17 @@ class Roofline:
     source: str
     dtype: str = "float32"
 
+    def problem(self) -> tuple[str, str] | None:
+        """(field, what is wrong) where a peak is not finite and > 0 or the per-op cost not
+        finite and >= 0 (a loaded file's: `sinks.profile_schema`); None when it makes sense."""
+        for name in ("peak_flops", "peak_bytes_per_s", "op_overhead_ms"):
+            value = getattr(self, name)
+            zero_ok = name == "op_overhead_ms"
+            if not (math.isfinite(value) and (value > 0 or (zero_ok and value == 0))):
+                bound = ">= 0" if zero_ok else "> 0"
+                return name, f"expected a finite number {bound}, got {value!r}"
+        return None
+
     @property
     def ridge(self) -> float:
         """FLOP per byte above which a call is compute-bound at peak."""
@@ -64,6 +77,14 @@ class Efficiency:
     intensity: float | None  # FLOP per byte; None where no byte was counted
     roof_ms: float  # t_roof
     lost_ms: float  # ms - t_roof: what the call loses against its roofline
+
+
+def latest_roofline(structures: Iterable[Any]) -> Roofline | None:
+    """The roofline of the newest structure pass that found one (`Structure.roofline`)."""
+    found = None
+    for structure in structures:
+        found = structure.roofline or found
+    return found
 
 
 def efficiency(

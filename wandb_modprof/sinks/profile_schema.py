@@ -317,13 +317,8 @@ def _check_values(obj: object, where: str) -> None:
             if metric in NON_NEGATIVE_METRICS and running.min < 0:
                 got = f"got {running.min!r}"
                 raise FileError(f"{at}.min", f"expected >= 0 ({metric} >= 0), {got}")
-    elif isinstance(obj, Roofline):
-        for name in ("peak_flops", "peak_bytes_per_s", "op_overhead_ms"):
-            value = getattr(obj, name)
-            zero_ok = name == "op_overhead_ms"
-            if not (math.isfinite(value) and (value > 0 or (zero_ok and value == 0))):
-                least = ">= 0" if zero_ok else "> 0"
-                raise FileError(prefix + name, f"expected a finite number {least}, got {value!r}")
+    elif isinstance(obj, Roofline) and (bad := obj.problem()) is not None:
+        raise FileError(prefix + bad[0], bad[1])
     elif isinstance(obj, BackwardRun):
         if obj.kind not in RUN_KINDS:
             expected = " or ".join(json.dumps(k) for k in RUN_KINDS)

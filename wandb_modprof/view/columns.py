@@ -31,6 +31,13 @@ SPREAD_STATS = ("mean", "std", "min", "max", "last")
 # samples held one (`capture/step/gc_watch.py`); missing for a version-1 file.
 GC_COLUMNS = ("gc_ms_max", "gc_samples")
 FLOP_COLUMNS = ("fwd_flops", "fwd_self_flops", "fwd_flop_per_s")
+# What the structure pass counted of a call's forward besides its FLOPs (`CallInfo`): its
+# backward's FLOPs, the bytes its ops moved, its ATen ops; then where it stands under the
+# machine's roofline (`records.roofline`): the share reached (%), the time lost to it (ms),
+# and its class as a code (`BOUND_CODES`: 1 compute-, 2 memory-, 3 overhead-bound).
+WORK_COLUMNS = ("bwd_flops", "fwd_bytes", "fwd_ops")
+EFFICIENCY_COLUMNS = ("fwd_roofline_pct", "fwd_lost_ms", "fwd_bound")
+BOUND_CODES = {"compute": 1, "memory": 2, "overhead": 3}
 
 TEXT_COLUMNS = (
     "row_kind",
@@ -86,6 +93,8 @@ METRIC_COLUMNS = (
     + tuple(f"{m}_{s}" for m in SPREAD_METRICS for s in SPREAD_STATS)
     + GC_COLUMNS
     + FLOP_COLUMNS
+    + WORK_COLUMNS
+    + EFFICIENCY_COLUMNS
 )
 NUMBER_COLUMNS = (
     LAYOUT_COLUMNS + METRIC_COLUMNS + RANK_NUMBER_COLUMNS + TIMELINE_COLUMNS + ("meta_number",)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from wandb_modprof.records.roofline import Roofline, latest_roofline
 from wandb_modprof.view.columns import TABLE_FORMAT, TABLE_VERSION
 from wandb_modprof.view.graphs import CallTree
 from wandb_modprof.view.ranks import rank_meta
@@ -55,11 +56,25 @@ def profile_meta(prof: ProfileData, tree: CallTree, has_views: bool) -> list[Met
     meta.append(("total_fwd_flops", "", flops))
     if prof.overhead is not None:  # `watch`: what sampling cost the run, in % of its time
         meta.append(("overhead_pct", "", 100.0 * prof.overhead.share))
+    meta.extend(roofline_meta(latest_roofline(prof.structures)))
     meta.extend(cold_meta(prof))
     meta.extend(rank_meta(prof.ranks))
     meta.extend(unseen_meta(prof))
     meta.extend(region_meta(tree))
     return meta
+
+
+def roofline_meta(line: Roofline | None) -> list[MetaRow]:
+    """The machine's peaks the efficiency mode is measured against, one row (`roofline`): as
+    text for the panel and report, e.g. "cpu, float32, measured: 189 GFLOP/s, 38.6 GB/s, 2.18
+    µs per op"; its number the peak FLOP/s."""
+    if line is None:
+        return []
+    text = (
+        f"{line.device}, {line.dtype}, {line.source}: {line.peak_flops / 1e9:.3g} GFLOP/s, "
+        f"{line.peak_bytes_per_s / 1e9:.3g} GB/s, {line.op_overhead_ms * 1e3:.3g} µs per op"
+    )
+    return [("roofline", text, line.peak_flops)]
 
 
 # What became of a sample of the model's first step in its process (`Sample.cold_start`):

@@ -38,6 +38,7 @@ from wandb_modprof.view.values import finite, group_values, module_values, self_
 
 if TYPE_CHECKING:
     from wandb_modprof.records.ranks import RankData
+    from wandb_modprof.records.roofline import Roofline
     from wandb_modprof.view.layout import BlockFrame, ViewLayout
 
 Row = tuple[Cell, ...]
@@ -63,6 +64,7 @@ class RowSource:
     ranks: RankData | None
     groups: Mapping[str, list[str]]
     views: frozenset[str]
+    roofline: Roofline | None = None  # the machine's peaks (`records.roofline`); None: unknown
 
 
 def meta_rows(meta: Sequence[MetaRow]) -> list[Row]:
@@ -234,7 +236,7 @@ def _node_values(
             "has_view": call.key in src.views,
             "group_count": 1,
         }
-        values = module_values(stats, call if call.flops_known else None)
+        values = module_values(stats, call if call.flops_known else None, src.roofline)
         if src.ranks is not None:
             values.update(rank_values(src.ranks.fwd_bwd.get(call.key)))
         return cells, values, stats
@@ -242,14 +244,16 @@ def _node_values(
         view_call = src.calls[view_key]
         stats = src.stats.get(view_key)
         cells = {"name_ref": view_call.module_name, "module_type": view_call.module_type}
-        values = self_values(stats, kids, view_call if view_call.flops_known else None)
+        known = view_call if view_call.flops_known else None
+        values = self_values(stats, kids, known, src.roofline)
         if src.ranks is not None:
             values.update(rank_values(src.ranks.self_ms.get(view_key)))
         return cells, values, stats
     if node.kind == "group":
         # merged modules carry their sums; merged inputs or outputs only their count
         members = src.groups.get(node.node_key, [])
-        values = group_values([k for k in members if k in src.calls], src.stats, src.calls)
+        merged = [k for k in members if k in src.calls]
+        values = group_values(merged, src.stats, src.calls, src.roofline)
         values.update(group_rank_values(members, src.ranks))
         owner = src.calls.get(view_key)
         view_name = owner.module_name if owner is not None else ""

@@ -63,6 +63,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from wandb_modprof.records.roofline import latest_roofline
 from wandb_modprof.view.columns import (
     BOOL_COLUMNS,
     COLUMNS,
@@ -227,6 +228,7 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = 
         ranks=prof.ranks,
         groups=reduction.groups,
         views=frozenset(g.view_key for g in reduction.graphs),
+        roofline=latest_roofline(prof.structures),
     )
     rows = meta_rows(meta)
     refs = number_views([g.view_key for g in reduction.graphs], calls)

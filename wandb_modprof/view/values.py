@@ -20,13 +20,18 @@ import math
 from collections.abc import Mapping, Sequence
 
 from wandb_modprof.records.calls import CallInfo
+from wandb_modprof.records.roofline import Roofline, efficiency
 from wandb_modprof.records.sample import MEMORY_METRICS, TIME_METRICS, ModuleStats, RunningStat
 from wandb_modprof.records.stat_columns import ColumnMetrics
-from wandb_modprof.view.columns import FLOP_COLUMNS, SPREAD_METRICS
+from wandb_modprof.view.columns import BOUND_CODES, FLOP_COLUMNS, SPREAD_METRICS, WORK_COLUMNS
 
-# Summed when cheap modules merge into a group node; spans, peaks and norms are not additive.
+# Summed when cheap modules merge into a group node; spans, peaks and norms are not additive
+# (nor rates and shares: derived again from the sums).
 ADDITIVE = (
-    frozenset(TIME_METRICS) - {"bwd_span_ms"} | frozenset(MEMORY_METRICS) | frozenset(FLOP_COLUMNS)
+    frozenset(TIME_METRICS) - {"bwd_span_ms"}
+    | frozenset(MEMORY_METRICS)
+    | frozenset(FLOP_COLUMNS)
+    | frozenset(WORK_COLUMNS)
 ) - {"fwd_flop_per_s"}
 # A `self` node shows the view's own work: these metrics of the view, under these columns.
 _SELF_FROM = {
@@ -88,7 +93,10 @@ def _spread(out: dict[str, float], column: str, stat: RunningStat) -> None:
 
 
 def self_values(
-    view: ModuleStats | None, kids: Sequence[ModuleStats], call: CallInfo | None
+    view: ModuleStats | None,
+    kids: Sequence[ModuleStats],
+    call: CallInfo | None,
+    roofline: Roofline | None = None,
 ) -> dict[str, float]:
     """The view's own work: its self time and self activations, the parameters it holds
     itself (not through a child), and the FLOPs of its own ops."""
@@ -114,28 +122,52 @@ def self_values(
     if call is not None:
         out["fwd_flops"] = as_float(call.fwd_self_flops)
         out["fwd_self_flops"] = as_float(call.fwd_self_flops)
-        _flop_rate(out)
+        if call.work_known:
+            out["bwd_flops"] = as_float(call.bwd_self_flops)
+            out["fwd_bytes"] = as_float(call.fwd_self_bytes)
+            out["fwd_ops"] = as_float(call.fwd_self_ops)
+    derived_values(out, roofline)
     return out
 
 
-def _flop_rate(out: dict[str, float]) -> None:
+def derived_values(out: dict[str, float], roofline: Roofline | None) -> None:
+    """The columns derived from the others: FLOP/s, and the roofline's (`EFFICIENCY_COLUMNS`)
+    where the forward time, its work and the machine's roofline are all known."""
     fwd_ms = out.get("fwd_ms")
-    if fwd_ms is not None and math.isfinite(fwd_ms) and fwd_ms > 0 and "fwd_flops" in out:
+    if fwd_ms is None or not (math.isfinite(fwd_ms) and fwd_ms > 0):
+        return
+    if "fwd_flops" in out:
         out["fwd_flop_per_s"] = out["fwd_flops"] / (fwd_ms / 1000.0)
+    if roofline is None or any(c not in out for c in ("fwd_flops", *WORK_COLUMNS)):
+        return
+    found = efficiency(out["fwd_flops"], out["fwd_bytes"], out["fwd_ops"], fwd_ms, roofline)
+    if found is not None:
+        out["fwd_roofline_pct"] = found.pct
+        out["fwd_lost_ms"] = found.lost_ms
+        out["fwd_bound"] = float(BOUND_CODES[found.bound])
 
 
-def module_values(stats: ModuleStats | None, call: CallInfo | None) -> dict[str, float]:
+def module_values(
+    stats: ModuleStats | None, call: CallInfo | None, roofline: Roofline | None = None
+) -> dict[str, float]:
     """A module node's metrics; `call` (its FLOPs) only when the structure pass counted them."""
     out = _metric_values(stats)
     if call is not None:
         out["fwd_flops"] = as_float(call.fwd_flops)
         out["fwd_self_flops"] = as_float(call.fwd_self_flops)
-        _flop_rate(out)
+        if call.work_known:
+            out["bwd_flops"] = as_float(call.bwd_flops)
+            out["fwd_bytes"] = as_float(call.fwd_bytes)
+            out["fwd_ops"] = as_float(call.fwd_ops)
+    derived_values(out, roofline)
     return out
 
 
 def group_values(
-    members: list[str], stats: Mapping[str, ModuleStats], calls: Mapping[str, CallInfo]
+    members: list[str],
+    stats: Mapping[str, ModuleStats],
+    calls: Mapping[str, CallInfo],
+    roofline: Roofline | None = None,
 ) -> dict[str, float]:
     """A group node's metrics: the sums over its merged modules of the `ADDITIVE` ones."""
     out: dict[str, float] = {}
@@ -145,5 +177,5 @@ def group_values(
         for column, value in values.items():
             if column in ADDITIVE:
                 out[column] = out.get(column, 0.0) + value
-    _flop_rate(out)
+    derived_values(out, roofline)
     return out

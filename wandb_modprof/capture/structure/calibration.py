@@ -84,7 +84,8 @@ def measured_roofline(device_name: str, dtype_name: str) -> Roofline:
         flops = _gemm_flops(device, dtype)
         bandwidth = _copy_bandwidth(device)
     label = device_name if device.type == "cpu" else f"{device_name} {_device_label(device)}"
-    return Roofline(label, flops, bandwidth, overhead_ms, "measured", str(dtype).removeprefix("torch."))
+    gemm = str(dtype).removeprefix("torch.")
+    return Roofline(label, flops, bandwidth, overhead_ms, "measured", gemm)
 
 
 def _device_label(device: torch.device) -> str:

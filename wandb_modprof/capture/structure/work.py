@@ -56,12 +56,10 @@ def _conv(
     mask = [_needs(x), _needs(w), _needs(bias)]
     if not any(mask):
         return 0
-    return int(
-        fc.conv_backward_flop(
-            out.shape, x.shape, w.shape, None, stride, padding, dilation, transposed,
-            output_padding, groups, mask, None,
-        )  # fmt: skip
-    )
+    shapes = (out.shape, x.shape, w.shape, None)
+    args = (stride, padding, dilation, transposed, output_padding, groups, mask)
+    # (the registered, shape-reading form; `out_val`: the shapes of grad input and weight)
+    return int(fc.conv_backward_flop(*shapes, *args, out_val=(x.shape, w.shape)))
 
 
 def _attention(
@@ -70,7 +68,8 @@ def _attention(
     if not (_needs(q) or _needs(k) or _needs(v)):
         return 0
     first = out[0] if isinstance(out, (tuple, list)) else out
-    return int(fc.sdpa_backward_flop_count(first.shape, q.shape, k.shape, v.shape))
+    count = fc.sdpa_backward_flop_count(first.shape, q.shape, k.shape, v.shape)  # type: ignore[no-untyped-call]
+    return int(count)
 
 
 def _rules() -> dict[Any, Callable[..., int]]:
