@@ -59,7 +59,8 @@ def _conv(
     shapes = (out.shape, x.shape, w.shape, None)
     args = (stride, padding, dilation, transposed, output_padding, groups, mask)
     # (the registered, shape-reading form; `out_val`: the shapes of grad input and weight)
-    return int(fc.conv_backward_flop(*shapes, *args, out_val=(x.shape, w.shape)))
+    formula: Any = fc.conv_backward_flop  # typed as the raw formula it wraps
+    return int(formula(*shapes, *args, out_val=(x.shape, w.shape)))
 
 
 def _attention(
