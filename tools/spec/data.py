@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.spec.expressions import missing, resolve_ref, value_expr
+from tools.spec.expressions import missing, rank_expr, resolve_ref, value_expr
 from tools.spec.theme import NO_VALUE_FILL, PORT_FILL
 from wandb_modprof.records.modes import MODES
 from wandb_modprof.sinks.packed import ESC, PACKED, SEP, UNPACKED
@@ -259,6 +259,7 @@ def _nodes() -> list[Data]:
                 _filter(f"datum.row_kind === 'node' && format_version === {SPEC_VERSION}"),
                 *_in_view(("node_key", "node_ref"), ("module_name", "name_ref")),
                 *(_formula(f"v_{m.key}", value_expr(m)) for m in MODES),
+                *(_formula(f"r_{m.key}", rank_expr(m)) for m in MODES if m.rank_by),
             ],
         },
         {

@@ -27,6 +27,13 @@ def value_expr(m: Mode, d: str = "datum") -> str:
     return f"({gone}) ? NaN : ({value})"
 
 
+def rank_expr(m: Mode, d: str = "datum") -> str:
+    """What the ranked list orders mode `m` by where not its value (`Mode.rank_by`): the sum
+    of those columns, NaN where one was not measured."""
+    gone = " || ".join(missing(c, d) for c in m.rank_by)
+    return f"({gone}) ? NaN : ({' + '.join(f'{d}.{c}' for c in m.rank_by)})"
+
+
 # ---- unit formatters (one per Unit; `fmt` dispatches on a unit expression) -------------------
 def fmt_ms(v: str) -> str:
     return (
@@ -56,6 +63,10 @@ def fmt_ratio(v: str) -> str:
     return f"format({v}, {SIG}) + '×'"
 
 
+def fmt_percent(v: str) -> str:
+    return f"format({v}, {SIG}) + '%'"
+
+
 def fmt_norm(v: str) -> str:
     return f"format({v}, '.4~g')"
 
@@ -69,6 +80,7 @@ def fmt(unit: str, v: str) -> str:
         ((Unit.FLOPS, Unit.FLOP_S), decimal),
         ((Unit.RATIO,), fmt_ratio(v)),
         ((Unit.NORM,), fmt_norm(v)),
+        ((Unit.PERCENT,), fmt_percent(v)),
     ]
     assert {u for units, _ in branches for u in units} == set(Unit), "a unit has no formatter"
     out = "''"

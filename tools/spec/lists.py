@@ -78,6 +78,10 @@ def _card_notes() -> list[str]:
         # the calls inside ran fused (drawn from the graph traced on fake tensors, grey in the
         # time and memory modes), and the root's own view gives its `self` node the whole time.
         *_region_lines(),
+        # The efficiency mode's class (`records.roofline`): what bounds the call's forward
+        f"!{missing('fwd_bound')} ? (datum.fwd_bound === 1 ? 'Compute' : datum.fwd_bound === 2 "
+        "? 'Memory' : 'Overhead') + '-bound, ' + "
+        f"({fmt_ms('datum.fwd_lost_ms')}) + ' lost to the roofline' : ''",
         "datum.has_view ? 'Click to open' : ''",
         "datum.node_kind === 'group' ? datum.group_count + ' modules merged to fit the table' : ''",
         # the first members by name (all of them are in the table's `group_members`)
@@ -213,17 +217,27 @@ def _top() -> Data:
             _filter("datum.node_kind === 'module'"),
             _formula("v", "datum['v_' + mode]"),
             _filter("isValid(datum.v)"),
+            # the order: the value, or what the mode ranks by (`Mode.rank_by`: the efficiency
+            # mode by the time lost to the roofline), which the value column then shows
+            _formula("r", "mode_rank_label ? datum['r_' + mode] : datum.v"),
+            _filter("isValid(datum.r)"),
             {
                 "type": "window",
-                "sort": {"field": ["v", "node_key"], "order": ["descending", "ascending"]},
+                "sort": {"field": ["r", "node_key"], "order": ["descending", "ascending"]},
                 "ops": ["row_number"],
                 "as": ["rank"],
             },
             _filter("datum.rank <= top_n"),
-            _formula("value_text", fmt("mode_unit", "datum.v")),
-            # the share in its own narrow column: "86%" from 10 % up, "7.1%" below
+            _formula(
+                "value_text",
+                f"mode_rank_label ? ({fmt('mode_rank_unit', 'datum.r')}) : "
+                f"({fmt('mode_unit', 'datum.v')})",
+            ),
+            # the share in its own narrow column: "86%" from 10 % up, "7.1%" below; a mode
+            # ranked by something else shows its value there ("23%" of the roofline)
             _formula(
                 "share_text",
+                f"mode_rank_label ? ({fmt('mode_unit', 'datum.v')}) : "
                 "isValid(tot[mode_total]) && tot[mode_total] > 0 ? format(datum.v / "
                 "tot[mode_total], datum.v >= 0.1 * tot[mode_total] ? '.0%' : '.1%') : ''",
             ),

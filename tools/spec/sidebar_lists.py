@@ -50,7 +50,11 @@ def totals_and_top() -> list[Mark]:
             {
                 "x": {"value": 0},
                 "y": {"signal": "top_y + 10"},
-                "text": {"signal": "top_n > 0 ? 'TOP MODULES: ' + upper(mode_label) : ''"},
+                # a mode ranked by something else than its value says by what (`Mode.rank_by`)
+                "text": {
+                    "signal": "top_n > 0 ? 'TOP MODULES: ' + upper(mode_rank_label ? "
+                    "mode_rank_label + ' (' + mode_label + ')' : mode_label) : ''"
+                },
                 "limit": {"value": SIDE_W - 4},
             }
             | HEADING,

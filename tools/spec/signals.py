@@ -55,11 +55,14 @@ def _modes() -> list[Signal]:
         {"name": "mode_labels", "value": [m.label for m in MODES]},
         {"name": "mode_units", "value": [m.unit.value for m in MODES]},
         {"name": "mode_totals", "value": [m.total for m in MODES]},
+        # the ranked list's order where it is not the value (`Mode.rank_by`): its label, unit
+        {"name": "mode_rank_labels", "value": [m.rank_label for m in MODES]},
+        {"name": "mode_rank_units", "value": [m.rank_unit.value for m in MODES]},
         {"name": "mode_i", "update": "indexof(mode_keys, mode)"},
     ]
     return tables + [
         {"name": f"mode_{field}", "update": f"mode_i >= 0 ? mode_{field}s[mode_i] : ''"}
-        for field in ("label", "unit", "total")
+        for field in ("label", "unit", "total", "rank_label", "rank_unit")
     ]
 
 

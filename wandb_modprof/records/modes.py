@@ -38,6 +38,8 @@ class Unit(_StrEnum):
     """A dimensionless ratio, written with a multiplication sign after it (e.g. 1.8 times)."""
     NORM = "norm"
     """An L2 norm: 4 significant digits, no unit."""
+    PERCENT = "percent"
+    """A share in percent: 3 significant digits and a percent sign (76%, 7.6%, 0.35%)."""
 
 
 class Combine(_StrEnum):
@@ -73,6 +75,11 @@ class Mode:
     columns: tuple[str, ...]  # table columns the value reads; missing if any of them is
     combine: Combine  # how `columns` fold into one value
     total: str  # meta row whose meta_number is the model total ("" = no share shown)
+    # The ranked list's order where it is not the value's: the sum of these columns, shown in
+    # `rank_unit` and named by `rank_label` ("" = ranked by the value itself).
+    rank_by: tuple[str, ...] = ()
+    rank_unit: Unit = Unit.MS
+    rank_label: str = ""
 
     def value(self, row: Mapping[str, object]) -> float | None:
         """The node's value in this mode, or None where the table says it was not measured."""
@@ -117,6 +124,19 @@ MODES: tuple[Mode, ...] = (
     Mode("grad_norm", "Gradient norm", _H, Unit.NORM, ("grad_norm",), _SUM, ""),
     Mode("flops", "FLOPs (fwd)", _C, Unit.FLOPS, ("fwd_flops",), _SUM, "total_fwd_flops"),
     Mode("flop_s", "FLOP/s (fwd)", _C, Unit.FLOP_S, ("fwd_flop_per_s",), _SUM, ""),
+    # The forward's share of the machine's roofline (`records.roofline`); ranked by the time it
+    # loses against it, so the list answers "where is most time wasted", not "what is best".
+    Mode(
+        "eff",
+        "Efficiency (fwd)",
+        _C,
+        Unit.PERCENT,
+        ("fwd_roofline_pct",),
+        _SUM,
+        "",
+        rank_by=("fwd_lost_ms",),
+        rank_label="time lost",
+    ),
     # max / mean over ranks of the call's fwd + bwd time (distributed runs only): stragglers
     Mode("imbalance", "Rank imbalance", _R, Unit.RATIO, ("rank_imbalance",), _SUM, ""),
 )

@@ -15,6 +15,7 @@ from wandb_modprof.sinks.units import format_value
 from wandb_modprof.view.regions import Region, note
 
 if TYPE_CHECKING:
+    from wandb_modprof.records.roofline import Roofline
     from wandb_modprof.records.sample import ModuleStats, Sample
     from wandb_modprof.records.snapshot import Overhead, ProfileData
     from wandb_modprof.sinks.values import ModeValues
@@ -177,6 +178,16 @@ def region_notes(regions: Sequence[Region], n: int) -> list[str]:
 
 
 # ---- one analysis mode: `wandb-modprof summary` ------------------------------------------
+def roofline_line(line: Roofline) -> str:
+    """What the efficiency mode measures against, in one line."""
+    return (
+        f"roofline ({line.source}, {escape_text(line.device)}, {line.dtype}): "
+        f"{format_value('flop_s', line.peak_flops)}, "
+        f"{line.peak_bytes_per_s / 1e9:.3g} GB/s, "
+        f"{format_value('ms', line.op_overhead_ms)} per op"
+    )
+
+
 def format_percent(share: float | None) -> str:
     return "-" if share is None else f"{share:.1%}"
 
@@ -226,17 +237,23 @@ def format_mode_summary(values: ModeValues, n: int, notes: Sequence[str] = ()) -
     if values.total is not None:
         head += f", model total {format_value(m.unit, values.total)}"
     head = "\n".join([head, *notes])
-    measured = [v for v in values.modules if v.value is not None]
+    if m.rank_by and values.roofline is not None:
+        head += "\n" + roofline_line(values.roofline)
+    measured = values.ranked()
     regions = region_notes(values.regions, n)
     if not measured:
         why = "no sampled steps" if values.num_samples == 0 else "not measured in this profile"
+        if values.num_samples and m.rank_by:
+            why += ": it needs a structure pass's counts and the machine's roofline (file v6+)"
         return "\n".join([head, f"no module has a value in mode {m.key} ({why}).", *regions]) + "\n"
-    measured.sort(key=lambda v: v.value or 0.0, reverse=True)
     shown = measured[:n]
     header = ["#", "module", "type", "calls", m.label]
     right = {0, 3, 4}
     if m.total:
         header.append("share")
+        right.add(5)
+    if m.rank_by:  # ranked by something else: show it, and the class (`records.roofline`)
+        header += [m.rank_label, "bound"]
         right.add(5)
     # Parameters, gradients and optimizer state belong to the module, not to one call: a module
     # called twice has two rows with the same bytes, but its share is counted once.
@@ -249,9 +266,12 @@ def format_mode_summary(values: ModeValues, n: int, notes: Sequence[str] = ()) -
             repeat = per_module and v.module_name in counted
             counted.add(v.module_name)
             cells.append("(same)" if repeat else format_percent(values.share(v.value)))
+        if m.rank_by:
+            cells += [format_value(m.rank_unit, v.rank), v.bound]
         rows.append(cells)
     kind = "means" if values.statistic == "mean" else "medians"
-    lines = [head, f"top {len(shown)} of {len(measured)} module calls ({kind} over samples)"]
+    by = f", by {m.rank_label}" if m.rank_by else ""
+    lines = [head, f"top {len(shown)} of {len(measured)} module calls{by} ({kind} over samples)"]
     held = [v for v in shown if v.gc_samples]
     if held:
         calls = ", ".join(

@@ -33,8 +33,9 @@ def format_value(unit: str, value: float | None) -> str:
         return _bytes(value)
     if unit in ("flops", "flop_s"):
         return _decimal(value, "FLOP" if unit == "flops" else "FLOP/s")
-    if unit == "ratio":
-        return f"{_sig(value)}×"  # noqa: RUF001 (the multiplication sign is meant)
+    if unit in ("ratio", "percent"):
+        # (the multiplication sign is meant)
+        return f"{_sig(value)}{'×' if unit == 'ratio' else '%'}"  # noqa: RUF001
     return _general(value, 4)
 
 

@@ -24,11 +24,12 @@ from wandb_modprof._validate import check_choice
 from wandb_modprof.records.calls import CallInfo
 from wandb_modprof.records.modes import MODE_KEYS, Mode, mode
 from wandb_modprof.records.ranks import RankData
+from wandb_modprof.records.roofline import BOUNDS, Roofline, latest_roofline
 from wandb_modprof.records.sample import ModuleStats
 from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_data
 from wandb_modprof.view.graphs import call_graphs
 from wandb_modprof.view.regions import Region, regions
-from wandb_modprof.view.values import as_float, finite
+from wandb_modprof.view.values import as_float, derived_values, finite
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,10 @@ class ModuleValue:
     value: float | None
     # samples in which a garbage collection ran inside this call; None: not watched (v1 file)
     gc_samples: int | None = None
+    # what the mode ranks by where not the value (`Mode.rank_by`), None where not measured
+    rank: float | None = None
+    # the call's class under the roofline ("compute", "memory", "overhead"), where known
+    bound: str = ""
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,15 @@ class ModeValues:
     statistic: str = "median"  # what the values are: `ProfileData.statistic`
     # the compiled regions (`view/regions.py`): the calls inside have FLOPs only
     regions: tuple[Region, ...] = ()
+    roofline: Roofline | None = None  # the machine's peaks (`records.roofline`), where known
+
+    def ranked(self) -> list[ModuleValue]:
+        """The measured calls, most first: by value, or by what the mode ranks by (the
+        efficiency mode: the time lost to the roofline). Ties keep the table's order."""
+        key = "value" if not self.mode.rank_by else "rank"
+        measured = [v for v in self.modules if getattr(v, key) is not None]
+        measured.sort(key=lambda v: getattr(v, key) or 0.0, reverse=True)
+        return measured
 
     def share(self, value: float | None) -> float | None:
         """`value` as a fraction of the model total, where the mode has one."""
@@ -86,21 +100,34 @@ def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValu
     calls = {c.key: c for c in tree.calls}
     order = [calls[n.node_key] for g in graphs for n in g.nodes if n.kind == "module"]
     per_module = Counter(c.module_name for c in order)
-    modules = tuple(
-        ModuleValue(
-            key=c.key,
-            module_name=c.module_name,
-            module_type=c.module_type,
-            calls=per_module[c.module_name],
-            value=_combine(m, _columns(data.stats.get(c.key), c, data.ranks)),
-            gc_samples=_gc_samples(data.stats.get(c.key)),
+    roofline = latest_roofline(data.structures)
+    modules = []
+    for c in order:
+        measured = _columns(data.stats.get(c.key), c, data.ranks, roofline)
+        bound = measured.get("fwd_bound")
+        modules.append(
+            ModuleValue(
+                key=c.key,
+                module_name=c.module_name,
+                module_type=c.module_type,
+                calls=per_module[c.module_name],
+                value=_combine(m, measured),
+                gc_samples=_gc_samples(data.stats.get(c.key)),
+                rank=_rank(m, measured),
+                bound=BOUNDS[int(bound) - 1] if bound is not None else "",
+            )
         )
-        for c in order
-    )
     root = tree.calls[0] if tree.calls else None
     total = _total(m, data, root)
     return ModeValues(
-        data.model_name, data.num_samples, m, modules, total, data.statistic, regions(tree)
+        data.model_name,
+        data.num_samples,
+        m,
+        tuple(modules),
+        total,
+        data.statistic,
+        regions(tree),
+        roofline,
     )
 
 
@@ -109,19 +136,24 @@ def _gc_samples(stats: ModuleStats | None) -> int | None:
 
 
 # ---- the table's rules (view/table.py), for the columns the modes read ----------------------
-def _columns(stats: ModuleStats | None, call: CallInfo, ranks: RankData | None) -> dict[str, float]:
+def _columns(
+    stats: ModuleStats | None, call: CallInfo, ranks: RankData | None, roofline: Roofline | None
+) -> dict[str, float]:
     """A module row's measured columns (finite values only; the others are `missing`): the
-    colour statistics of its metrics (`RunningStat.typical`), its FLOPs where the structure
-    pass counted them, FLOP/s, and its rank imbalance in a distributed run."""
+    colour statistics of its metrics (`RunningStat.typical`), its FLOPs and other work where
+    the structure pass counted them, FLOP/s and the roofline's columns (`view.values.
+    derived_values`), and its rank imbalance in a distributed run."""
     raw: dict[str, float] = {}
     if stats is not None:
         raw.update({metric: as_float(stat.typical) for metric, stat in stats.metrics.items()})
     if call.flops_known:
         raw["fwd_flops"] = as_float(call.fwd_flops)
         raw["fwd_self_flops"] = as_float(call.fwd_self_flops)
-        fwd_ms = raw.get("fwd_ms")
-        if fwd_ms is not None and math.isfinite(fwd_ms) and fwd_ms > 0:
-            raw["fwd_flop_per_s"] = raw["fwd_flops"] / (fwd_ms / 1000.0)
+        if call.work_known:
+            raw["bwd_flops"] = as_float(call.bwd_flops)
+            raw["fwd_bytes"] = as_float(call.fwd_bytes)
+            raw["fwd_ops"] = as_float(call.fwd_ops)
+    derived_values(raw, roofline)
     imbalance = _imbalance(ranks.fwd_bwd.get(call.key) if ranks is not None else None)
     if imbalance is not None:
         raw["rank_imbalance"] = imbalance
@@ -135,6 +167,13 @@ def _imbalance(per_rank: Mapping[int, float] | None) -> float | None:
         return None
     mean = sum(measured) / len(measured)
     return max(measured) / mean if mean > 0 else None
+
+
+def _rank(m: Mode, measured: Mapping[str, float]) -> float | None:
+    """What the ranked list orders mode `m` by where not its value (`Mode.rank_by`)."""
+    if not m.rank_by or any(c not in measured for c in m.rank_by):
+        return None
+    return sum(measured[c] for c in m.rank_by)
 
 
 def _combine(m: Mode, measured: Mapping[str, float]) -> float | None:
