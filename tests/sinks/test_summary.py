@@ -31,6 +31,7 @@ import wandb_modprof.view.layout
 import wandb_modprof.view.table
 from wandb_modprof.records.modes import MODE_KEYS, mode
 from wandb_modprof.records.ranks import RankData
+from wandb_modprof.records.roofline import BOUNDS
 from wandb_modprof.records.sample import ModuleStats, RunningStat
 from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.sinks.summary import format_mode_summary, format_summary
@@ -108,6 +109,11 @@ def _table_values(data: ProfileData, key: str) -> ModeValues:
             calls[str(r["module_name"])],
             m.value(r),
             None if _missing(r, "gc_samples") else int(r["gc_samples"]),
+            # what the mode ranks by (the efficiency mode: time lost) and the class, as written
+            None
+            if not m.rank_by or any(_missing(r, c) for c in m.rank_by)
+            else sum(float(r[c]) for c in m.rank_by),
+            "" if _missing(r, "fwd_bound") else BOUNDS[int(r["fwd_bound"]) - 1],
         )
         for r in nodes
     )
@@ -117,6 +123,12 @@ def _table_values(data: ProfileData, key: str) -> ModeValues:
         total = float(row["meta_number"])
     statistic = str(meta["statistic"]["meta_value"])
     return ModeValues(data.model_name, data.num_samples, m, modules, total, statistic)
+
+
+def test_the_efficiency_comparison_is_not_vacuous(profiles: dict[str, ProfileData]) -> None:
+    values = mode_values(profiles["resnet"], "eff")
+    assert {v.bound for v in values.modules} >= {"compute", "memory"}, values.modules
+    assert all(v.rank is not None and v.value is not None for v in values.modules)
 
 
 def _gpt2() -> ProfileData:
