@@ -31,7 +31,13 @@ from wandb_modprof.sinks import spec as _spec
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-MODES = (("fwd_bwd", "linear"), ("bwd", "log"), ("act", "linear"), ("peak", "linear"))
+MODES = (
+    ("fwd_bwd", "linear"),
+    ("bwd", "log"),
+    ("act", "linear"),
+    ("peak", "linear"),
+    ("eff", "linear"),
+)
 WIDTH, HEIGHT = 1100, 640
 
 

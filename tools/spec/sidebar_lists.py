@@ -52,8 +52,8 @@ def totals_and_top() -> list[Mark]:
                 "y": {"signal": "top_y + 10"},
                 # a mode ranked by something else than its value says by what (`Mode.rank_by`)
                 "text": {
-                    "signal": "top_n > 0 ? 'TOP MODULES: ' + upper(mode_rank_label ? "
-                    "mode_rank_label + ' (' + mode_label + ')' : mode_label) : ''"
+                    "signal": "top_n > 0 ? 'TOP MODULES: ' + "
+                    "upper(mode_rank_label ? mode_rank_label : mode_label) : ''"
                 },
                 "limit": {"value": SIDE_W - 4},
             }

@@ -135,7 +135,7 @@ MODES: tuple[Mode, ...] = (
         _SUM,
         "",
         rank_by=("fwd_lost_ms",),
-        rank_label="time lost",
+        rank_label="time lost (fwd)",
     ),
     # max / mean over ranks of the call's fwd + bwd time (distributed runs only): stragglers
     Mode("imbalance", "Rank imbalance", _R, Unit.RATIO, ("rank_imbalance",), _SUM, ""),
