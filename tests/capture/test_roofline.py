@@ -7,8 +7,8 @@ import math
 
 import pytest
 import torch
-from torch.nn import functional
 from torch import nn
+from torch.nn import functional
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 import wandb_modprof
