@@ -2,7 +2,7 @@
 attached to each structure pass's graph, so every profile says what its efficiencies are
 measured against.
 
-- CPU: a short calibration on the training process's own threads (~0.1-0.3 s, once): the
+- CPU: a short calibration on the training process's own threads (~0.07 s on 2 cores, once): the
   best of a few square GEMMs of the model's floating dtype (FLOP/s), of a large tensor copy
   (bytes read + written per second) and of a batch of tiny adds (per-op overhead).
 - CUDA: the data sheet's dense peak for the dtype and the memory bandwidth where the device is
