@@ -26,6 +26,7 @@ than both: such a call cannot get near its roofline by faster kernels, only by f
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -85,6 +86,23 @@ def latest_roofline(structures: Iterable[Any]) -> Roofline | None:
     for structure in structures:
         found = structure.roofline or found
     return found
+
+
+RAISE_MIN_MS = 0.05  # calls shorter than this do not raise the peak (timer and hook noise)
+
+
+def raised(line: Roofline, rates: Iterable[float]) -> Roofline:
+    """`line` with its peak FLOP/s raised to the fastest of `rates` (achieved forward FLOP/s of
+    the profile's calls) where one is faster: a roofline is an upper bound, and a call above it
+    proves the calibration low (a convolution kernel faster than its GEMM, TF32 matmuls against
+    a float32 data sheet). Bytes/s are not raised: logical bytes of cache-resident ops would
+    lift it to cache speed."""
+    fastest = max(rates, default=0.0)
+    if not (math.isfinite(fastest) and fastest > line.peak_flops):
+        return line
+    return dataclasses.replace(
+        line, peak_flops=fastest, source=f"{line.source}, raised to the fastest call"
+    )
 
 
 def efficiency(

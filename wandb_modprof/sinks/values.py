@@ -24,12 +24,12 @@ from wandb_modprof._validate import check_choice
 from wandb_modprof.records.calls import CallInfo
 from wandb_modprof.records.modes import MODE_KEYS, Mode, mode
 from wandb_modprof.records.ranks import RankData
-from wandb_modprof.records.roofline import BOUNDS, Roofline, latest_roofline
+from wandb_modprof.records.roofline import BOUNDS, Roofline
 from wandb_modprof.records.sample import ModuleStats
 from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_data
 from wandb_modprof.view.graphs import call_graphs
 from wandb_modprof.view.regions import Region, regions
-from wandb_modprof.view.values import as_float, derived_values, finite
+from wandb_modprof.view.values import as_float, derived_values, finite, profile_roofline
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValu
     calls = {c.key: c for c in tree.calls}
     order = [calls[n.node_key] for g in graphs for n in g.nodes if n.kind == "module"]
     per_module = Counter(c.module_name for c in order)
-    roofline = latest_roofline(data.structures)
+    roofline = profile_roofline(data.structures, tree.calls, data.stats)
     modules = []
     for c in order:
         measured = _columns(data.stats.get(c.key), c, data.ranks, roofline)

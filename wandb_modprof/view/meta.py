@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from wandb_modprof.records.roofline import Roofline, latest_roofline
+from wandb_modprof.records.roofline import Roofline
 from wandb_modprof.view.columns import TABLE_FORMAT, TABLE_VERSION
 from wandb_modprof.view.graphs import CallTree
 from wandb_modprof.view.ranks import rank_meta
@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 _TOTALS = ("fwd_ms", "bwd_ms", "act_bytes", "param_bytes", "grad_bytes", "optim_bytes")
 
 
-def profile_meta(prof: ProfileData, tree: CallTree, has_views: bool) -> list[MetaRow]:
+def profile_meta(
+    prof: ProfileData, tree: CallTree, has_views: bool, roofline: Roofline | None = None
+) -> list[MetaRow]:
     """Format and version, the model, the root view (if any view is drawn), sample and call
     counts, the statistic the values are (`ProfileData.statistic`), the root call's totals
     (`total_<metric>`) and the rank rows."""
@@ -56,7 +58,7 @@ def profile_meta(prof: ProfileData, tree: CallTree, has_views: bool) -> list[Met
     meta.append(("total_fwd_flops", "", flops))
     if prof.overhead is not None:  # `watch`: what sampling cost the run, in % of its time
         meta.append(("overhead_pct", "", 100.0 * prof.overhead.share))
-    meta.extend(roofline_meta(latest_roofline(prof.structures)))
+    meta.extend(roofline_meta(roofline))
     meta.extend(cold_meta(prof))
     meta.extend(rank_meta(prof.ranks))
     meta.extend(unseen_meta(prof))

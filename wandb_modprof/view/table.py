@@ -63,7 +63,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from wandb_modprof.records.roofline import latest_roofline
 from wandb_modprof.view.columns import (
     BOOL_COLUMNS,
     COLUMNS,
@@ -90,7 +89,7 @@ from wandb_modprof.view.reduce import MIN_VIEW_ROWS, reduce_views
 from wandb_modprof.view.refs import from_ref, number_views
 from wandb_modprof.view.rows import RowSource, meta_rows, timeline_rows, view_rows
 from wandb_modprof.view.timeline import ViewSpans, build_timeline, timeline_budget
-from wandb_modprof.view.values import finite
+from wandb_modprof.view.values import finite, profile_roofline
 
 if TYPE_CHECKING:
     from wandb_modprof.records.graph import ViewGraph
@@ -199,7 +198,8 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = 
     out each view drawn, then write the rows. `full_detail` (where the full profile is, e.g.
     the W&B artifact `sinks.wandb_log` logs) ends a reduced table's note."""
     tree, graphs = call_graphs(prof.structures, prof.stats.values())
-    meta = profile_meta(prof, tree, has_views=bool(graphs))
+    roofline = profile_roofline(prof.structures, tree.calls, prof.stats)
+    meta = profile_meta(prof, tree, has_views=bool(graphs), roofline=roofline)
     # The timeline's rows come out of the budget first, as many as it needs with every view
     # drawn, within its own budget (`view/timeline.py`) and never below one view's room.
     # (one `ViewSpans` for both timelines: the second reuses the views the reduction kept)
@@ -228,7 +228,7 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = 
         ranks=prof.ranks,
         groups=reduction.groups,
         views=frozenset(g.view_key for g in reduction.graphs),
-        roofline=latest_roofline(prof.structures),
+        roofline=roofline,
     )
     rows = meta_rows(meta)
     refs = number_views([g.view_key for g in reduction.graphs], calls)

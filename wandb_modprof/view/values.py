@@ -17,10 +17,16 @@ a version-1 file, which kept no medians), the spread columns the rest.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from wandb_modprof.records.calls import CallInfo
-from wandb_modprof.records.roofline import Roofline, efficiency
+from wandb_modprof.records.calls import CallInfo, Structure
+from wandb_modprof.records.roofline import (
+    RAISE_MIN_MS,
+    Roofline,
+    efficiency,
+    latest_roofline,
+    raised,
+)
 from wandb_modprof.records.sample import MEMORY_METRICS, TIME_METRICS, ModuleStats, RunningStat
 from wandb_modprof.records.stat_columns import ColumnMetrics
 from wandb_modprof.view.columns import BOUND_CODES, FLOP_COLUMNS, SPREAD_METRICS, WORK_COLUMNS
@@ -179,3 +185,20 @@ def group_values(
                 out[column] = out.get(column, 0.0) + value
     derived_values(out, roofline)
     return out
+
+
+def profile_roofline(
+    structures: Sequence[Structure], calls: Iterable[CallInfo], stats: Mapping[str, ModuleStats]
+) -> Roofline | None:
+    """The roofline a profile's efficiencies are measured against: its newest structure pass's,
+    its peak FLOP/s raised to the fastest call of at least `RAISE_MIN_MS` (`roofline.raised`)."""
+    line = latest_roofline(structures)
+    if line is None:
+        return None
+    rates = []
+    for call in calls:
+        known = stats.get(call.key)
+        fwd_ms = known.typical("fwd_ms") if known is not None and call.flops_known else None
+        if fwd_ms is not None and math.isfinite(fwd_ms) and fwd_ms >= RAISE_MIN_MS:
+            rates.append(as_float(call.fwd_flops) / (fwd_ms / 1000.0))
+    return raised(line, rates)
