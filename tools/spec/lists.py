@@ -7,7 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from tools.spec.data import _filter, _formula
-from tools.spec.expressions import fmt, fmt_ms, fmt_ratio, missing, mode_cell, share
+from tools.spec.expressions import (
+    fmt,
+    fmt_bytes,
+    fmt_decimal,
+    fmt_ms,
+    fmt_ratio,
+    missing,
+    mode_cell,
+    share,
+)
 from tools.spec.theme import CRUMB_CHAR_W_PX, MAX_RUNS
 from wandb_modprof.records.modes import MODES, SCALES, Unit
 from wandb_modprof.sinks.spec import SPEC_VERSION
@@ -51,6 +60,9 @@ def _card_line() -> str:
     return f"datum.line_i === 0 ? ({header}) : datum.line_i <= {N} ? ({value}) : ({out})"
 
 
+BYTES_PER_S, FLOP = "'B/s'", "'FLOP'"  # `fmt_decimal` suffixes (expressions)
+
+
 def _card_notes() -> list[str]:
     """The hover card's notes after the modes' values, one line each (empty: not shown)."""
     spread = "datum.samples > 0 && isValid(datum.fwd_ms_std) && datum.node_kind === 'module'"
@@ -82,6 +94,13 @@ def _card_notes() -> list[str]:
         f"!{missing('fwd_bound')} ? (datum.fwd_bound === 1 ? 'Compute' : datum.fwd_bound === 2 "
         "? 'Memory' : 'Overhead') + '-bound, ' + "
         f"({fmt_ms('datum.fwd_lost_ms')}) + ' lost to the roofline' : ''",
+        # ... its numbers: bytes moved and at what rate, intensity, the backward's FLOPs
+        f"!{missing('fwd_bound')} && datum.fwd_ms > 0 ? ({fmt_bytes('datum.fwd_bytes')}) + "
+        f"' at ' + ({fmt_decimal('datum.fwd_bytes / datum.fwd_ms * 1000', BYTES_PER_S)}) + "
+        "(datum.fwd_bytes > 0 ? ', ' + format(datum.fwd_flops / datum.fwd_bytes, '.3~r') + "
+        "' FLOP/B' : '') : ''",
+        f"!{missing('bwd_flops')} && datum.bwd_flops > 0 ? 'Backward: ' + "
+        f"({fmt_decimal('datum.bwd_flops', FLOP)}) + ' (counted)' : ''",
         "datum.has_view ? 'Click to open' : ''",
         "datum.node_kind === 'group' ? datum.group_count + ' modules merged to fit the table' : ''",
         # the first members by name (all of them are in the table's `group_members`)

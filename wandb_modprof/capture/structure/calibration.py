@@ -2,7 +2,7 @@
 attached to each structure pass's graph, so every profile says what its efficiencies are
 measured against.
 
-- CPU: a short calibration on the training process's own threads (~0.1 s on 2 cores, once): the
+- CPU: a short calibration on the training process's own threads (a fraction of a second, once): the
   best of a few square GEMMs and 3 x 3 convolutions of the model's floating dtype (FLOP/s), of
   a large tensor copy (bytes read + written per second) and of a batch of tiny adds (per-op
   overhead).
@@ -125,9 +125,9 @@ def _best_seconds(run: object, device: torch.device, repeats: int = _REPEATS) ->
 
 
 def _gemm_flops(device: torch.device, dtype: torch.dtype) -> float:
-    """The better of a square GEMM and a 3 x 3 convolution: on CPU oneDNN's convolutions
-    reach twice a plain matmul's rate (395 against 190 GFLOP/s on 2 cores here), and the
-    roofline is what the machine allows, not what one kernel reaches."""
+    """The better of a square GEMM and a 3 x 3 convolution: on CPU oneDNN's convolutions can
+    reach more than a plain matmul, and the roofline is what the machine allows, not what one
+    kernel reaches."""
     n = 512 if device.type == "cpu" else 4096
     # constants, not torch.randn: the user's random stream must not move
     a = torch.full((n, n), 0.5, device=device, dtype=dtype)
