@@ -54,8 +54,12 @@ def _conv(
         return 0
     shapes = (out.shape, x.shape, w.shape, None)
     args = (stride, padding, dilation, transposed, output_padding, groups, mask)
-    # (the registered, shape-reading form; `out_val`: the shapes of grad input and weight)
-    formula: Any = fc.conv_backward_flop  # typed as the raw formula it wraps
+    # `out_shape`: the shapes of grad input and weight. The formula itself, not the registered
+    # wrapper that walks its arguments as a pytree first (where this torch exposes it).
+    formula: Any = fc.conv_backward_flop
+    raw = getattr(formula, "__wrapped__", None)
+    if raw is not None:
+        return int(raw(*shapes, *args, out_shape=(x.shape, w.shape)))
     return int(formula(*shapes, *args, out_val=(x.shape, w.shape)))
 
 
@@ -114,7 +118,7 @@ def moved_bytes(args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any) -> i
 
 def _bytes_of(value: Any) -> int:
     if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
+        return int(value.nbytes)
     if not isinstance(value, (tuple, list)):
         return 0
     total, seen = 0, set()
@@ -122,8 +126,8 @@ def _bytes_of(value: Any) -> int:
         for t in item if isinstance(item, (tuple, list)) else (item,):
             if isinstance(t, torch.Tensor) and id(t) not in seen:
                 seen.add(id(t))
-                total += t.numel() * t.element_size()
-    return total
+                total += t.nbytes  # numel x element size: logical bytes
+    return int(total)
 
 
 def is_view(func: Any) -> bool:
