@@ -145,7 +145,12 @@ build_model = lambda: slow
 try:
     test_no_module_got_slower()
 except AssertionError as failed:
-    assert "FAILED: " in str(failed) and "plain.cells.0#0" in str(failed), failed
+    # the cell (x6) counted among the offenders, not set aside as noise (which of its stage
+    # and the model also count depends on the load of the parallel suite: under 4x
+    # oversubscription here they were "within their sample spread", rightly)
+    text = str(failed)
+    offenders = text.split("within their sample spread")[0]
+    assert "FAILED: " in offenders and "plain.cells.0#0" in offenders, text
 else:
     raise AssertionError("the slowed module passed the gate")
 """,

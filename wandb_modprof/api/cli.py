@@ -37,34 +37,32 @@ _error = _top.error
 PROFILE_SUFFIX = ".modprof.json"
 
 
-def _positive(text: str) -> int:
+def _number(text: str, kind: type[float] | type[int], expected: str, ok: object) -> float:
+    """An option's number, or argparse's usage error: "expected <expected>, got <text>"."""
     try:
-        value = int(text)
+        value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if not (callable(ok) and ok(value)):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text}")
     return value
+
+
+def _positive(text: str) -> int:
+    return int(_number(text, int, "an integer >= 1", lambda v: v >= 1))
 
 
 def _ratio_limit(text: str) -> float:
-    try:
-        value = float(text)
+    try:  # (a word is "a ratio", a number out of range "a finite ratio")
+        float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a ratio >= 1, got {text!r}") from None
-    if not (value >= 1.0 and value != float("inf")):  # (NaN fails the comparison)
-        raise argparse.ArgumentTypeError(f"expected a finite ratio >= 1, got {text}")
-    return value
+    # NaN fails the comparison
+    return _number(text, float, "a finite ratio >= 1", lambda v: 1.0 <= v < float("inf"))
 
 
 def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1], got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1], got {text}")
-    return value
+    return _number(text, float, "a fraction in [0, 1]", lambda v: 0.0 <= v <= 1.0)
 
 
 def _add_mode(parser: argparse.ArgumentParser, default: str = DEFAULT_MODE) -> None:

@@ -61,10 +61,13 @@ class Roofline:
                 return name, f"expected a finite number {bound}, got {value!r}"
         return None
 
-    @property
-    def ridge(self) -> float:
-        """FLOP per byte above which a call is compute-bound at peak."""
-        return self.peak_flops / self.peak_bytes_per_s
+    def text(self) -> str:
+        """One line for people: "cpu, float32, measured: 189 GFLOP/s, 38.6 GB/s, 2.18 µs per
+        op" (the table's `roofline` meta row, `summary --mode eff`)."""
+        return (
+            f"{self.device}, {self.dtype}, {self.source}: {self.peak_flops / 1e9:.3g} GFLOP/s, "
+            f"{self.peak_bytes_per_s / 1e9:.3g} GB/s, {self.op_overhead_ms * 1e3:.3g} µs per op"
+        )
 
 
 @dataclass(frozen=True)
@@ -73,10 +76,6 @@ class Efficiency:
 
     pct: float  # 100 x t_roof / ms: the share of the roofline reached
     bound: str  # one of BOUNDS
-    flop_per_s: float  # achieved
-    bytes_per_s: float  # achieved
-    intensity: float | None  # FLOP per byte; None where no byte was counted
-    roof_ms: float  # t_roof
     lost_ms: float  # ms - t_roof: what the call loses against its roofline
 
 
@@ -121,13 +120,4 @@ def efficiency(
         bound = "overhead"
     else:
         bound = "compute" if compute_ms >= memory_ms else "memory"
-    seconds = ms / 1e3
-    return Efficiency(
-        pct=100.0 * roof_ms / ms,
-        bound=bound,
-        flop_per_s=flops / seconds,
-        bytes_per_s=nbytes / seconds,
-        intensity=flops / nbytes if nbytes > 0 else None,
-        roof_ms=roof_ms,
-        lost_ms=ms - roof_ms,
-    )
+    return Efficiency(pct=100.0 * roof_ms / ms, bound=bound, lost_ms=ms - roof_ms)

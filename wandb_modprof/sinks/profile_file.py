@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -242,44 +243,43 @@ def _migrate_v2(doc: dict[str, Any], version: int) -> None:
     null (no curve was recorded). A file of those versions that has it is refused."""
     last = doc.get("last_sample")
     if isinstance(last, dict):
-        if "memory" in last:
-            where = "last_sample"
-            raise FileError(where, f'unknown field "memory" (in a version {version} file)')
-        last["memory"] = None
+        _add_field(last, "memory", None, "last_sample", version)
 
 
 def _migrate_v3(doc: dict[str, Any], version: int) -> None:
     """Give every structure call of a version-1 to -3 document the `compiled_region` field
     version 4 added, as null (not recorded). A file of those versions that has it is refused."""
+    for where, call in _structure_calls(doc):
+        _add_field(call, "compiled_region", None, where, version)
+
+
+def _structure_calls(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(JSON path, call) of every structure call that is an object (other shapes are left for
+    `decode` to report)."""
     structures = doc.get("structures")
-    if not isinstance(structures, list):
-        return
-    for i, structure in enumerate(structures):
+    for i, structure in enumerate(structures if isinstance(structures, list) else ()):
         calls = structure.get("calls") if isinstance(structure, dict) else None
-        if not isinstance(calls, list):
-            continue
-        for j, call in enumerate(calls):
+        for j, call in enumerate(calls if isinstance(calls, list) else ()):
             if isinstance(call, dict):
-                if "compiled_region" in call:
-                    where = f"structures[{i}].calls[{j}]"
-                    problem = f'unknown field "compiled_region" (in a version {version} file)'
-                    raise FileError(where, problem)
-                call["compiled_region"] = None
+                yield f"structures[{i}].calls[{j}]", call
+
+
+def _add_field(obj: dict[str, Any], name: str, value: Any, where: str, version: int) -> None:
+    """A field a later version added, given its "not recorded" value; refused if present."""
+    if name in obj:
+        problem = f"unknown field {json.dumps(name)} (in a version {version} file)"
+        raise FileError(where, problem)
+    obj[name] = value
 
 
 def _migrate_v4(doc: dict[str, Any], version: int) -> None:
     """Give a version-1 to -4 document the fields version 5 added: `cold_left_out` 0 and the
     last sample's `cold_start` null (not recorded). A file of those versions that has either
     is refused."""
-    if "cold_left_out" in doc:
-        raise FileError("", f'unknown field "cold_left_out" (in a version {version} file)')
-    doc["cold_left_out"] = 0
+    _add_field(doc, "cold_left_out", 0, "", version)
     last = doc.get("last_sample")
     if isinstance(last, dict):
-        if "cold_start" in last:
-            problem = f'unknown field "cold_start" (in a version {version} file)'
-            raise FileError("last_sample", problem)
-        last["cold_start"] = None
+        _add_field(last, "cold_start", None, "last_sample", version)
 
 
 _V6_CALL_FIELDS = {
@@ -294,23 +294,9 @@ def _migrate_v5(doc: dict[str, Any], version: int) -> None:
     work counts (0) and `work_known` false, per structure `roofline` null (not counted). A file
     of those versions that has one of them is refused."""
     structures = doc.get("structures")
-    if not isinstance(structures, list):
-        return
-    for i, structure in enumerate(structures):
-        if not isinstance(structure, dict):
-            continue
-        if "roofline" in structure:
-            problem = f'unknown field "roofline" (in a version {version} file)'
-            raise FileError(f"structures[{i}]", problem)
-        structure["roofline"] = None
-        calls = structure.get("calls")
-        if not isinstance(calls, list):
-            continue
-        for j, call in enumerate(calls):
-            if not isinstance(call, dict):
-                continue
-            for name, value in _V6_CALL_FIELDS.items():
-                if name in call:
-                    problem = f"unknown field {json.dumps(name)} (in a version {version} file)"
-                    raise FileError(f"structures[{i}].calls[{j}]", problem)
-                call[name] = value
+    for i, structure in enumerate(structures if isinstance(structures, list) else ()):
+        if isinstance(structure, dict):
+            _add_field(structure, "roofline", None, f"structures[{i}]", version)
+    for where, call in _structure_calls(doc):
+        for name, value in _V6_CALL_FIELDS.items():
+            _add_field(call, name, value, where, version)

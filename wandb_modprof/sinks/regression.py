@@ -41,7 +41,7 @@ from wandb_modprof.records.snapshot import as_data
 from wandb_modprof.sinks.escape import escape_text
 from wandb_modprof.sinks.summary import render_columns
 from wandb_modprof.sinks.units import format_value
-from wandb_modprof.sinks.values import ModeValues, check_mode, mode_values
+from wandb_modprof.sinks.values import ModeValues, check_mode, mode_values, total_metrics
 
 if TYPE_CHECKING:
     from wandb_modprof.records.sample import ModuleStats
@@ -142,9 +142,8 @@ def regression_check(
     m = check_limits(fail_above, min_share, mode_key)
     da, db = as_data(a, "regression_check()"), as_data(b, "regression_check()")
     va, vb = mode_values(da, m.key), mode_values(db, m.key)
-    root_a, root_b = _root_key(da), _root_key(db)
-    total_a = _spread(va.total, da.stats.get(root_a) if root_a else None, _total_columns(m))
-    total_b = _spread(vb.total, db.stats.get(root_b) if root_b else None, _total_columns(m))
+    total_a = _spread(va.total, da.stats.get(va.root_key), total_metrics(m))
+    total_b = _spread(vb.total, db.stats.get(vb.root_key), total_metrics(m))
     in_b = {v.key: v for v in vb.modules}
     pairs: list[tuple[str, str, Spread | None, Spread | None]] = [(TOTAL_KEY, "", total_a, total_b)]
     for v in va.modules:
@@ -189,20 +188,6 @@ def regression_check(
         only_a=sum(1 for v in va.modules if v.key not in in_b),
         only_b=sum(1 for v in vb.modules if v.key not in keys_a),
     )
-
-
-def _root_key(data: ProfileData) -> str | None:
-    roots = [s.key for s in data.stats.values() if s.parent_key is None]
-    return roots[0] if len(roots) == 1 else None
-
-
-def _total_columns(m: Mode) -> tuple[str, ...]:
-    """The root's metrics that make the model total `m.total` (`values._total`)."""
-    if m.total == "total_fwd_bwd_ms":
-        return ("fwd_ms", "bwd_ms")
-    if m.total == "total_fwd_flops":
-        return ()  # counted once on the structure pass: no spread
-    return (m.total.removeprefix("total_"),)
 
 
 def _spread(

@@ -15,7 +15,6 @@ from wandb_modprof.sinks.units import format_value
 from wandb_modprof.view.regions import Region, note
 
 if TYPE_CHECKING:
-    from wandb_modprof.records.roofline import Roofline
     from wandb_modprof.records.sample import ModuleStats, Sample
     from wandb_modprof.records.snapshot import Overhead, ProfileData
     from wandb_modprof.sinks.values import ModeValues
@@ -178,16 +177,6 @@ def region_notes(regions: Sequence[Region], n: int) -> list[str]:
 
 
 # ---- one analysis mode: `wandb-modprof summary` ------------------------------------------
-def roofline_line(line: Roofline) -> str:
-    """What the efficiency mode measures against, in one line."""
-    return (
-        f"roofline ({line.source}, {escape_text(line.device)}, {line.dtype}): "
-        f"{format_value('flop_s', line.peak_flops)}, "
-        f"{line.peak_bytes_per_s / 1e9:.3g} GB/s, "
-        f"{format_value('ms', line.op_overhead_ms)} per op"
-    )
-
-
 def format_percent(share: float | None) -> str:
     return "-" if share is None else f"{share:.1%}"
 
@@ -238,7 +227,7 @@ def format_mode_summary(values: ModeValues, n: int, notes: Sequence[str] = ()) -
         head += f", model total {format_value(m.unit, values.total)}"
     head = "\n".join([head, *notes])
     if m.rank_by and values.roofline is not None:
-        head += "\n" + roofline_line(values.roofline)
+        head += f"\nroofline ({escape_text(values.roofline.text())})"
     measured = values.ranked()
     regions = region_notes(values.regions, n)
     if not measured:

@@ -29,7 +29,13 @@ from wandb_modprof.records.sample import ModuleStats
 from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_data
 from wandb_modprof.view.graphs import call_graphs
 from wandb_modprof.view.regions import Region, regions
-from wandb_modprof.view.values import as_float, derived_values, finite, profile_roofline
+from wandb_modprof.view.values import (
+    as_float,
+    counted_values,
+    derived_values,
+    finite,
+    profile_roofline,
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,7 @@ class ModeValues:
     # the compiled regions (`view/regions.py`): the calls inside have FLOPs only
     regions: tuple[Region, ...] = ()
     roofline: Roofline | None = None  # the machine's peaks (`records.roofline`), where known
+    root_key: str = ""  # the root call's key, whose statistics make `total` ("": no call)
 
     def ranked(self) -> list[ModuleValue]:
         """The measured calls, most first: by value, or by what the mode ranks by (the
@@ -128,6 +135,7 @@ def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValu
         data.statistic,
         regions(tree),
         roofline,
+        root.key if root is not None else "",
     )
 
 
@@ -147,12 +155,7 @@ def _columns(
     if stats is not None:
         raw.update({metric: as_float(stat.typical) for metric, stat in stats.metrics.items()})
     if call.flops_known:
-        raw["fwd_flops"] = as_float(call.fwd_flops)
-        raw["fwd_self_flops"] = as_float(call.fwd_self_flops)
-        if call.work_known:
-            raw["bwd_flops"] = as_float(call.bwd_flops)
-            raw["fwd_bytes"] = as_float(call.fwd_bytes)
-            raw["fwd_ops"] = as_float(call.fwd_ops)
+        raw.update(counted_values(call))
     derived_values(raw, roofline)
     imbalance = _imbalance(ranks.fwd_bwd.get(call.key) if ranks is not None else None)
     if imbalance is not None:
@@ -192,12 +195,17 @@ def _total(m: Mode, data: ProfileData, root: CallInfo | None) -> float | None:
     if m.total == "total_fwd_flops":
         return finite(root.fwd_flops) if root is not None and root.flops_known else None
     root_stats = data.stats.get(root.key) if root is not None else None
+    typicals = [root_stats.typical(c) if root_stats is not None else None for c in total_metrics(m)]
+    if any(v is None for v in typicals):
+        return None
+    return finite(sum(v for v in typicals if v is not None))
 
-    def mean(metric: str) -> float | None:
-        stat = root_stats.metrics.get(metric) if root_stats is not None else None
-        return None if stat is None else stat.typical
 
+def total_metrics(m: Mode) -> tuple[str, ...]:
+    """The root's metrics whose sum is the model total `m.total` (none for the FLOPs, which
+    the structure pass counts: `CallInfo.fwd_flops`)."""
     if m.total == "total_fwd_bwd_ms":
-        fwd, bwd = mean("fwd_ms"), mean("bwd_ms")
-        return None if fwd is None or bwd is None else finite(fwd + bwd)
-    return finite(mean(m.total.removeprefix("total_")))
+        return ("fwd_ms", "bwd_ms")
+    if not m.total or m.total == "total_fwd_flops":
+        return ()
+    return (m.total.removeprefix("total_"),)

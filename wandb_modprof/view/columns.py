@@ -9,6 +9,7 @@ True
 
 from __future__ import annotations
 
+from wandb_modprof.records.roofline import BOUNDS
 from wandb_modprof.records.sample import METRICS
 
 TABLE_FORMAT = "wandb_modprof.table"
@@ -37,7 +38,7 @@ FLOP_COLUMNS = ("fwd_flops", "fwd_self_flops", "fwd_flop_per_s")
 # and its class as a code (`BOUND_CODES`: 1 compute-, 2 memory-, 3 overhead-bound).
 WORK_COLUMNS = ("bwd_flops", "fwd_bytes", "fwd_ops")
 EFFICIENCY_COLUMNS = ("fwd_roofline_pct", "fwd_lost_ms", "fwd_bound")
-BOUND_CODES = {"compute": 1, "memory": 2, "overhead": 3}
+BOUND_CODES = {bound: code for code, bound in enumerate(BOUNDS, start=1)}
 
 TEXT_COLUMNS = (
     "row_kind",

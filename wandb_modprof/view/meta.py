@@ -68,15 +68,8 @@ def profile_meta(
 
 def roofline_meta(line: Roofline | None) -> list[MetaRow]:
     """The machine's peaks the efficiency mode is measured against, one row (`roofline`): as
-    text for the panel and report, e.g. "cpu, float32, measured: 189 GFLOP/s, 38.6 GB/s, 2.18
-    µs per op"; its number the peak FLOP/s."""
-    if line is None:
-        return []
-    text = (
-        f"{line.device}, {line.dtype}, {line.source}: {line.peak_flops / 1e9:.3g} GFLOP/s, "
-        f"{line.peak_bytes_per_s / 1e9:.3g} GB/s, {line.op_overhead_ms * 1e3:.3g} µs per op"
-    )
-    return [("roofline", text, line.peak_flops)]
+    text for the panel and report (`Roofline.text`); its number the peak FLOP/s."""
+    return [] if line is None else [("roofline", line.text(), line.peak_flops)]
 
 
 # What became of a sample of the model's first step in its process (`Sample.cold_start`):

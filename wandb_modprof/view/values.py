@@ -126,13 +126,21 @@ def self_values(
                 # tied weights can overcount; max() would also turn a NaN into 0, so not then
                 out[metric] = max(0.0, own) if math.isfinite(own) else own
     if call is not None:
-        out["fwd_flops"] = as_float(call.fwd_self_flops)
-        out["fwd_self_flops"] = as_float(call.fwd_self_flops)
-        if call.work_known:
-            out["bwd_flops"] = as_float(call.bwd_self_flops)
-            out["fwd_bytes"] = as_float(call.fwd_self_bytes)
-            out["fwd_ops"] = as_float(call.fwd_self_ops)
+        out.update(counted_values(call, own=True))
     derived_values(out, roofline)
+    return out
+
+
+def counted_values(call: CallInfo, own: bool = False) -> dict[str, float]:
+    """What the structure pass counted of `call` (its FLOPs, and where known its other work:
+    `WORK_COLUMNS`), inclusive, or `own` code only (a `self` node's); its caller checked
+    `call.flops_known`."""
+    flops = call.fwd_self_flops if own else call.fwd_flops
+    out = {"fwd_flops": as_float(flops), "fwd_self_flops": as_float(call.fwd_self_flops)}
+    if call.work_known:
+        out["bwd_flops"] = as_float(call.bwd_self_flops if own else call.bwd_flops)
+        out["fwd_bytes"] = as_float(call.fwd_self_bytes if own else call.fwd_bytes)
+        out["fwd_ops"] = as_float(call.fwd_self_ops if own else call.fwd_ops)
     return out
 
 
@@ -159,12 +167,7 @@ def module_values(
     """A module node's metrics; `call` (its FLOPs) only when the structure pass counted them."""
     out = _metric_values(stats)
     if call is not None:
-        out["fwd_flops"] = as_float(call.fwd_flops)
-        out["fwd_self_flops"] = as_float(call.fwd_self_flops)
-        if call.work_known:
-            out["bwd_flops"] = as_float(call.bwd_flops)
-            out["fwd_bytes"] = as_float(call.fwd_bytes)
-            out["fwd_ops"] = as_float(call.fwd_ops)
+        out.update(counted_values(call))
     derived_values(out, roofline)
     return out
 

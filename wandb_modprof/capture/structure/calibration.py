@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -111,8 +112,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _best_seconds(run: object, device: torch.device, repeats: int = _REPEATS) -> float:
-    assert callable(run)
+def _best_seconds(
+    run: Callable[[], object], device: torch.device, repeats: int = _REPEATS
+) -> float:
     run()  # warm: allocation, kernel selection
     _sync(device)
     best = float("inf")
