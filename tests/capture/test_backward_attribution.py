@@ -63,17 +63,28 @@ def test_resnet_every_module_with_autograd_work_has_backward():
     _check_tree_invariants(recs)
 
 
-def test_top_level_calls_add_up_to_the_step():
+def _root_and_totals():
     model = ResNet()
     prof = _profile_one_step(model, resnet_input(16, 32))
     recs = prof.invocations()
-    totals = prof.last_sample.totals
     root = recs[0]
     assert root.parent_key is None
-    # Everything but the loss's own nodes and the engine's scheduling between nodes.
+    return root, prof.last_sample.totals
+
+
+def test_top_level_calls_add_up_to_the_step():
+    root, totals = _root_and_totals()
     assert root.bwd_ms <= totals.bwd_ms
-    assert root.bwd_ms >= 0.85 * totals.bwd_ms
     assert root.fwd_ms == totals.fwd_ms
+
+
+@pytest.mark.accuracy  # a timing claim: run serially, with the cores to itself
+def test_the_root_backward_is_nearly_the_whole_step_backward():
+    # Everything but the loss's own nodes and the engine's scheduling between nodes. In the
+    # parallel suite a preemption between two nodes lands in the step's time and not the
+    # root's (0.83 once, with both cores shared by two workers and a browser).
+    root, totals = _root_and_totals()
+    assert totals.bwd_ms * 0.85 <= root.bwd_ms <= totals.bwd_ms
 
 
 def test_reused_module_is_one_entry_per_call():
