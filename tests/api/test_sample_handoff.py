@@ -20,6 +20,7 @@ import wandb_modprof
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.api import sample_worker
 from wandb_modprof.capture.session_record import session_record
+from wandb_modprof.sinks.packed import unpacked
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 
 
@@ -95,6 +96,11 @@ def test_the_worker_logs_every_sample_and_the_final_profile(tmp_path):
     check_logged_tables(files, table.columns)
     last = strict_json(files[-1].read_text())
     assert len(last["data"]) == len(table.rows)
+    # the structure pass's graph came again once its backward was counted: the worker has it
+    columns, rows = unpacked(last["columns"], last["data"])
+    logged = sorted(r[columns.index("bwd_bytes")] for r in rows if r[columns.index("bwd_bytes")])
+    mine = table.columns.index("bwd_bytes")
+    assert logged == sorted(r[mine] for r in table.rows if r[mine]) and len(logged) > 10
     assert artifact is not None and artifact.type == "modprof-profile"
     (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
     (report,) = (run_dir / "files/media/html/modprof/TinyGPT").glob("report_*.html")

@@ -211,7 +211,7 @@ def test_file_header_paths_and_determinism(tmp_path: Path) -> None:
     assert written == tmp_path / "run.json" and sorted(os.listdir(tmp_path)) == ["run.json"]
     doc = json.loads(written.read_text(encoding="utf-8"))
     assert list(doc)[:3] == ["format", "version", "wandb_modprof_version"]
-    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 6
+    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 7
     assert doc["wandb_modprof_version"] == wandb_modprof.__version__
     assert set(doc) - {"format", "version", "wandb_modprof_version"} == {
         "model_name",
@@ -300,9 +300,13 @@ _STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.
             ("version",),
             999,
             rf"version 999 \(written by wandb_modprof {_VERSION}\); .* reads version "
-            "1, 2, 3, 4, 5, 6; upgrade",
+            "1, 2, 3, 4, 5, 6, 7; upgrade",
         ),
-        (("version",), 0, r"unsupported file format version 0 .*reads version 1, 2, 3, 4, 5, 6$"),
+        (
+            ("version",),
+            0,
+            r"unsupported file format version 0 .*reads version 1, 2, 3, 4, 5, 6, 7$",
+        ),
         (("version",), True, r"version: expected an integer, got true"),
         (("version",), "1", r'version: expected an integer, got "1"'),
         (("wandb_modprof_version",), 1, r"wandb_modprof_version: expected a string, got 1"),
@@ -737,7 +741,7 @@ def test_a_version_1_file_loads_without_invented_medians(tmp_path: Path) -> None
     # saved again: version 6, the unknowns kept as null, and it reads back the same
     again = prof.save(tmp_path / "again.modprof.json")
     doc = json.loads(again.read_text(encoding="ascii"))
-    assert doc["version"] == 6 and doc["last_sample"]["memory"] is None
+    assert doc["version"] == 7 and doc["last_sample"]["memory"] is None
     first = next(iter(doc["stats"].values()))
     assert first["gc_samples"] is None and first["metrics"]["fwd_ms"]["median"] is None
     assert _same(wandb_modprof.load(again).snapshot().stats, data.stats)
@@ -779,7 +783,7 @@ def test_a_version_2_file_loads_without_a_curve(tmp_path: Path) -> None:
     assert all(i.fwd_mem_peak_bytes is None for i in data.last.invocations)  # CPU, version 2
     again = prof.save(tmp_path / "again.modprof.json")
     doc = json.loads(again.read_text(encoding="ascii"))
-    assert doc["version"] == 6 and doc["last_sample"]["memory"] is None
+    assert doc["version"] == 7 and doc["last_sample"]["memory"] is None
     assert _same(wandb_modprof.load(again).last_sample, prof.last_sample)
 
 
@@ -820,7 +824,7 @@ def test_a_version_3_file_loads_as_no_compiled_regions(tmp_path: Path) -> None:
     assert not [r for r in table.records() if r["meta_key"] == "compiled_region"]
     again = prof.save(tmp_path / "again.modprof.json")
     doc = json.loads(again.read_text(encoding="ascii"))
-    assert doc["version"] == 6
+    assert doc["version"] == 7
     assert all(c["compiled_region"] is None for c in doc["structures"][0]["calls"])
     assert wandb_modprof.load(again).structures() == prof.structures()
 
@@ -830,7 +834,7 @@ def test_a_version_4_file_loads_without_a_first_step_mark(tmp_path: Path) -> Non
     version-4 file reads them as not recorded (null) and none left out, and a version-4 file
     that has either field is refused."""
     prof = _trained(TinyGPT(), gpt_input())
-    doc = _as_v5(json.loads(prof.save(tmp_path / "v6.modprof.json").read_text(encoding="ascii")))
+    doc = _as_v5(json.loads(prof.save(tmp_path / "v7.modprof.json").read_text(encoding="ascii")))
     assert doc["version"] == 5 and "cold_left_out" in doc and "cold_start" in doc["last_sample"]
     doc["version"] = 4
     del doc["cold_left_out"], doc["last_sample"]["cold_start"]
@@ -854,7 +858,7 @@ def test_a_version_3_file_with_a_compiled_region_is_refused(tmp_path: Path) -> N
         _load_text(tmp_path, json.dumps(doc))
 
 
-# ---- version 6 (work counts and the roofline) -----------------------------------------------
+# ---- versions 6 and 7 (work counts, the roofline, the backward's counts) ---------------------
 _V6_CALL_FIELDS = (
     "bwd_flops", "bwd_self_flops", "fwd_bytes", "fwd_self_bytes", "fwd_ops", "fwd_self_ops",
     "work_known",
@@ -862,7 +866,8 @@ _V6_CALL_FIELDS = (
 
 
 def _as_v5(doc: dict[str, Any]) -> dict[str, Any]:
-    """A version-6 document as the version-5 writer wrote it (without what version 6 added)."""
+    """A version-7 document as the version-5 writer wrote it (without what 6 and 7 added)."""
+    doc = _as_v6(doc)
     doc["version"] = 5
     for structure in doc["structures"]:
         del structure["roofline"]
@@ -879,8 +884,8 @@ def test_a_version_5_file_loads_without_work_counts_or_roofline(tmp_path: Path) 
     (structure,) = prof.structures()
     assert structure.roofline is not None and structure.roofline.peak_flops > 0
     assert all(c.work_known for c in structure.calls) and structure.calls[0].fwd_bytes > 0
-    doc = json.loads(prof.save(tmp_path / "v6.modprof.json").read_text(encoding="ascii"))
-    assert doc["version"] == 6 and doc["structures"][0]["roofline"]["source"] == "measured"
+    doc = json.loads(prof.save(tmp_path / "v7.modprof.json").read_text(encoding="ascii"))
+    assert doc["version"] == 7 and doc["structures"][0]["roofline"]["source"] == "measured"
     old = _as_v5(json.loads(json.dumps(doc)))
     (back,) = _load_text(tmp_path, json.dumps(old)).structures()
     assert back.roofline is None and not any(c.work_known for c in back.calls)
@@ -892,6 +897,37 @@ def test_a_version_5_file_loads_without_work_counts_or_roofline(tmp_path: Path) 
         message = f'unknown field "{field}" \\(in a version 5 file\\)'
         with pytest.raises(ModProfError, match=message):
             _load_text(tmp_path, json.dumps(bad))
+
+
+_V7_CALL_FIELDS = ("bwd_bytes", "bwd_self_bytes", "bwd_ops", "bwd_self_ops", "bwd_work_known")
+
+
+def _as_v6(doc: dict[str, Any]) -> dict[str, Any]:
+    """A version-7 document as the version-6 writer wrote it (without the backward counts)."""
+    doc["version"] = 6
+    for structure in doc["structures"]:
+        for call in structure["calls"]:
+            for name in _V7_CALL_FIELDS:
+                del call[name]
+    return doc
+
+
+def test_a_version_6_file_loads_without_backward_counts(tmp_path: Path) -> None:
+    """Version 7 added the structure calls' counted backward: a version-6 file reads it as not
+    counted (the forward's counts and the roofline kept), and one that has it is refused."""
+    prof = _trained(TinyGPT(), gpt_input())
+    (structure,) = prof.structures()
+    assert all(c.bwd_work_known for c in structure.calls) and structure.calls[0].bwd_bytes > 0
+    doc = json.loads(prof.save(tmp_path / "v7.modprof.json").read_text(encoding="ascii"))
+    old = _as_v6(json.loads(json.dumps(doc)))
+    (back,) = _load_text(tmp_path, json.dumps(old)).structures()
+    assert not any(c.bwd_work_known or c.bwd_bytes or c.bwd_ops for c in back.calls)
+    assert back.roofline == structure.roofline and all(c.work_known for c in back.calls)
+    assert [c.fwd_bytes for c in back.calls] == [c.fwd_bytes for c in structure.calls]
+    bad = json.loads(json.dumps(old))
+    bad["structures"][0]["calls"][0]["bwd_ops"] = 0
+    with pytest.raises(ModProfError, match='unknown field "bwd_ops" \\(in a version 6 file\\)'):
+        _load_text(tmp_path, json.dumps(bad))
 
 
 @pytest.mark.parametrize(
@@ -906,7 +942,7 @@ def test_a_roofline_out_of_range_is_refused(
     tmp_path: Path, field: str, value: Any, problem: str
 ) -> None:
     prof = _trained(TinyGPT(), gpt_input())
-    doc = json.loads(prof.save(tmp_path / "v6.modprof.json").read_text(encoding="ascii"))
+    doc = json.loads(prof.save(tmp_path / "v7.modprof.json").read_text(encoding="ascii"))
     doc["structures"][0]["roofline"][field] = value
     with pytest.raises(ModProfError, match=re.escape(f"structures[0].roofline.{problem}")):
         _load_text(tmp_path, json.dumps(doc))

@@ -113,7 +113,7 @@ def _table_values(data: ProfileData, key: str) -> ModeValues:
             None
             if not m.rank_by or any(_missing(r, c) for c in m.rank_by)
             else sum(float(r[c]) for c in m.rank_by),
-            "" if _missing(r, "fwd_bound") else BOUNDS[int(r["fwd_bound"]) - 1],
+            "" if not m.bound_by or _missing(r, m.bound_by) else BOUNDS[int(r[m.bound_by]) - 1],
         )
         for r in nodes
     )

@@ -40,7 +40,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 MEASURED = {c for c in NUMBER_COLUMNS if "_ms" in c or "flop_per_s" in c or "norm" in c}
 MEASURED.add("gc_samples")  # whether a collection lands in a call is up to the interpreter
 # from the measured time and the machine's calibrated peaks (the counts beside them are not)
-MEASURED |= {"fwd_roofline_pct", "fwd_bound"}
+MEASURED |= {"fwd_roofline_pct", "fwd_bound", "bwd_roofline_pct", "bwd_bound"}
 MEASURED_META = {"total_fwd_ms", "total_bwd_ms", "total_fwd_bwd_ms", "mem_peak_ms"}
 MEASURED_META.add("roofline")
 # The timeline's times (span windows, curve points) are measured; its bytes are not.

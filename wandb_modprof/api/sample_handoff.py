@@ -50,6 +50,7 @@ from wandb_modprof.stats.accumulator import ProfileAccumulator
 from wandb_modprof.stats.quiet_gc import paused_gc
 
 if TYPE_CHECKING:
+    from wandb_modprof.records.calls import Structure
     from wandb_modprof.records.snapshot import Overhead
     from wandb_modprof.sinks.wandb_log import WandbLog
 
@@ -142,7 +143,9 @@ class SampleHandoff:
         self._shipped = 0  # samples handed over
         self._requested = 0  # samples covered by the newest log request
         self._saved = 0  # samples in the worker's newest checkpoint
-        self._structures = 0  # structures handed over
+        # the structures handed over, by signature: a pass's structure comes again once its
+        # backward is counted (`capture.structure.backward_work`) and is handed over again
+        self._structures: dict[str, Structure] = {}
         self._restarts = 0
         self._warned = False
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -236,7 +239,7 @@ class SampleHandoff:
 
     def _ship(self, acc: ProfileAccumulator) -> None:
         pending = acc.take_pending()
-        structures = acc.structures()[self._structures :]
+        structures = [s for s in acc.structures() if self._structures.get(s.signature) is not s]
         if not pending and not structures:
             return
         worker = self._ensure_worker(acc)
@@ -246,7 +249,7 @@ class SampleHandoff:
             return
         for structure in structures:
             worker.send(("structure", structure))
-        self._structures += len(structures)
+        self._structures.update((s.signature, s) for s in structures)
         for session, gradients, static_fn in pending:
             with paused_gc():
                 record = session_record(session)
@@ -317,7 +320,7 @@ class SampleHandoff:
             old.stop(wait_s=1.0)
         self._worker, self._outstanding, self._requested = None, None, 0
         self._shipped = self._saved
-        self._structures = 0  # the new worker needs them again
+        self._structures = {}  # the new worker needs them again
         self._warn_once(
             f"the worker process building {self.key}'s tables ended ({why}); {lost} sample(s) "
             "handed to it since its last checkpoint are lost, later samples are kept"

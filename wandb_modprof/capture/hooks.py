@@ -134,7 +134,7 @@ class Capture(SubmoduleHooks):
             self._forward = None
         if self.structures.current is not None:
             self.structures.end()
-        self.structures.pop_stale()
+        self.structures.between_steps()
         for session in self._sessions:
             session.abandon()
         self._sessions = []
@@ -174,8 +174,8 @@ class Capture(SubmoduleHooks):
                 self._sessions = prune_sessions(self._sessions, _MAX_PENDING)
                 for pending in self._sessions:
                     pending.superseded = True
-            if self.structures.stale:
-                self.structures.pop_stale()
+            if self.structures.stale or self.structures.backward is not None:
+                self.structures.between_steps()
             step = self._should_sample(module)
             if (step is not None or self.structures.due) and ap.functorch_active():
                 # `torch.func.vmap(grad(functional_call(model, ...)))`: wrapper tensors without

@@ -33,6 +33,9 @@ class CallInfo:
     backward (the formulas of the backward kernels of its ops, for the inputs that needed a
     gradient); `fwd_bytes`, the bytes its ops read and wrote; `fwd_ops`, its ATen ops (views
     not counted). Each includes the children's; `*_self_*` only the call's own code's.
+    `bwd_bytes` / `bwd_ops` likewise for the ops its backward ran, counted on the pass's own
+    backward (`capture.structure.backward_work`) where one came (`bwd_work_known`; False for
+    a step with no backward and for a profile file before version 7).
     """
 
     key: str
@@ -55,6 +58,11 @@ class CallInfo:
     fwd_ops: int = 0
     fwd_self_ops: int = 0
     work_known: bool = False
+    bwd_bytes: int = 0
+    bwd_self_bytes: int = 0
+    bwd_ops: int = 0
+    bwd_self_ops: int = 0
+    bwd_work_known: bool = False
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ class Mode:
     rank_by: tuple[str, ...] = ()
     rank_unit: Unit = Unit.MS
     rank_label: str = ""
+    bound_by: str = ""  # the column of the roofline class (`records.roofline`), for the list
 
     def value(self, row: Mapping[str, object]) -> float | None:
         """The node's value in this mode, or None where the table says it was not measured."""
@@ -124,8 +125,9 @@ MODES: tuple[Mode, ...] = (
     Mode("grad_norm", "Gradient norm", _H, Unit.NORM, ("grad_norm",), _SUM, ""),
     Mode("flops", "FLOPs (fwd)", _C, Unit.FLOPS, ("fwd_flops",), _SUM, "total_fwd_flops"),
     Mode("flop_s", "FLOP/s (fwd)", _C, Unit.FLOP_S, ("fwd_flop_per_s",), _SUM, ""),
-    # The forward's share of the machine's roofline (`records.roofline`); ranked by the time it
-    # loses against it, so the list answers "where is most time wasted", not "what is best".
+    # The forward's / backward's share of the machine's roofline (`records.roofline`); ranked
+    # by the time lost against it, so the list answers "where is most time wasted", not "what
+    # is best".
     Mode(
         "eff",
         "Efficiency (fwd)",
@@ -136,6 +138,19 @@ MODES: tuple[Mode, ...] = (
         "",
         rank_by=("fwd_lost_ms",),
         rank_label="time lost (fwd)",
+        bound_by="fwd_bound",
+    ),
+    Mode(
+        "eff_bwd",
+        "Efficiency (bwd)",
+        _C,
+        Unit.PERCENT,
+        ("bwd_roofline_pct",),
+        _SUM,
+        "",
+        rank_by=("bwd_lost_ms",),
+        rank_label="time lost (bwd)",
+        bound_by="bwd_bound",
     ),
     # max / mean over ranks of the call's fwd + bwd time (distributed runs only): stragglers
     Mode("imbalance", "Rank imbalance", _R, Unit.RATIO, ("rank_imbalance",), _SUM, ""),

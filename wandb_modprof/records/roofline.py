@@ -1,7 +1,8 @@
 """The roofline a module call is measured against, and where a call stands under it.
 
 A call's forward does `flops` FLOPs and moves `nbytes` bytes in `ops` ATen ops (counted by
-the structure pass: `CallInfo.fwd_flops`, `fwd_bytes`, `fwd_ops`), and takes `ms` (measured).
+the structure pass: `CallInfo.fwd_flops`, `fwd_bytes`, `fwd_ops`), and takes `ms` (measured);
+its backward likewise (`bwd_flops`, `bwd_bytes`, `bwd_ops`, counted on the pass's backward).
 At the machine's peaks it could not take less than
 
     t_roof = max(flops / peak_flops, nbytes / peak_bytes_per_s)
@@ -91,11 +92,11 @@ RAISE_MIN_MS = 0.05  # calls shorter than this do not raise the peak (timer and 
 
 
 def raised(line: Roofline, rates: Iterable[float]) -> Roofline:
-    """`line` with its peak FLOP/s raised to the fastest of `rates` (achieved forward FLOP/s of
-    the profile's calls) where one is faster: a roofline is an upper bound, and a call above it
-    proves the calibration low (a convolution kernel faster than its GEMM, TF32 matmuls against
-    a float32 data sheet). Bytes/s are not raised: logical bytes of cache-resident ops would
-    lift it to cache speed."""
+    """`line` with its peak FLOP/s raised to the fastest of `rates` (achieved forward and
+    backward FLOP/s of the profile's calls) where one is faster: a roofline is an upper bound,
+    and a call above it proves the calibration low (a convolution kernel faster than its GEMM,
+    TF32 matmuls against a float32 data sheet). Bytes/s are not raised: logical bytes of
+    cache-resident ops would lift it to cache speed."""
     fastest = max(rates, default=0.0)
     if not (math.isfinite(fastest) and fastest > line.peak_flops):
         return line

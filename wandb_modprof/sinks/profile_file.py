@@ -65,6 +65,11 @@ its ops read and wrote), `fwd_ops` / `fwd_self_ops` (its ATen ops) and `work_kno
 structure's `roofline` (`records.roofline.Roofline`: the machine's peak FLOP/s, bytes/s and
 per-op overhead, null where not found; peaks finite and > 0). Files of versions 1-5 load with
 those counts 0, `work_known` false and `roofline` null (not counted: no efficiency shown).
+
+Version 7 added what each structure call's backward did, counted on the structure pass's own
+backward: `bwd_bytes` / `bwd_self_bytes`, `bwd_ops` / `bwd_self_ops` and `bwd_work_known`.
+Files of versions 1-6 load with those counts 0 and `bwd_work_known` false (no backward
+efficiency shown).
 """
 
 from __future__ import annotations
@@ -84,8 +89,8 @@ if TYPE_CHECKING:
     from wandb_modprof.records.snapshot import ProfileData
 
 FORMAT = "wandb_modprof.profile"
-VERSION = 6
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6)
+VERSION = 7
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 
 
 # ---- writing -------------------------------------------------------------------------------
@@ -205,6 +210,8 @@ def _parse(raw: bytes) -> FileData:
         _migrate_v4(doc, version)
     if version <= 5:
         _migrate_v5(doc, version)
+    if version <= 6:
+        _migrate_v6(doc, version)
     data: FileData = decode(doc, FileData, "")
     return data
 
@@ -299,4 +306,18 @@ def _migrate_v5(doc: dict[str, Any], version: int) -> None:
             _add_field(structure, "roofline", None, f"structures[{i}]", version)
     for where, call in _structure_calls(doc):
         for name, value in _V6_CALL_FIELDS.items():
+            _add_field(call, name, value, where, version)
+
+
+_V7_CALL_FIELDS = {
+    **dict.fromkeys(("bwd_bytes", "bwd_self_bytes", "bwd_ops", "bwd_self_ops"), 0),
+    "bwd_work_known": False,
+}
+
+
+def _migrate_v6(doc: dict[str, Any], version: int) -> None:
+    """Give a version-1 to -6 document's structure calls the backward counts version 7 added
+    (0) and `bwd_work_known` false. A file of those versions that has one of them is refused."""
+    for where, call in _structure_calls(doc):
+        for name, value in _V7_CALL_FIELDS.items():
             _add_field(call, name, value, where, version)

@@ -59,6 +59,7 @@ AT_LEAST: dict[type, dict[str, int]] = {
         **_COUNTS,
         **dict.fromkeys(("fwd_flops", "fwd_self_flops", "bwd_flops", "bwd_self_flops"), 0),
         **dict.fromkeys(("fwd_bytes", "fwd_self_bytes", "fwd_ops", "fwd_self_ops"), 0),
+        **dict.fromkeys(("bwd_bytes", "bwd_self_bytes", "bwd_ops", "bwd_self_ops"), 0),
     },
 }
 # Metrics whose every value is >= 0, so their statistics' min is too.

@@ -111,7 +111,7 @@ def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValu
     modules = []
     for c in order:
         measured = _columns(data.stats.get(c.key), c, data.ranks, roofline)
-        bound = measured.get("fwd_bound")
+        bound = measured.get(m.bound_by) if m.bound_by else None
         modules.append(
             ModuleValue(
                 key=c.key,

@@ -32,12 +32,20 @@ SPREAD_STATS = ("mean", "std", "min", "max", "last")
 # samples held one (`capture/step/gc_watch.py`); missing for a version-1 file.
 GC_COLUMNS = ("gc_ms_max", "gc_samples")
 FLOP_COLUMNS = ("fwd_flops", "fwd_self_flops", "fwd_flop_per_s")
-# What the structure pass counted of a call's forward besides its FLOPs (`CallInfo`): its
-# backward's FLOPs, the bytes its ops moved, its ATen ops; then where it stands under the
-# machine's roofline (`records.roofline`): the share reached (%), the time lost to it (ms),
-# and its class as a code (`BOUND_CODES`: 1 compute-, 2 memory-, 3 overhead-bound).
-WORK_COLUMNS = ("bwd_flops", "fwd_bytes", "fwd_ops")
-EFFICIENCY_COLUMNS = ("fwd_roofline_pct", "fwd_lost_ms", "fwd_bound")
+# What the structure pass counted of a call besides its forward FLOPs (`CallInfo`): its
+# backward's FLOPs, the bytes its forward's and its backward's ops moved, their ATen ops; then
+# where its forward and its backward stand under the machine's roofline (`records.roofline`):
+# the share reached (%), the time lost to it (ms), and the class as a code (`BOUND_CODES`:
+# 1 compute-, 2 memory-, 3 overhead-bound).
+WORK_COLUMNS = ("bwd_flops", "fwd_bytes", "fwd_ops", "bwd_bytes", "bwd_ops")
+EFFICIENCY_COLUMNS = (
+    "fwd_roofline_pct",
+    "fwd_lost_ms",
+    "fwd_bound",
+    "bwd_roofline_pct",
+    "bwd_lost_ms",
+    "bwd_bound",
+)
 BOUND_CODES = {bound: code for code, bound in enumerate(BOUNDS, start=1)}
 
 TEXT_COLUMNS = (

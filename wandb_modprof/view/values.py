@@ -141,24 +141,30 @@ def counted_values(call: CallInfo, own: bool = False) -> dict[str, float]:
         out["bwd_flops"] = as_float(call.bwd_self_flops if own else call.bwd_flops)
         out["fwd_bytes"] = as_float(call.fwd_self_bytes if own else call.fwd_bytes)
         out["fwd_ops"] = as_float(call.fwd_self_ops if own else call.fwd_ops)
+    if call.work_known and call.bwd_work_known:
+        out["bwd_bytes"] = as_float(call.bwd_self_bytes if own else call.bwd_bytes)
+        out["bwd_ops"] = as_float(call.bwd_self_ops if own else call.bwd_ops)
     return out
 
 
 def derived_values(out: dict[str, float], roofline: Roofline | None) -> None:
     """The columns derived from the others: FLOP/s, and the roofline's (`EFFICIENCY_COLUMNS`)
-    where the forward time, its work and the machine's roofline are all known."""
+    of the forward and of the backward, each where its time, its work and the machine's
+    roofline are all known."""
     fwd_ms = out.get("fwd_ms")
-    if fwd_ms is None or not (math.isfinite(fwd_ms) and fwd_ms > 0):
-        return
-    if "fwd_flops" in out:
+    if "fwd_flops" in out and fwd_ms is not None and math.isfinite(fwd_ms) and fwd_ms > 0:
         out["fwd_flop_per_s"] = out["fwd_flops"] / (fwd_ms / 1000.0)
-    if roofline is None or any(c not in out for c in ("fwd_flops", *WORK_COLUMNS)):
+    if roofline is None:
         return
-    found = efficiency(out["fwd_flops"], out["fwd_bytes"], out["fwd_ops"], fwd_ms, roofline)
-    if found is not None:
-        out["fwd_roofline_pct"] = found.pct
-        out["fwd_lost_ms"] = found.lost_ms
-        out["fwd_bound"] = float(BOUND_CODES[found.bound])
+    for way in ("fwd", "bwd"):
+        flops, nbytes, ops, ms = (f"{way}_flops", f"{way}_bytes", f"{way}_ops", f"{way}_ms")
+        if any(c not in out for c in (flops, nbytes, ops, ms)):
+            continue
+        found = efficiency(out[flops], out[nbytes], out[ops], out[ms], roofline)
+        if found is not None:
+            out[f"{way}_roofline_pct"] = found.pct
+            out[f"{way}_lost_ms"] = found.lost_ms
+            out[f"{way}_bound"] = float(BOUND_CODES[found.bound])
 
 
 def module_values(
@@ -201,7 +207,13 @@ def profile_roofline(
     rates = []
     for call in calls:
         known = stats.get(call.key)
-        fwd_ms = known.typical("fwd_ms") if known is not None and call.flops_known else None
-        if fwd_ms is not None and math.isfinite(fwd_ms) and fwd_ms >= RAISE_MIN_MS:
-            rates.append(as_float(call.fwd_flops) / (fwd_ms / 1000.0))
+        if known is None or not call.flops_known:
+            continue
+        counted = [("fwd_ms", call.fwd_flops)]
+        if call.work_known:
+            counted.append(("bwd_ms", call.bwd_flops))
+        for metric, flops in counted:
+            ms = known.typical(metric)
+            if ms is not None and math.isfinite(ms) and ms >= RAISE_MIN_MS:
+                rates.append(as_float(flops) / (ms / 1000.0))
     return raised(line, rates)

@@ -19,11 +19,17 @@ import torch
 from torch import nn
 
 from wandb_modprof._warn import warn_safely
+from wandb_modprof.capture.forward.invocation import tensors_in
 from wandb_modprof.capture.inert_hook import under_compile
 from wandb_modprof.capture.memory.static_memory import ROOT_NAME
 from wandb_modprof.capture.model.compiled import compiled_in_place, is_compiled_wrapper
 from wandb_modprof.capture.model.wrappers import inner_model
 from wandb_modprof.capture.step import registry as _registry
+from wandb_modprof.capture.structure.backward_work import (
+    BackwardWork,
+    owners,
+    with_backward_work,
+)
 from wandb_modprof.capture.structure.calibration import roofline_of
 from wandb_modprof.capture.structure.fake_structure import fake_structure
 from wandb_modprof.capture.structure.structure_pass import (
@@ -109,11 +115,18 @@ class StructureDriver:
         self._warned = False
         self._fastpath: tuple[ModelIndex, bool] | None = None
         self._compiled: tuple[ModelIndex, bool] | None = None
+        self.backward: BackwardWork | None = None  # the last pass's backward, being counted
         if enabled:
             prepare()
 
     def pop_stale(self) -> None:
         self.stale = [s for s in self.stale if not s.pop_modes()]
+
+    def between_steps(self) -> None:
+        """At a root forward (and `detach`): pop stale passes' modes, and stop counting the
+        last pass's backward (`close_backward`)."""
+        self.pop_stale()
+        self.close_backward()
 
     def compiled(self) -> bool:
         """The model has compiled regions (their boundaries are among the hooked modules):
@@ -243,7 +256,39 @@ class StructureDriver:
             return
         finished = structure.finish()
         self._derived.discard(finished.signature)
-        self.sink.add_structure(self._with_roofline(finished, module))
+        stored = self._with_roofline(finished, module)
+        self.sink.add_structure(stored)
+        self._count_backward(structure, stored, result)
+
+    def _count_backward(self, structure: StructurePass, stored: Structure, result: Any) -> None:
+        """Count the backward of the pass's step where one comes (`backward_work`): the sink
+        then gets `stored` again, with each call's backward bytes and ops."""
+        self.close_backward()
+        roots = [t.grad_fn for t in tensors_in(result) if t.grad_fn is not None]
+        if not roots:
+            return  # evaluation, no_grad: no backward to count
+        ranges, parents = structure.call_ranges()
+
+        def done(nbytes: list[int], ops: list[int]) -> None:
+            try:  # (an engine callback: an error here would reach the user's backward)
+                self.sink.add_structure(with_backward_work(stored, parents, nbytes, ops))
+            except Exception as error:
+                self.owner.warn_once("<structure pass backward>", error)
+
+        work = BackwardWork(len(ranges), done)
+        self.backward = work
+        try:
+            work.attach(roots, owners(ranges, *ranges[0]), ranges[0][0])
+        except Exception as error:
+            self.close_backward()
+            self.owner.warn_once("<structure pass backward>", error)
+
+    def close_backward(self) -> None:
+        """A backward that has not come by the next forward is not counted, and no hook of
+        ours stays on a node a later, timed, backward may run."""
+        work, self.backward = self.backward, None
+        if work is not None:
+            work.close()
 
     def end(self) -> None:
         structure, self.current = self.current, None

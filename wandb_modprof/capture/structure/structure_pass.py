@@ -32,6 +32,7 @@ from wandb_modprof.capture.forward.call_keys import CallKeys
 from wandb_modprof.capture.forward.callstack import call_depth
 from wandb_modprof.capture.forward.invocation import tensors_in
 from wandb_modprof.capture.model.wrappers import inner_model
+from wandb_modprof.capture.step import autograd_private as ap
 from wandb_modprof.capture.structure.flops import FlopCount
 from wandb_modprof.capture.structure.slots import input_slots, output_slots
 from wandb_modprof.records.calls import (
@@ -98,20 +99,9 @@ class _Frame:
 
 class _Builder:
     __slots__ = (
-        "bwd_flops",
-        "bytes",
-        "call_index",
-        "depth",
-        "flops",
-        "inputs",
-        "key",
-        "module_id",
-        "module_name",
-        "module_type",
-        "ops",
-        "outputs",
-        "parent",
-    )
+        "bwd_flops", "bytes", "call_index", "depth", "flops", "inputs", "key", "module_id",
+        "module_name", "module_type", "ops", "outputs", "parent", "seq",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -136,6 +126,8 @@ class _Builder:
         self.bwd_flops = 0
         self.bytes = 0
         self.ops = 0
+        # autograd sequence numbers of the nodes created in the call: [start, end)
+        self.seq = (-1, -1)
 
 
 # Python-level in-place operators: they return their first argument (or None for
@@ -317,6 +309,7 @@ class StructurePass:
             len(self._stack),
         )
         self._calls.append(call)
+        call.seq = (ap.sequence_nr(), -1)
         # DDP's forward(*inputs) hands its arguments on unchanged: name them after the user's
         # (`is None`, not `or`: a torch.compile wrapper's truth value calls len() on the model)
         inner = inner_model(module)
@@ -341,6 +334,7 @@ class StructurePass:
         if call.module_id != id(module):
             self.failed = True
             return
+        call.seq = (call.seq[0], ap.sequence_nr())
         slots = output_slots(result)
         call.outputs = tuple(slot for slot, _ in slots)
         for slot, tensors in slots:
@@ -353,6 +347,11 @@ class StructurePass:
                 parent.sources[t] = produced  # what leaves a call is that call's output
         else:
             self.forward_done = True
+
+    def call_ranges(self) -> tuple[list[tuple[int, int]], list[int]]:
+        """Per call, in call order (the finished structure's): the autograd sequence numbers
+        of the nodes created in it, `[start, end)`, and its parent's index (-1: the root)."""
+        return [c.seq for c in self._calls], [c.parent for c in self._calls]
 
     def finish(self) -> Structure:
         assert self.forward_done and not self.failed

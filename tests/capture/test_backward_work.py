@@ -1,0 +1,205 @@
+"""The structure pass's counted backward (`capture/structure/backward_work.py`): bytes and ops
+of each call's backward, equal to what its backward kernels read and write by construction; the
+backward's efficiency class of calls whose class is known; and no counting anywhere else (no
+mode of ours in a timed backward, none left behind by a pass whose backward never came)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+from torch.utils.checkpoint import checkpoint
+
+import wandb_modprof
+from wandb_modprof.capture.structure.backward_work import owners
+from wandb_modprof.records.calls import CallInfo
+
+F32 = 4
+
+
+def _step(model: nn.Module, x: torch.Tensor) -> None:
+    model.zero_grad(set_to_none=True)  # no gradient to accumulate into: AccumulateGrad copies 0
+    model(x).sum().backward()
+
+
+def _calls(model: nn.Module, x: torch.Tensor, steps: int = 3) -> dict[str, CallInfo]:
+    _step(model, x)  # not the process's first step of this model
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(steps):  # the second is the structure pass
+            _step(model, x)
+    (structure,) = prof.structures()
+    return {c.key: c for c in structure.calls}
+
+
+def test_the_backward_bytes_are_what_its_kernels_read_and_write():
+    """A Linear whose input needs no gradient runs two kernels in its backward: the weight's
+    gradient (x^T @ g) and the bias's (a sum of g); a ReLU one (threshold_backward: g and its
+    output read, the gradient written). Views (`t`, `view`, AccumulateGrad's detach) move
+    nothing and are not counted."""
+    batch, n_in, n_out = 64, 256, 512
+    model = nn.Sequential(nn.Linear(n_in, n_out), nn.ReLU())
+    calls = _calls(model, torch.randn(batch, n_in))
+    g = batch * n_out * F32
+    linear = (batch * n_in * F32 + g + n_in * n_out * F32) + (g + n_out * F32)
+    relu = 3 * g
+    assert (calls["0#0"].bwd_bytes, calls["0#0"].bwd_ops) == (linear, 2)
+    assert (calls["1#0"].bwd_bytes, calls["1#0"].bwd_ops) == (relu, 1)
+    root = calls["<root>#0"]
+    assert root.bwd_self_bytes == root.bwd_self_ops == 0  # the loss's `sum` is outside it
+    assert (root.bwd_bytes, root.bwd_ops) == (linear + relu, 3)
+    assert all(c.bwd_work_known for c in calls.values())
+
+
+def test_accumulating_into_an_existing_gradient_is_the_parameters_modules_work():
+    """Without `zero_grad`, AccumulateGrad adds in place (grad and new gradient read, grad
+    written): charged to the Linear that owns the parameters."""
+    model = nn.Linear(32, 16)
+    x = torch.randn(8, 32)
+    model(x).sum().backward()
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(3):
+            model(x).sum().backward()
+    (structure,) = prof.structures()
+    (call,) = structure.calls
+    g = 8 * 16 * F32
+    kernels = (8 * 32 * F32 + g + 32 * 16 * F32) + (g + 16 * F32)
+    accumulate = 3 * (32 * 16 + 16) * F32
+    assert (call.bwd_bytes, call.bwd_ops) == (kernels + accumulate, 4)
+
+
+class _Checkpointed(nn.Module):
+    def __init__(self, reentrant: bool | None) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 64))
+        self.reentrant = reentrant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.reentrant is None:
+            return self.block(x)
+        return checkpoint(self.block, x, use_reentrant=self.reentrant)
+
+
+def test_a_checkpoint_recompute_is_counted_as_backward_work():
+    """Activation checkpointing reruns the block's forward inside the backward: counted as
+    backward work. Reentrant: the whole forward again, in the checkpoint's node (created by
+    the root's code: the root's). Non-reentrant: up to the last tensor the backward needs
+    (the last Linear's output is saved by nothing: its addmm is not rerun), where a saved
+    tensor is first unpacked (in the last Linear's node)."""
+    x = torch.randn(16, 64, requires_grad=True)
+    plain = _calls(_Checkpointed(None), x)
+    block = plain["block#0"]
+    assert (plain["<root>#0"].bwd_ops, block.fwd_ops) == (block.bwd_ops, 3)
+    reentrant = _calls(_Checkpointed(True), x)["<root>#0"]
+    assert reentrant.bwd_ops == block.bwd_ops + block.fwd_ops
+    assert reentrant.bwd_bytes == block.bwd_bytes + block.fwd_bytes
+    again = _calls(_Checkpointed(False), x)
+    assert again["<root>#0"].bwd_ops == block.bwd_ops + 2
+    assert again["block.2#0"].bwd_ops == plain["block.2#0"].bwd_ops + 2
+
+
+class _Probe(torch.autograd.Function):
+    """Identity whose backward notes the dispatch modes active while it runs."""
+
+    seen: list[int] = []
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        _Probe.seen.append(len(_get_current_dispatch_mode_stack()))
+        return g
+
+
+class _Probed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(_Probe.apply(x))
+
+
+def test_only_the_structure_steps_backward_is_counted():
+    """Our counting mode is pushed in the structure pass's backward only: never in a timed or
+    unsampled step's, and not after a pass whose backward never came (its hooks, AccumulateGrad
+    ones included, are gone at the next forward)."""
+    model, x = _Probed(), torch.randn(4, 8, requires_grad=True)
+    _Probe.seen.clear()
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(4):
+            model(x).sum().backward()
+    assert _Probe.seen == [0, 1, 0, 0]  # the second step is the structure pass
+    assert all(c.bwd_work_known for c in prof.structures()[0].calls)
+
+    _Probe.seen.clear()
+    model = _Probed()
+    with wandb_modprof.profile(model) as prof:
+        model(x).sum().backward()
+        model(x)  # the structure pass: its backward never comes
+        for _ in range(3):
+            model(x).sum().backward()
+    assert _Probe.seen == [0, 0, 0, 0]
+    (structure,) = prof.structures()
+    assert not any(c.bwd_work_known for c in structure.calls)
+    assert all(c.work_known for c in structure.calls)  # the forward's counts stay
+    values = wandb_modprof.sinks.values.mode_values(prof, "eff_bwd")
+    assert all(v.value is None for v in values.modules)  # no backward efficiency shown
+
+
+def test_an_evaluation_pass_has_no_backward_to_count():
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()
+    with torch.no_grad(), wandb_modprof.profile(model) as prof:
+        for _ in range(3):
+            model(torch.randn(2, 8))
+    (structure,) = prof.structures()
+    assert not any(c.bwd_work_known for c in structure.calls)
+
+
+class _Known(nn.Module):
+    """A backward of each class by construction: a 512 x 1024 @ 1024 x 1024 matmul whose
+    input and weight both need gradients (two GEMMs: compute-bound), a ReLU over 32 MiB
+    (memory-bound), 200 ops on 4 numbers (overhead-bound)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.matmul = nn.Linear(1024, 1024, bias=False)
+        self.relu = nn.ReLU()
+        self.tiny = _Tiny()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        big = self.relu(torch.ones(8 << 20, requires_grad=True) * x.mean())
+        return self.matmul(x).sum() + big.sum() + self.tiny(x[:1, :4]).sum()
+
+
+class _Tiny(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(100):
+            x = x * 1.0001 + 0.0001
+        return x
+
+
+def test_the_backward_class_of_calls_whose_class_is_known():
+    x = torch.randn(512, 1024, requires_grad=True)
+    model = _Known()
+    model(x).sum().backward()
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(4):
+            model(x).sum().backward()
+    values = wandb_modprof.sinks.values.mode_values(prof, "eff_bwd")
+    bound = {v.key: v.bound for v in values.modules}
+    assert bound == {"matmul#0": "compute", "relu#0": "memory", "tiny#0": "overhead"}, bound
+    assert all(v.value is not None and v.value > 0 for v in values.modules)
+    assert [v.key for v in values.ranked()] == sorted(
+        bound, key=lambda k: -next(v.rank for v in values.modules if v.key == k)
+    )
+
+
+def test_each_node_is_charged_to_the_innermost_call_holding_its_sequence_number():
+    # root [10, 20) with a child [12, 15) and its child [13, 14), then a sibling [16, 18)
+    found = owners([(10, 20), (12, 15), (13, 14), (16, 18)], 10, 20)
+    assert found == [0, 0, 1, 2, 1, 0, 3, 3, 0, 0]
+    assert owners([(5, 8)], 6, 6) == []
