@@ -5,7 +5,7 @@ mode of ours in a timed backward, none left behind by a pass whose backward neve
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -102,7 +102,7 @@ def test_a_checkpoint_recompute_is_counted_as_backward_work():
 class _Probe(torch.autograd.Function):
     """Identity whose backward notes the dispatch modes active while it runs."""
 
-    seen: list[int] = []
+    seen: ClassVar[list[int]] = []
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
