@@ -38,7 +38,7 @@ COMMANDS: dict[str, str] = {
 # overview its speed. tests/api/test_cli_commands.py checks the two are the same.
 MODE_KEYS_IN_HELP = (
     "fwd, bwd, fwd_bwd, self, act, param, grad, optim, peak, param_norm, grad_norm, flops, "
-    "flop_s, eff, imbalance"
+    "flop_s, eff, eff_bwd, imbalance"
 )
 
 EPILOG = """\

@@ -37,6 +37,7 @@ MODES = (
     ("act", "linear"),
     ("peak", "linear"),
     ("eff", "linear"),
+    ("eff_bwd", "linear"),
 )
 WIDTH, HEIGHT = 1100, 640
 
