@@ -152,9 +152,10 @@ of capturing with the hooks the product needs before any of its own work.
 The one-off structure pass (the first watched step follows every tensor op to find the
 module graph, and counts each call's FLOPs, backward FLOPs, bytes moved and ops for the
 efficiency modes, its backward's bytes and ops on the step's own backward; the machine's
-roofline is calibrated once per process, in the first of the repeats) against a plain step; a one-step `profile` block with and
-without deriving the graph from that step (`sampled` / `derived`, and how much lands in the
-root's reported forward); and `prof.table()` (merge, view graphs, layout, rows), also for a
+roofline is calibrated once per process, in the first of the repeats) against a plain step;
+a one-step `profile` block with and without deriving the graph from that step (`sampled` /
+`derived`, and how much lands in the root's reported forward); and `prof.table()` (merge,
+view graphs, layout, rows), also for a
 2,000-call transformer. Steps alternate plain / measured, one torch thread, medians.
 """,
     ),

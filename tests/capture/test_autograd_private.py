@@ -6,6 +6,7 @@ silently reading zero backward time).
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -77,3 +78,50 @@ def test_functorch_detection() -> None:
     vmap(f)(torch.ones(3, 2))
     assert seen == [True]
     assert not ap.functorch_active()
+
+
+def test_a_mode_pushed_for_a_node_ends_with_the_node():
+    """`push_mode_for_this_node` (the structure pass's backward count): the node's ops see the
+    mode, the next node and the code after the backward do not, even after a node raised."""
+    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+
+    assert ap.counts_backward()
+    seen: list[tuple[str, str]] = []
+
+    class Note(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append((ap.current_autograd_node().name(), str(func)))
+            return func(*args, **(kwargs or {}))
+
+    mode = Note()
+    stacks: list[int] = []
+
+    def pre(grad_outputs):  # type: ignore[no-untyped-def]
+        stacks.append(len(_get_current_dispatch_mode_stack()))
+        if ap.current_autograd_node().name() == "TanhBackward0":
+            ap.push_mode_for_this_node(mode)
+
+    x = torch.randn(4, requires_grad=True)
+    y = (torch.tanh(x) * 3).sum()
+    for node in (y.grad_fn, y.grad_fn.next_functions[0][0], y.grad_fn.next_functions[0][0]
+                 .next_functions[0][0]):  # fmt: skip
+        node.register_prehook(pre)
+    y.backward()
+    assert stacks == [0, 0, 0]  # sum, mul, tanh: nothing left over from an earlier node
+    assert {name for name, _ in seen} == {"TanhBackward0"} and seen
+    assert _get_current_dispatch_mode_stack() == []
+
+    class Boom(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):  # type: ignore[no-untyped-def]
+            return a.clone()
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[no-untyped-def]
+            raise ValueError("boom")
+
+    z = Boom.apply(x).sum()
+    z.grad_fn.next_functions[0][0].register_prehook(lambda g: ap.push_mode_for_this_node(mode))
+    with pytest.raises(ValueError, match="boom"):
+        z.backward()
+    assert _get_current_dispatch_mode_stack() == []

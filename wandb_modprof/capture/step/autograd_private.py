@@ -155,3 +155,21 @@ def functorch_active() -> bool:
     forward then runs on wrapper tensors with no storage, which nothing here can measure
     (reading their storage raises), so such a forward is passed through unmeasured."""
     return _PEEK_FUNCTORCH is not None and _PEEK_FUNCTORCH() is not None
+
+
+# ---- used by the structure pass's backward count (`capture/structure/backward_work.py`) --------
+_PUSH_DISPATCH_MODE = _lookup(torch._C, "_push_on_torch_dispatch_stack")
+
+
+def counts_backward() -> bool:
+    """This torch has what counting a backward's ops per node needs (else it is not counted)."""
+    return _PUSH_DISPATCH_MODE is not None and _CURRENT_AUTOGRAD_NODE is not None
+
+
+def push_mode_for_this_node(mode: Any) -> None:
+    """Push a `TorchDispatchMode` for the rest of the autograd node running now (from its
+    pre-hook). The engine restores the thread's dispatch-mode stack after every node (a
+    `ThreadLocalStateGuard` per node), so nothing pops it: it cannot outlive the node, even one
+    that raises. `TorchDispatchMode.__enter__` is not used: the Python-level flags it sets would
+    stay set after a node that raises, and code inside the node sees the model's own state."""
+    _PUSH_DISPATCH_MODE(mode)

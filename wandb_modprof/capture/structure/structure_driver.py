@@ -24,6 +24,7 @@ from wandb_modprof.capture.inert_hook import under_compile
 from wandb_modprof.capture.memory.static_memory import ROOT_NAME
 from wandb_modprof.capture.model.compiled import compiled_in_place, is_compiled_wrapper
 from wandb_modprof.capture.model.wrappers import inner_model
+from wandb_modprof.capture.step import autograd_private as ap
 from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.capture.structure.backward_work import (
     BackwardWork,
@@ -265,7 +266,7 @@ class StructureDriver:
         then gets `stored` again, with each call's backward bytes and ops."""
         self.close_backward()
         roots = [t.grad_fn for t in tensors_in(result) if t.grad_fn is not None]
-        if not roots:
+        if not roots or not ap.counts_backward():
             return  # evaluation, no_grad: no backward to count
         ranges, parents = structure.call_ranges()
 
