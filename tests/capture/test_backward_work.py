@@ -69,6 +69,33 @@ def test_accumulating_into_an_existing_gradient_is_the_parameters_modules_work()
     assert (call.bwd_bytes, call.bwd_ops) == (kernels + accumulate, 4)
 
 
+class _Residual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.b = nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        return self.b(h) + h
+
+
+def test_gradients_that_meet_are_summed_by_the_node_whose_gradient_arrives_second():
+    """`h` feeds `b` and the skip: the engine adds the two gradients of `h` (one read, one
+    read, the sum written) when the second arrives: after `b`'s node (the skip's `add`
+    backward, created last, runs first and passes its gradient on without a kernel)."""
+    calls = _calls(_Residual(), torch.randn(8, 16))
+    g, w = 8 * 32 * F32, 32 * 32 * F32
+    weight_and_bias = lambda n_in: (g + 8 * n_in * F32 + n_in * 32 * F32) + (g + 32 * F32)  # noqa: E731
+    into_h = g + w + g  # g @ W: the gradient of b's input
+    assert (calls["a#0"].bwd_bytes, calls["a#0"].bwd_ops) == (weight_and_bias(16), 2)
+    assert (calls["b#0"].bwd_bytes, calls["b#0"].bwd_ops) == (
+        weight_and_bias(32) + into_h + 3 * g,
+        4,
+    )
+    assert calls["<root>#0"].bwd_self_ops == 0
+
+
 class _Checkpointed(nn.Module):
     def __init__(self, reentrant: bool | None) -> None:
         super().__init__()
