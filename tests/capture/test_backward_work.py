@@ -5,8 +5,10 @@ mode of ours in a timed backward, none left behind by a pass whose backward neve
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, ClassVar
 
+import pytest
 import torch
 from torch import nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
@@ -230,3 +232,101 @@ def test_each_node_is_charged_to_the_innermost_call_holding_its_sequence_number(
     found = owners([(10, 20), (12, 15), (13, 14), (16, 18)], 10, 20)
     assert found == [0, 0, 1, 2, 1, 0, 3, 3, 0, 0]
     assert owners([(5, 8)], 6, 6) == []
+
+
+class _CondBackward(torch.autograd.Function):
+    """A backward that runs a higher-order operator (as some libraries' kernels do)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return torch.cond(g.sum() > 0, lambda t: t * 2, lambda t: t * 2, (g,))
+
+
+class _WithCond(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _CondBackward.apply(self.lin(x))
+
+
+def test_a_higher_order_operator_in_the_backward_runs_and_its_ops_count():
+    model, x = _WithCond(), torch.randn(4, 8)
+    twin = _WithCond()
+    twin.load_state_dict(model.state_dict())
+    calls = _calls(model, x)
+    _step(twin, x), _step(twin, x), _step(twin, x), _step(twin, x)
+    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+        assert a.grad is not None and torch.equal(a.grad, b.grad)
+    root = calls["<root>#0"]
+    # the Function's node is the root's: its `sum` and `gt` count; the branch's `mul` runs
+    # inside the higher-order operator, unseen (as in the forward's count)
+    assert root.bwd_work_known and root.bwd_self_ops == 2
+
+
+def test_every_backward_of_the_step_is_counted_a_gradient_penalty_too():
+    """`torch.autograd.grad(..., create_graph=True)` before `loss.backward()`: both are the
+    step's backward work (summed), not the first alone."""
+
+    def penalised(model: nn.Module, x: torch.Tensor) -> None:
+        model.zero_grad(set_to_none=True)
+        out = model(x)
+        (g,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+        (out.sum() + g.pow(2).sum()).backward()
+
+    x = torch.randn(8, 32, requires_grad=True)
+    counts = {}
+    for name, step in (("plain", _step), ("penalty", penalised)):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 1))
+        step(model, x)
+        with wandb_modprof.profile(model) as prof:
+            for _ in range(3):
+                step(model, x)
+        (structure,) = prof.structures()
+        counts[name] = {c.key: c.bwd_ops for c in structure.calls if c.bwd_work_known}
+    assert set(counts["penalty"]) == set(counts["plain"]) == {"<root>#0", "0#0", "1#0", "2#0"}
+    # the first backward runs each call's input-gradient kernels; the second all of them,
+    # and through the first one's graph (the double backward of Tanh and both Linears)
+    for key, ops in counts["plain"].items():
+        assert counts["penalty"][key] > ops, (key, counts)
+
+
+def test_a_sparse_gradient_is_counted():
+    """`Embedding(sparse=True)`: its gradient is a sparse tensor, which `nbytes` refuses; it
+    is sized by its values and indices (20 rows of 8 floats, 20 int64 indices: 800 bytes)."""
+    model = nn.Embedding(100, 8, sparse=True)
+    tokens = torch.randint(0, 100, (4, 5), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an internal error would warn
+        (call,) = _calls(model, tokens).values()
+    assert call.bwd_work_known and call.bwd_ops >= 1
+    assert call.bwd_bytes >= 2 * (20 * 8 * F32 + 20 * 8)  # the gradient written and read
+
+
+def test_a_count_that_fails_warns_once_and_shows_no_backward_counts(monkeypatch):
+    """An op the counter cannot size: the capture warns once, the graph keeps the forward's
+    counts only, and the backward's gradients are the unobserved model's."""
+    from wandb_modprof.capture.structure import backward_work
+
+    def refuse(*args: object) -> int:
+        raise RuntimeError("cannot size this")
+
+    monkeypatch.setattr(backward_work, "moved_bytes", refuse)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    twin = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    twin.load_state_dict(model.state_dict())
+    x = torch.randn(4, 8)
+    with pytest.warns(RuntimeWarning, match="<structure pass backward>.*cannot size this"):
+        calls = _calls(model, x)
+    _step(twin, x), _step(twin, x), _step(twin, x), _step(twin, x)
+    assert not any(c.bwd_work_known for c in calls.values())
+    assert all(c.work_known for c in calls.values())
+    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(a.grad, b.grad)

@@ -7,18 +7,23 @@ created the node (the innermost call whose sequence numbers hold the node's). Ev
 the node runs is then charged to that call, as the forward's are: bytes read and written
 (`work.moved_bytes`), one op, views not counted. The autograd engine restores the thread's
 mode stack after each node, so the mode ends with its node, even one that raises
-(`autograd_private.push_mode_for_this_node`). A parameter's AccumulateGrad node is charged to the
-call of the node that fed it (its module's); an activation-checkpointing recompute runs inside
-a node of the checkpointed call and counts as that call's backward work, which it is.
+(`autograd_private.push_mode_for_this_node`). A parameter's AccumulateGrad node is charged to
+the call of the node that fed it (its module's); where two gradients of a tensor meet, the
+engine's sum runs in the node whose gradient arrives second, and is its call's. An
+activation-checkpointing recompute runs inside a node and is that node's call's backward work:
+reentrant, the node of `checkpoint` itself (the call whose code called it); non-reentrant, the
+node that first unpacks a recomputed tensor.
 
-The counts are complete at the end of the first backward through these nodes (an engine
-callback queued by the first node): `done` receives them, and the hooks turn into no-ops
-(those of the AccumulateGrad nodes, which outlive the graph, are removed). A step
-whose backward never comes (evaluation, a forward-only pass) is closed at the next forward
-(`close`) with nothing counted: its calls keep `bwd_work_known=False`.
+Every backward through these nodes until the model's next forward is counted, summed: a
+`torch.autograd.grad(..., create_graph=True)` before `loss.backward()` (a gradient penalty)
+is backward work of the step too. At the end of each (an engine callback queued by its first
+node) `done` receives the counts so far; the next forward (or `detach`) removes the hooks
+(`close`). A step whose backward never comes (evaluation, a forward-only pass) keeps
+`bwd_work_known=False`. An op whose tensors cannot be sized, or an error in a hook, stops the
+count: `done` is then told the error (the capture warns once) and the backward runs on.
 
 The pass's step is never timed, so the hooks and the mode cost nothing that is measured, and
-neither holds a tensor: the hook holds this counter, which holds integers.
+neither holds a tensor: the hooks hold this counter, which holds integers.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ from wandb_modprof.capture.structure.work import is_view, moved_bytes
 from wandb_modprof.records.calls import Structure
 
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
-Done = Callable[[list[int], list[int]], None]
+# (bytes, ops) per call, own nodes only, summed over the backwards so far; or the error that
+# stopped the count
+Done = Callable[[list[int], list[int], Exception | None], None]
 
 
 def owners(ranges: Sequence[tuple[int, int]], lo: int, hi: int) -> list[int]:
@@ -52,13 +59,17 @@ def owners(ranges: Sequence[tuple[int, int]], lo: int, hi: int) -> list[int]:
 
 
 class _Count(TorchDispatchMode):
-    """Charges every op run while it is pushed to `call` (one per thread: the engine may run
-    nodes on several device threads at once)."""
+    """Charges every op run while it is pushed to `call`. One per thread, with its own
+    counts: the engine may run nodes on several device threads at once."""
 
-    def __init__(self, work: BackwardWork) -> None:
+    supports_higher_order_operators = True  # torch.cond & co. in a backward run unchanged
+
+    def __init__(self, work: BackwardWork, calls: int) -> None:
         super().__init__()
         self.work = work
         self.call = -1
+        self.bytes = [0] * calls
+        self.ops = [0] * calls
 
     def __torch_dispatch__(
         self,
@@ -72,11 +83,12 @@ class _Count(TorchDispatchMode):
             return NotImplemented  # tensor subclasses unwrap first; we see their plain ops
         out = func(*args, **kwargs)
         if is_view(func) or isinstance(func, torch._ops.HigherOrderOperator):
-            return out
+            return out  # (the ops inside a higher-order operator are not seen, as forward)
         try:
-            self.work.add(self.call, moved_bytes(args, kwargs, out))
-        except Exception:
-            self.work.failed = True
+            self.bytes[self.call] += moved_bytes(args, kwargs, out)
+            self.ops[self.call] += 1
+        except Exception as error:  # an argument we cannot size: the count is unknown
+            self.work.fail(error)
         return out
 
 
@@ -84,45 +96,45 @@ class BackwardWork:
     """The counted backward of one structure pass's calls (see the module docstring)."""
 
     def __init__(self, calls: int, done: Done) -> None:
-        self.bytes = [0] * calls  # of the call's own nodes (children's are theirs)
-        self.ops = [0] * calls
-        self.failed = False
+        self.calls = calls
+        self.error: Exception | None = None
         self.closed = False
-        self._done = done
+        self._done: Done | None = done
         self._owner: list[int] = []
         self._lo = 0
         self._accumulate: dict[int, int] = {}  # id of an AccumulateGrad node -> its call
-        self._handles: list[Any] = []  # of the AccumulateGrad nodes (they outlive the graph)
-        self._task: int | None = None  # the graph task of the backward being counted
-        self._modes = threading.local()
+        self._handles: list[Any] = []
+        self._tasks: set[int] = set()  # the backwards (graph tasks) seen
+        self._local = threading.local()
+        self._modes: list[_Count] = []  # every thread's
 
     def attach(self, roots: Iterable[Any], owner: list[int], lo: int) -> int:
         """Hook the nodes reachable from `roots` (the forward's output nodes) created in
         `[lo, lo + len(owner))` (`owner`: the call of each), and the AccumulateGrad nodes they
-        feed; the number hooked. One pre-hook, the same function on every node: registering
-        is most of the cost (tens of thousands of nodes in a large model)."""
+        feed; the number hooked. One pre-hook, the same function on every node (registering
+        is most of the cost: tens of thousands of nodes in a large model)."""
         self._owner, self._lo = owner, lo
         todo = [(node, -1) for node in roots]
         seen: set[int] = set()
-        hook = self._pre
+        hook, handles = self._pre, self._handles
         while todo:
             node, via = todo.pop()
             if id(node) in seen:
                 continue
             seq = ap.node_sequence_nr(node)
             if 0 <= seq - lo < len(owner):
-                seen.add(id(node))
-                node.register_prehook(hook)  # (the graph's nodes die with it: no handle kept)
                 call = owner[seq - lo]
                 todo.extend((n, call) for n, _ in node.next_functions if n is not None)
             elif via >= 0 and ap.is_accumulate_grad(node):
-                seen.add(id(node))
                 self._accumulate[id(node)] = via
-                self._handles.append(node.register_prehook(hook))
+            else:
+                continue  # created before the pass's forward (its inputs' history)
+            seen.add(id(node))
+            handles.append(node.register_prehook(hook))
         return len(seen)
 
     def _pre(self, grad_outputs: Any) -> None:
-        if self.closed:
+        if self.closed or self.error is not None:
             return
         try:
             node = ap.current_autograd_node()
@@ -132,37 +144,44 @@ class BackwardWork:
             else:
                 call = self._accumulate.get(id(node), -1)
             task = ap.graph_task_id()
-            if self._task != task:
-                if self._task is not None:
-                    return  # a second backward through the same graph: counted once
-                self._task = task
-                ap.queue_end_of_backward(self._finish)
+            if task not in self._tasks:
+                self._tasks.add(task)
+                ap.queue_end_of_backward(self._publish)
             if call < 0:
                 return
-            mode = getattr(self._modes, "mode", None)
+            mode = getattr(self._local, "mode", None)
             if mode is None:
-                mode = self._modes.mode = _Count(self)
+                mode = self._local.mode = _Count(self, self.calls)
+                self._modes.append(mode)
             mode.call = call
             ap.push_mode_for_this_node(mode)
-        except Exception:
-            self.failed = True
+        except Exception as error:  # never break the user's backward
+            self.fail(error)
 
-    def add(self, call: int, nbytes: int) -> None:
-        self.bytes[call] += nbytes
-        self.ops[call] += 1
+    def fail(self, error: Exception) -> None:
+        if self.error is None:
+            self.error = error
 
-    def _finish(self) -> None:
-        """The end of the counted backward (an engine callback)."""
-        if self.closed:
+    def _publish(self) -> None:
+        """The end of a counted backward (an engine callback): the counts so far."""
+        done = self._done
+        if self.closed or done is None:
             return
-        self.close()
-        if not self.failed:
-            self._done(self.bytes, self.ops)
+        if self.error is not None:
+            self._done = None  # told once
+            done([], [], self.error)
+            return
+        nbytes, ops = [0] * self.calls, [0] * self.calls
+        for mode in list(self._modes):
+            nbytes = [a + b for a, b in zip(nbytes, mode.bytes, strict=True)]
+            ops = [a + b for a, b in zip(ops, mode.ops, strict=True)]
+        done(nbytes, ops, None)
 
     def close(self) -> None:
-        """Remove the AccumulateGrad nodes' hooks (they outlive the step; the graph's nodes
-        go with it, their hook a no-op from now on); nothing more is counted."""
+        """Remove the hooks (AccumulateGrad nodes outlive the step; a graph kept alive would
+        hold them, and through them the capture); nothing more is counted."""
         self.closed = True
+        self._done = None
         handles, self._handles = self._handles, []
         for handle in handles:
             handle.remove()

@@ -270,11 +270,15 @@ class StructureDriver:
             return  # evaluation, no_grad: no backward to count
         ranges, parents = structure.call_ranges()
 
-        def done(nbytes: list[int], ops: list[int]) -> None:
+        def done(nbytes: list[int], ops: list[int], error: Exception | None) -> None:
             try:  # (an engine callback: an error here would reach the user's backward)
-                self.sink.add_structure(with_backward_work(stored, parents, nbytes, ops))
-            except Exception as error:
-                self.owner.warn_once("<structure pass backward>", error)
+                if error is None:
+                    self.sink.add_structure(with_backward_work(stored, parents, nbytes, ops))
+                    return
+                self.sink.add_structure(stored)  # no partial counts shown as counted
+            except Exception as failed:
+                error = failed
+            self.owner.warn_once("<structure pass backward>", error)
 
         work = BackwardWork(len(ranges), done)
         self.backward = work
@@ -286,7 +290,7 @@ class StructureDriver:
 
     def close_backward(self) -> None:
         """A backward that has not come by the next forward is not counted, and no hook of
-        ours stays on a node a later, timed, backward may run."""
+        ours stays on a node a later, timed, backward may run (`BackwardWork.close`)."""
         work, self.backward = self.backward, None
         if work is not None:
             work.close()

@@ -116,9 +116,20 @@ def moved_bytes(args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any) -> i
     return _bytes_of((*args, *kwargs.values())) + _bytes_of(out)
 
 
+def _nbytes(t: torch.Tensor) -> int:
+    """numel x element size; a sparse COO tensor's values and indices (`nbytes` refuses
+    sparse tensors: an `Embedding(sparse=True)`'s gradient)."""
+    try:
+        return int(t.nbytes)
+    except RuntimeError:
+        if t.layout is not torch.sparse_coo:
+            raise
+        return int(t._values().nbytes + t._indices().nbytes)
+
+
 def _bytes_of(value: Any) -> int:
     if isinstance(value, torch.Tensor):
-        return int(value.nbytes)
+        return _nbytes(value)
     if not isinstance(value, (tuple, list)):
         return 0
     total, seen = 0, set()
@@ -126,7 +137,7 @@ def _bytes_of(value: Any) -> int:
         for t in item if isinstance(item, (tuple, list)) else (item,):
             if isinstance(t, torch.Tensor) and id(t) not in seen:
                 seen.add(id(t))
-                total += t.nbytes  # numel x element size: logical bytes
+                total += _nbytes(t)  # logical bytes
     return int(total)
 
 
