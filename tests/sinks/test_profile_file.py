@@ -40,6 +40,8 @@ from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.records.stat_columns import ColumnMetrics
 from wandb_modprof.sinks.profile_schema import AT_LEAST, NON_NEGATIVE_METRICS, RUN_KINDS
 from wandb_modprof.sinks.profile_times import DURATIONS, TIME_LIMIT_MS
+from wandb_modprof.sinks.summary import format_mode_summary
+from wandb_modprof.sinks.values import mode_values
 
 ROOT = "<root>#0"
 
@@ -924,6 +926,10 @@ def test_a_version_6_file_loads_without_backward_counts(tmp_path: Path) -> None:
     assert not any(c.bwd_work_known or c.bwd_bytes or c.bwd_ops for c in back.calls)
     assert back.roofline == structure.roofline and all(c.work_known for c in back.calls)
     assert [c.fwd_bytes for c in back.calls] == [c.fwd_bytes for c in structure.calls]
+    loaded = _load_text(tmp_path, json.dumps(old))
+    text = format_mode_summary(mode_values(loaded, "eff_bwd"), 5)
+    assert "no module has a value in mode eff_bwd" in text and "(file v7+;" in text
+    assert mode_values(loaded, "eff").ranked()  # the forward's efficiency is still shown
     bad = json.loads(json.dumps(old))
     bad["structures"][0]["calls"][0]["bwd_ops"] = 0
     with pytest.raises(ModProfError, match='unknown field "bwd_ops" \\(in a version 6 file\\)'):

@@ -232,7 +232,12 @@ def format_mode_summary(values: ModeValues, n: int, notes: Sequence[str] = ()) -
     regions = region_notes(values.regions, n)
     if not measured:
         why = "no sampled steps" if values.num_samples == 0 else "not measured in this profile"
-        if values.num_samples and m.rank_by:
+        if values.num_samples and m.bound_by == "bwd_bound":
+            why += (
+                ": it needs the backward counted on a structure pass's step (file v7+; a step "
+                "whose backward came before the next forward)"
+            )
+        elif values.num_samples and m.rank_by:
             why += ": it needs a structure pass's counts and the machine's roofline (file v6+)"
         return "\n".join([head, f"no module has a value in mode {m.key} ({why}).", *regions]) + "\n"
     shown = measured[:n]
