@@ -33,14 +33,14 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from wandb_modprof.capture.step import autograd_private as ap
-from wandb_modprof.capture.structure.work import is_view, moved_bytes
+from wandb_modprof.capture.structure.flops import PLAIN_TYPES, handles
+from wandb_modprof.capture.structure.structure_pass import rolled_up
+from wandb_modprof.capture.structure.work import is_work, moved_bytes
 from wandb_modprof.records.calls import Structure
 
-_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 # (bytes, ops) per call, own nodes only, summed over the backwards so far; or the error that
 # stopped the count
 Done = Callable[[list[int], list[int], Exception | None], None]
@@ -79,11 +79,11 @@ class _Count(TorchDispatchMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if any(t not in _PLAIN_TYPES for t in types):
-            return NotImplemented  # tensor subclasses unwrap first; we see their plain ops
+        if not handles(func, types, PLAIN_TYPES):
+            return NotImplemented
         out = func(*args, **kwargs)
-        if is_view(func) or isinstance(func, torch._ops.HigherOrderOperator):
-            return out  # (the ops inside a higher-order operator are not seen, as forward)
+        if not is_work(func):
+            return out
         try:
             self.bytes[self.call] += moved_bytes(args, kwargs, out)
             self.ops[self.call] += 1
@@ -192,10 +192,7 @@ def with_backward_work(
 ) -> Structure:
     """`structure` with its calls' counted backward: `nbytes[i]` / `ops[i]` of call i's own
     nodes, summed up the tree for the inclusive counts (`parents[i]`: -1 for the root)."""
-    inclusive_bytes, inclusive_ops = list(nbytes), list(ops)
-    for i in range(len(parents) - 1, 0, -1):  # children come after their parent
-        inclusive_bytes[parents[i]] += inclusive_bytes[i]
-        inclusive_ops[parents[i]] += inclusive_ops[i]
+    inclusive_bytes, inclusive_ops = rolled_up(nbytes, parents), rolled_up(ops, parents)
     calls = tuple(
         dataclasses.replace(
             call,

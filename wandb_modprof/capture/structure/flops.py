@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
-from wandb_modprof.capture.structure.work import backward_flops, is_view, moved_bytes
+from wandb_modprof.capture.structure.work import backward_flops, is_work, moved_bytes
 
 
 class FlopSink(Protocol):
@@ -71,7 +71,13 @@ FORMULAS: dict[Any, Any] = {
     **flop_registry,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops,
 }
-_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def handles(func: Any, types: Any, plain_types: tuple[type, ...]) -> bool:
+    """A counting mode runs and counts this op itself: not a metadata query, and only plain
+    tensors (a tensor subclass unwraps first, and its plain ops come back to the mode)."""
+    return func not in _SHAPE_QUERIES and all(t in plain_types for t in types)
 
 
 class FlopCount(TorchDispatchMode):
@@ -88,7 +94,7 @@ class FlopCount(TorchDispatchMode):
         # and refuses any op on a real tensor: FakeTensorMode runs an op whose tensors are all
         # real for real (`self.count += 1` on a plain tensor attribute would change the model).
         self.fake_type = fake_type
-        self.plain_types = _PLAIN_TYPES if fake_type is None else (*_PLAIN_TYPES, fake_type)
+        self.plain_types = PLAIN_TYPES if fake_type is None else (*PLAIN_TYPES, fake_type)
 
     def __torch_dispatch__(
         self,
@@ -98,15 +104,13 @@ class FlopCount(TorchDispatchMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if func in _SHAPE_QUERIES or any(t not in self.plain_types for t in types):
-            return NotImplemented  # tensor subclasses unwrap first; we see their plain ops
+        if not handles(func, types, self.plain_types):
+            return NotImplemented
         if self.fake_type is not None:
             self._refuse_real_tensors(func, args, kwargs)
         out = func(*args, **kwargs)
-        if self.pass_.failed or isinstance(func, torch._ops.HigherOrderOperator):
+        if self.pass_.failed or not is_work(func):
             return out
-        if is_view(func):
-            return out  # no data moved, no FLOPs: not an op of the call's work
         try:
             formula = FORMULAS.get(func._overloadpacket)
             flops = bwd = 0

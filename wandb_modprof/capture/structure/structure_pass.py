@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -355,18 +355,11 @@ class StructurePass:
 
     def finish(self) -> Structure:
         assert self.forward_done and not self.failed
-        inclusive = [c.flops for c in self._calls]
-        bwd = [c.bwd_flops for c in self._calls]
-        nbytes = [c.bytes for c in self._calls]
-        ops = [c.ops for c in self._calls]
-        known = [True] * len(self._calls)
-        for i in range(len(self._calls) - 1, 0, -1):  # children come after their parent
-            parent = self._calls[i].parent
-            inclusive[parent] += inclusive[i]
-            bwd[parent] += bwd[i]
-            nbytes[parent] += nbytes[i]
-            ops[parent] += ops[i]
-            known[parent] = known[parent] and known[i]
+        parents = [c.parent for c in self._calls]
+        inclusive, bwd, nbytes, ops = (
+            rolled_up([getattr(c, name) for c in self._calls], parents)
+            for name in ("flops", "bwd_flops", "bytes", "ops")
+        )
         calls = tuple(
             CallInfo(
                 key=c.key,
@@ -380,17 +373,26 @@ class StructurePass:
                 outputs=c.outputs,
                 fwd_flops=inclusive[i],
                 fwd_self_flops=c.flops,
-                flops_known=known[i],
+                flops_known=True,  # (every op of every call of the pass was counted)
                 bwd_flops=bwd[i],
                 bwd_self_flops=c.bwd_flops,
                 fwd_bytes=nbytes[i],
                 fwd_self_bytes=c.bytes,
                 fwd_ops=ops[i],
                 fwd_self_ops=c.ops,
-                work_known=known[i],
+                work_known=True,
             )
             for i, c in enumerate(self._calls)
         )
         edges = tuple(sorted(self._edges, key=lambda e: (e.view_key, e.src_key, e.dst_key)))
         signature = call_signature(c.key for c in self._calls)
         return Structure(signature, self.training, calls, edges)
+
+
+def rolled_up(own: Sequence[int], parents: Sequence[int]) -> list[int]:
+    """Inclusive counts from each call's own (`parents[i]`: the index of call i's parent, -1
+    for the root; children come after their parent, as calls are entered)."""
+    inclusive = list(own)
+    for i in range(len(parents) - 1, 0, -1):
+        inclusive[parents[i]] += inclusive[i]
+    return inclusive

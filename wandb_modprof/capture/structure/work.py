@@ -141,6 +141,12 @@ def _bytes_of(value: Any) -> int:
     return int(total)
 
 
+def is_work(func: Any) -> bool:
+    """An op that is work of the call it runs in: not a view (no data moved), not a
+    higher-order operator (`torch.cond` & co.: the ops inside it are not seen)."""
+    return not (is_view(func) or isinstance(func, torch._ops.HigherOrderOperator))
+
+
 def is_view(func: Any) -> bool:
     """An op that returns a view of its input (no data moved)."""
     return bool(getattr(func, "is_view", False))
