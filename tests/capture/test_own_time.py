@@ -57,6 +57,9 @@ def _slow(original):  # type: ignore[no-untyped-def]
     return slowed
 
 
+# Serially (the `accuracy` tests): the bounds below are a few scheduler ticks, and one
+# preemption of the training thread beside the parallel suite is a tick.
+@pytest.mark.accuracy
 @pytest.mark.parametrize("where", ["node walk at each return", "saved-tensor pack hook"])
 def test_slow_hook_work_is_not_charged_to_enclosing_calls(
     monkeypatch: pytest.MonkeyPatch, where: str
@@ -146,6 +149,7 @@ def test_hook_cost_is_measured() -> None:
     assert 50 <= cost.pack_ns <= 1_000_000, cost
 
 
+@pytest.mark.accuracy  # serially: the bound is one scheduler tick (4 ms)
 def test_slow_unpack_is_not_charged_to_backward(monkeypatch: pytest.MonkeyPatch) -> None:
     """Our unpack hook runs inside the backward node that needs the tensor; slowed by 4 ms per
     saved tensor it must not show in the nodes' (the modules') backward times."""
