@@ -122,8 +122,7 @@ run.finish()
         # modules of known time (tests/phantom.py): the baseline is the same model, so the
         # gate passes; the same model with one module 6x slower must fail it (the gate's
         # sensitivity to a 1.5x change is tests/sinks/test_regression.py's). Serial: beside
-        # the parallel suite the unchanged model's busy-waits ran up to 1.9x slower in the
-        # second profile, beyond any honest noise bound (z 3.0)
+        # the parallel suite the unchanged model's busy-waits slow down between its profiles
         serial=True,
         prelude="""
 import os, torch, wandb_modprof
