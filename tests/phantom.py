@@ -6,54 +6,80 @@ its children. So every module call's true inclusive and self time is known witho
 anything unobserved, and a profiler's figures can be compared with it directly
 (`tests/capture/test_accuracy_by_construction.py`, `benchmarks/accuracy.py`).
 
-Why the comparison holds on a shared, loaded machine: a spin ends at its deadline whatever
-happened during it (a preemption inside a spin costs nothing extra), and preemption anywhere
-else only ever *adds* time. So over several samples the minimum of a measured time is the
-truth plus what the measurement itself adds; the median (what the panel colours by) also
-carries how loaded the machine was, and is not a statement about the profiler.
+Why the comparison holds on a shared, loaded machine. Each spin logs how long it really took
+(`SpinLog`): a preemption inside a spin that outlasts its deadline lengthens the spin, and that
+length is the truth of the step it happened in, for the profiler and for the truth alike. What
+is left for a preemption to spoil is the short work between spins (a module call's dispatch,
+the Function's Python, the autograd engine between nodes): it only ever *adds* time to the
+measured figure. So each sample is compared with its own truth (`step_truth`), and over
+several samples the smallest error is what the measurement itself adds, while the median error
+also carries how loaded the machine was. With a busy loop on every core this holds: the
+scheduler preempts the process every few milliseconds, mostly inside spins.
 
-The small work of a call beyond its nominal spin (the Function's Python overhead, the module
-call, the spin's overshoot of its deadline at 1 ms) is measured once on unobserved cells
-(`overheads`) and added to the truth. Longer spins overshoot a little more (about 1 % of their
-length here), which the truth leaves out: it errs low, never in the profiler's favour.
+The small work of a call beyond its spin (the Function's Python overhead, the module call) is
+measured once on unobserved cells (`overheads`), its real spins subtracted, and added to the
+truth.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import wandb_modprof
+from wandb_modprof.records.sample import InvocationRecord
 
 
-def spin(seconds: float) -> None:
-    """Busy-wait `seconds` on the monotonic clock (a sleep would yield the core)."""
-    if seconds <= 0:
-        return
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        pass
+def spin(seconds: float) -> float:
+    """Busy-wait `seconds` on the monotonic clock (a sleep would yield the core); returns the
+    milliseconds it really took (more than `seconds` when the process was preempted across its
+    deadline)."""
+    start = now = time.perf_counter()
+    deadline = start + seconds
+    while now < deadline:
+        now = time.perf_counter()
+    return (now - start) * 1e3
+
+
+@dataclass
+class SpinLog:
+    """The real length (ms) of every spin of one module's own code since the last `clear`, in
+    the order they ran: forward, recompute (a forward run again inside the backward, under
+    activation checkpointing) and backward."""
+
+    fwd: list[float] = field(default_factory=list)
+    recompute: list[float] = field(default_factory=list)
+    bwd: list[float] = field(default_factory=list)
+
+    def clear(self) -> None:
+        self.fwd.clear()
+        self.recompute.clear()
+        self.bwd.clear()
 
 
 class _Spin(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, fwd_s: float, bwd_s: float) -> torch.Tensor:  # type: ignore[override]
-        ctx.bwd_s = bwd_s
+    def forward(ctx, x: torch.Tensor, fwd_s: float, bwd_s: float, log: SpinLog) -> torch.Tensor:  # type: ignore[override]
+        ctx.bwd_s, ctx.log = bwd_s, log
         # Saved and read back in the backward, as real layers do: non-reentrant checkpointing
         # recomputes a region only when its backward unpacks a saved tensor.
         ctx.save_for_backward(x)
-        spin(fwd_s)
+        ms = spin(fwd_s)
+        # Inside a backward (a graph task is running) a forward is a checkpoint's recompute.
+        in_backward = torch._C._current_graph_task_id() >= 0
+        (log.recompute if in_backward else log.fwd).append(ms)
         return x * 1.0  # a new tensor: the Function's node joins the graph
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:  # type: ignore[override]
         (_x,) = ctx.saved_tensors
-        spin(ctx.bwd_s)
-        return grad, None, None
+        ctx.log.bwd.append(spin(ctx.bwd_s))
+        return grad, None, None, None
 
 
 @dataclass(frozen=True)
@@ -70,9 +96,10 @@ class Cell(nn.Module):
     def __init__(self, cost: Cost) -> None:
         super().__init__()
         self.cost = cost
+        self.log = SpinLog()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _Spin.apply(x, self.cost.fwd_ms / 1e3, self.cost.bwd_ms / 1e3)
+        return _Spin.apply(x, self.cost.fwd_ms / 1e3, self.cost.bwd_ms / 1e3, self.log)
 
 
 class Stage(nn.Module):
@@ -82,11 +109,12 @@ class Stage(nn.Module):
     def __init__(self, own: Cost, cells: list[Cost], repeat: bool = False) -> None:
         super().__init__()
         self.own = own
+        self.log = SpinLog()
         self.cells = nn.ModuleList(Cell(c) for c in cells)
         self.repeat = repeat
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = _Spin.apply(x, self.own.fwd_ms / 1e3, self.own.bwd_ms / 1e3)
+        x = _Spin.apply(x, self.own.fwd_ms / 1e3, self.own.bwd_ms / 1e3, self.log)
         for cell in self.cells:
             x = cell(x)
         if self.repeat:
@@ -123,6 +151,19 @@ class Phantom(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.ckpt(self.reused(self.plain(x)))
 
+    def stages(self) -> list[tuple[str, Stage, bool]]:
+        """(qualified name, stage, checkpointed) of each stage."""
+        return [
+            ("plain", self.plain, False),
+            ("reused", self.reused, False),
+            ("ckpt.stage", self.ckpt.stage, True),
+        ]
+
+    def clear_logs(self) -> None:
+        for module in self.modules():
+            if isinstance(module, Cell | Stage):
+                module.log.clear()
+
 
 @dataclass
 class Truth:
@@ -137,98 +178,151 @@ class Truth:
 
 @dataclass(frozen=True)
 class Overheads:
-    """Time of one phantom call beyond its nominal spin, measured with nothing attached."""
+    """Time of one phantom call beyond its spin, measured with nothing attached."""
 
-    fwd_ms: float  # a module call of a Cell: module dispatch, the Function's forward, overshoot
+    fwd_ms: float  # a module call of a Cell: module dispatch, the Function's forward
     bwd_ms: float  # the Function's backward node, per node, in a chain of cells
 
 
 def overheads(repeats: int = 7, calls: int = 40, spin_ms: float = 1.0) -> Overheads:
-    """What one phantom call costs beyond its nominal spin, with nothing attached: batches of
-    `calls` calls of a cell spinning `spin_ms` (forward), and a backward through a chain of
-    `calls` such cells (its nodes run one after another), per call, less `spin_ms`. A real spin
-    is measured, not a zero one: on a VM a spin overshoots its deadline (timer and scheduler
-    ticks), part of every phantom call's true cost. The fastest batch of `repeats`, as the
-    comparisons take the fastest sample."""
+    """What one phantom call costs beyond its spin, with nothing attached: batches of `calls`
+    calls of a cell spinning `spin_ms` (forward), and a backward through a chain of `calls`
+    such cells (its nodes run one after another), per call, less the spins' real lengths. The
+    fastest batch of `repeats`, as the comparisons take the least perturbed sample."""
     cell = Cell(Cost(spin_ms, spin_ms))
     x = torch.ones(4, requires_grad=True)
     fwd, bwd = [], []
     for _ in range(repeats):
+        cell.log.clear()
         start = time.perf_counter()
         for _ in range(calls):
             cell(x)
-        fwd.append((time.perf_counter() - start) / calls)
+        fwd.append(((time.perf_counter() - start) * 1e3 - sum(cell.log.fwd)) / calls)
         y = x
         for _ in range(calls):
             y = cell(y)
         loss = y.sum()
+        cell.log.clear()
         start = time.perf_counter()
         loss.backward()
-        bwd.append((time.perf_counter() - start) / calls)
-    return Overheads(min(fwd) * 1e3 - spin_ms, min(bwd) * 1e3 - spin_ms)
+        bwd.append(((time.perf_counter() - start) * 1e3 - sum(cell.log.bwd)) / calls)
+    return Overheads(min(fwd), min(bwd))
 
 
-def truth(model: Phantom, over: Overheads) -> dict[str, Truth]:
-    """The true time of every call key of one step of `model` (keys as wandb_modprof names
-    them: `<qualified name>#<call index>`)."""
+@dataclass(frozen=True)
+class _Spins:
+    """One call's own spins (ms): its forward, backward and recompute (0 where none)."""
+
+    fwd: float
+    bwd: float
+    recompute: float
+
+
+def _nominal(cost: Cost, recompute: bool) -> _Spins:
+    return _Spins(cost.fwd_ms, cost.bwd_ms, cost.fwd_ms if recompute else 0.0)
+
+
+def _logged(log: SpinLog, call: int, calls: int, recompute: bool) -> _Spins:
+    """Call `call` of `calls` (in forward order) of a module that logged its spins: the
+    backward runs the calls in reverse order."""
+    expected = (calls, calls, calls if recompute else 0)
+    got = (len(log.fwd), len(log.bwd), len(log.recompute))
+    if got != expected:
+        raise ValueError(f"spins (fwd, bwd, recompute) logged {got}, expected {expected}")
+    return _Spins(
+        log.fwd[call], log.bwd[calls - 1 - call], log.recompute[call] if recompute else 0.0
+    )
+
+
+def _truth(model: Phantom, over: Overheads, logged: bool) -> dict[str, Truth]:
     out: dict[str, Truth] = {}
+
+    def spins_of(module: Cell | Stage, cost: Cost, call: int, calls: int, rec: bool) -> _Spins:
+        return _logged(module.log, call, calls, rec) if logged else _nominal(cost, rec)
 
     # Under checkpointing a call's forward runs again inside the backward: its recompute, which
     # its backward time includes (a container's: its own code's and its children's).
     def stage_truth(name: str, stage: Stage, recompute: bool) -> Truth:
-        own_f, own_b = stage.own.fwd_ms + over.fwd_ms, stage.own.bwd_ms + over.bwd_ms
-        calls = [(f"{name}.cells.{i}#0", cell) for i, cell in enumerate(stage.cells)]
+        own = spins_of(stage, stage.own, 0, 1, recompute)
+        own_f, own_b = own.fwd + over.fwd_ms, own.bwd + over.bwd_ms
+        own_r = own.recompute + over.fwd_ms if recompute else 0.0
+        calls = [(f"{name}.cells.{i}#0", cell, 0) for i, cell in enumerate(stage.cells)]
         if stage.repeat:
-            calls.append((f"{name}.cells.0#1", stage.cells[0]))
-        fwd, bwd = own_f, own_b
-        for key, cell in calls:
-            f, b = cell.cost.fwd_ms + over.fwd_ms, cell.cost.bwd_ms + over.bwd_ms
-            r = f if recompute else 0.0
+            calls.append((f"{name}.cells.0#1", stage.cells[0], 1))
+        fwd, bwd, rec = own_f, own_b, own_r
+        for key, cell, call in calls:
+            count = 2 if stage.repeat and cell is stage.cells[0] else 1
+            s = spins_of(cell, cell.cost, call, count, recompute)
+            f, b = s.fwd + over.fwd_ms, s.bwd + over.bwd_ms
+            r = s.recompute + over.fwd_ms if recompute else 0.0
             out[key] = Truth(f, b + r, f, b + r, recompute_ms=r if recompute else None)
-            fwd, bwd = fwd + f, bwd + b
-        r = fwd if recompute else 0.0
-        st = Truth(fwd, bwd + r, own_f, own_b + (own_f if recompute else 0.0))
-        st.recompute_ms = r if recompute else None
+            fwd, bwd, rec = fwd + f, bwd + b, rec + r
+        st = Truth(fwd, bwd + rec, own_f, own_b + own_r, rec if recompute else None)
         out[f"{name}#0"] = st
         return st
 
-    stages = [
-        stage_truth("plain", model.plain, False),
-        stage_truth("reused", model.reused, False),
-        stage_truth("ckpt.stage", model.ckpt.stage, True),
-    ]
+    stages = [stage_truth(name, stage, ck) for name, stage, ck in model.stages()]
     ck = stages[2]
     out["ckpt#0"] = Truth(ck.fwd_ms, ck.bwd_ms, 0.0, 0.0, recompute_ms=ck.recompute_ms)
     out["<root>#0"] = Truth(sum(s.fwd_ms for s in stages), sum(s.bwd_ms for s in stages), 0.0, 0.0)
     return out
 
 
+def truth(model: Phantom, over: Overheads) -> dict[str, Truth]:
+    """The nominal true time of every call key of one step of `model` (keys as wandb_modprof
+    names them: `<qualified name>#<call index>`): spins as set, on an idle core."""
+    return _truth(model, over, logged=False)
+
+
+def step_truth(model: Phantom, over: Overheads) -> dict[str, Truth]:
+    """The true time of every call key of the step `model` just ran (after `clear_logs`): its
+    spins' real lengths, which include the preemptions that fell inside them."""
+    return _truth(model, over, logged=True)
+
+
 METRICS = ("fwd_ms", "bwd_ms", "fwd_self_ms", "bwd_self_ms", "recompute_ms")
 
 
-def profiled(model: Phantom, samples: int) -> wandb_modprof.Profile:
+@dataclass
+class PhantomRun:
+    """A profiled run of a phantom: the profile, and each sampled step's records (by key)
+    beside that step's truth."""
+
+    prof: wandb_modprof.Profile
+    model: Phantom
+    over: Overheads
+    steps: list[tuple[dict[str, InvocationRecord], dict[str, Truth]]]
+
+
+def profiled(model: Phantom, samples: int, over: Overheads) -> PhantomRun:
     """`samples` sampled steps of `model` under `wandb_modprof.profile`, after one untimed step
-    (a process's first forward and backward pay its one-time start-up)."""
+    (a process's first forward and backward pay its one-time start-up), each step's records
+    read back (between steps, outside every measured window) beside its truth."""
     torch.set_num_threads(1)
     x = torch.ones(8, requires_grad=True)
     model(x).sum().backward()
+    steps, last = [], None
     with wandb_modprof.profile(model, structure=False) as prof:
         for _ in range(samples):
+            model.clear_logs()
             model(x).sum().backward()
-    return prof
+            sample = prof.last_sample
+            if sample is None or sample is last:
+                raise RuntimeError(f"step {len(steps)} left no sample of its own")
+            last = sample
+            steps.append(({r.key: r for r in sample.invocations}, step_truth(model, over)))
+    return PhantomRun(prof, model, over, steps)
 
 
-def errors(
-    prof: wandb_modprof.Profile, model: Phantom, over: Overheads, statistic: str = "min"
-) -> dict[str, float]:
-    """Relative error (measured / true - 1) of `statistic` over samples ("min" or "median"),
-    per "<key> <metric>", for every true time >= 1 ms."""
-    stats, out = prof.stats(), {}
-    for key, true in truth(model, over).items():
-        if key not in stats:
-            raise KeyError(f"{key} not profiled; got {sorted(stats)}")
+def errors(run: PhantomRun, statistic: str = "min") -> dict[str, float]:
+    """Per "<key> <metric>", for every nominal true time >= 1 ms: the relative error
+    (measured / true - 1) of each sample against its own step's truth, reduced over samples by
+    `statistic`: "min" (the least perturbed sample: what the measurement adds) or "median"."""
+    reduce = {"min": min, "median": statistics.median}[statistic]
+    out = {}
+    for key, nominal in truth(run.model, run.over).items():
         for metric in METRICS:
-            value = getattr(true, metric)
+            value = getattr(nominal, metric)
             if value is None or value < 1.0:
                 continue
             # The wrapper that calls torch.utils.checkpoint is not itself recomputed, only its
@@ -236,6 +330,11 @@ def errors(
             # reported (recompute_ms is None there).
             if metric == "recompute_ms" and key == "ckpt#0":
                 continue
-            measured = getattr(stats[key].metrics[metric], statistic)
-            out[f"{key} {metric}"] = measured / value - 1.0
+            per_sample = []
+            for records, true in run.steps:
+                if key not in records:
+                    raise KeyError(f"{key} not profiled; got {sorted(records)}")
+                measured = getattr(records[key], metric)
+                per_sample.append(measured / getattr(true[key], metric) - 1.0)
+            out[f"{key} {metric}"] = reduce(per_sample)
     return out

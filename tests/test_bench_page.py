@@ -54,10 +54,15 @@ OVERHEAD_OUTPUT = [
     "",
     "## A heading the script prints",
     "Per model: 5 warm-up rounds.",
-    "| model | config | ratio |",
+    "| model | config | ratio | target | met |",
+    "|---|---|---|---|---|",
+    "| transformer | plain (no hooks) | 1.000x |  |  |",
+    "| transformer | watched, sampled (log_freq=1) | 1.234x | <= 1.15x | **no** |",
+    "| transformer | watched, unsampled | 1.004x | <= 1.01x | yes |",
+    "",
+    "| model | thread x floor | target |",
     "|---|---|---|",
-    "| transformer | plain (no hooks) | 1.000x |",
-    "| transformer | watched, sampled (log_freq=1) | 1.234x |",
+    "| nested-100 | 28.9x | <= 2.5x **no** |",
 ]
 FLOOR_OUTPUT = ["torch 2.13.0+cpu, 10000 modules", "floor: 103 us per module call"]
 
@@ -71,7 +76,7 @@ def write_fixtures(bench_page: ModuleType, folder: Path) -> None:
 
 def sections(page: str) -> dict[str, str]:
     """The page's `## ` sections by title."""
-    parts = re.split(r"^## (.+)$", page, flags=re.MULTILINE)
+    parts = re.split(r"^## (.+?)(?: \{#[\w-]+\})?$", page, flags=re.MULTILINE)
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
@@ -81,13 +86,26 @@ def test_page_assembled_from_stored_results(bench_page: ModuleType, tmp_path: Pa
     argv = ["--assemble", "--bench-dir", str(tmp_path / "bench"), "--page", str(page_path)]
     assert bench_page.main(argv) == 0
     page = page_path.read_text(encoding="utf-8")
-    assert page.startswith("# Performance\n")
+    assert page.startswith("---\nhide:\n") and "\n# Performance { .wide-tables }\n" in page
     assert "make bench" in page and "A/A" in page
     found = sections(page)
     assert list(found) == [b.title for b in bench_page.BENCHMARKS]
 
     overhead = found[bench_page.BY_NAME["overhead"].title]
     assert "| transformer | watched, sampled (log_freq=1) | 1.234x |" in overhead
+    assert (
+        page.count("{#overhead}") == 1 and "## The floor: torch's own hooks {#hook-floor}" in page
+    )
+    head = page.split("\n## ", 1)[0]
+    assert "**Measured at** git abc1234, every section" in head
+    # the rows marked not met, each once, linked to its section; the met one is not listed
+    assert "**Unmet targets** (2;" in head
+    assert (
+        "- [Step-time overhead of `watch`](#overhead): transformer / watched, sampled "
+        "(log_freq=1): ratio 1.234x, target <= 1.15x"
+    ) in head
+    assert "(#overhead): nested-100: thread x floor 28.9x, target <= 2.5x" in head
+    assert "unsampled" not in head
     assert "Command:" not in overhead  # said once, in the metadata line
     assert "overhead of `watch`" not in overhead  # nor the title twice
     assert "#### A heading the script prints" in overhead  # under the section's level
@@ -116,10 +134,17 @@ def test_page_assembled_from_stored_results(bench_page: ModuleType, tmp_path: Pa
             assert "*Run " not in text
 
 
+def at_commit(bench_page: ModuleType, monkeypatch: pytest.MonkeyPatch, commit: str) -> None:
+    """The tree at `commit`, with no uncommitted change."""
+    monkeypatch.setattr(bench_page, "uncommitted", list)
+    monkeypatch.setattr(bench_page, "_git", lambda *args: commit)
+
+
 def test_rerun_of_one_section_keeps_the_others(
     bench_page: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_fixtures(bench_page, tmp_path / "bench")
+    at_commit(bench_page, monkeypatch, "abc1234")
     ran: list[str] = []
 
     def fake_run(bench: Any) -> dict[str, Any]:
@@ -147,12 +172,57 @@ def test_failed_benchmark_keeps_its_previous_result(
 ) -> None:
     write_fixtures(bench_page, tmp_path / "bench")
     before = (tmp_path / "bench" / "overhead.json").read_text(encoding="utf-8")
+    at_commit(bench_page, monkeypatch, "abc1234")
     monkeypatch.setattr(bench_page, "run_one", lambda bench: None)
     page_path = tmp_path / "performance.md"
     argv = ["--only", "overhead", "--bench-dir", str(tmp_path / "bench"), "--page", str(page_path)]
     assert bench_page.main(argv) == 1
     assert (tmp_path / "bench" / "overhead.json").read_text(encoding="utf-8") == before
     assert "1.234x" in page_path.read_text(encoding="utf-8")
+
+
+def test_a_dirty_tree_is_refused_unless_asked(
+    bench_page: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    write_fixtures(bench_page, tmp_path / "bench")
+    monkeypatch.setattr(bench_page, "uncommitted", lambda: ["wandb_modprof/api/watch.py"])
+    ran: list[str] = []
+
+    def fake_run(bench: Any) -> dict[str, Any]:
+        ran.append(bench.name)
+        fixture = result(bench.name, ["| case | ms |", "|---|---|"], bench.command)
+        return {**fixture, "local_changes": ["wandb_modprof/api/watch.py"]}
+
+    monkeypatch.setattr(bench_page, "run_one", fake_run)
+    page_path = tmp_path / "performance.md"
+    argv = ["--bench-dir", str(tmp_path / "bench"), "--page", str(page_path)]
+    assert bench_page.main(argv) == 2
+    assert ran == [] and not page_path.exists()
+    assert "uncommitted changes (wandb_modprof/api/watch.py)" in capsys.readouterr().err
+    monkeypatch.setattr(bench_page, "_has_cuda", lambda: False)
+    assert bench_page.main([*argv, "--allow-dirty"]) == 0
+    page = page_path.read_text(encoding="utf-8")
+    assert "git abc1234-dirty" in page.split("\n## ", 1)[0]
+    assert "git abc1234 (uncommitted: wandb_modprof/api/watch.py)" in page
+
+
+def test_results_of_several_commits_are_refused_unless_asked(
+    bench_page: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    write_fixtures(bench_page, tmp_path / "bench")
+    floor = tmp_path / "bench" / "hook_floor.json"
+    floor.write_text(floor.read_text("utf-8").replace("abc1234", "def5678"), encoding="utf-8")
+    with pytest.raises(bench_page.MixedCommitsError, match=r"overhead abc1234, .*def5678"):
+        bench_page.assemble(tmp_path / "bench")
+    page = bench_page.assemble(tmp_path / "bench", allow_mixed=True)
+    assert "**Measured at 2 different commits**" in page
+    assert "[The floor: torch's own hooks](#hook-floor) def5678" in page
+    # one section rerun at a new HEAD while the others are older: refused before running
+    at_commit(bench_page, monkeypatch, "fff0000")
+    monkeypatch.setattr(bench_page, "run_one", lambda bench: pytest.fail("ran"))
+    argv = ["--only", "layout", "--bench-dir", str(tmp_path / "bench")]
+    assert bench_page.main([*argv, "--page", str(tmp_path / "p.md")]) == 2
+    assert "measured at abc1234, def5678, not at HEAD fff0000" in capsys.readouterr().err
 
 
 def test_committed_page_is_the_generated_one(bench_page: ModuleType) -> None:

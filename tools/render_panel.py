@@ -12,13 +12,22 @@ too. Also `report_gpt2.png`: the self-contained HTML report (`prof.to_html`) of 
 GPT-2 profile, opened from file:// with the network blocked, drilled into `transformer`, and
 `panel_moe_grid.png`: `tests/models.py`'s MoEStack (two layers of 128 expert MLPs), the first
 layer's view, its experts drawn as a grid hottest first (`view/blocks.py`), log colour scale.
-`--only NAME` renders one model's pictures. Needs `make vendor` and Debian's chromium (as the
-browser tests do).
+
+`hero_panel.png`, the README's and the docs home page's opening picture, is made to be read at
+the size it is shown (full width of a ~700 px text column): the same GPT-2 profile in a panel
+of only 620 x 590 CSS px, the graph zoomed to 1 (node labels 12 px, `HERO_ZOOM`) and panned
+so that blocks h.0 to ln_f stand left of the hover card, captured at 2 device pixels per
+CSS pixel (sharp on HiDPI screens; the markup gives its width, not the file's).
+
+`--only NAME` renders one model's pictures (`hero`: the hero picture only). Needs `make vendor`
+and Debian's chromium (as the browser tests do).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import math
 import os
 import sys
 from pathlib import Path
@@ -40,6 +49,13 @@ MODES = (
     ("eff_bwd", "linear"),
 )
 WIDTH, HEIGHT = 1100, 640
+# The hero picture: shown at ~690 px (the docs' text column) to ~830 px (a README on GitHub), so
+# a 620 px wide panel shows its smallest (10 px) text at 11-13 px. Zoom 1 draws node labels at
+# 12 px, type lines at 10; the h.* column's top-left corner goes to (HERO_LEFT, HERO_TOP).
+HERO_WIDTH, HERO_HEIGHT = 620, 590
+HERO_ZOOM = 1.0
+HERO_LEFT, HERO_TOP = 254, 44
+HERO_PIXEL_RATIO = 2
 
 
 def _train(model: torch.nn.Module, batch: Any, loss_fn: Any, steps: int = 4) -> Any:
@@ -97,6 +113,51 @@ def screenshot(
     panel.close()
 
 
+def hero_screenshot(browser: Any, prof: Any, path: Path) -> None:
+    """The GPT-2 panel at `HERO_WIDTH` x `HERO_HEIGHT`, opened at `transformer`, fwd + bwd, the
+    graph zoomed to `HERO_ZOOM` and panned so that blocks h.0 ... ln_f stand left of the hover
+    card of the hottest block; captured at `HERO_PIXEL_RATIO` device pixels per CSS pixel."""
+    table = prof.table()
+    rows = [dict(zip(table.columns, row, strict=True)) for row in table.rows]
+    panel = browser.open_panel(_spec.filled({}), rows, width=HERO_WIDTH, height=HERO_HEIGHT)
+    panel.click("node_rect", lambda item: item.datum.get("label") == "transformer")
+    panel.click("mode_entry", lambda item: item.datum.get("key") == "fwd_bwd")
+    panel.click("scale_entry", lambda item: item.datum.get("key") == "linear")
+
+    def block(label: str) -> Any:
+        return panel.item("node_rect", lambda item: item.datum.get("label") == label)
+
+    # one wheel turn from the fitted zoom to HERO_ZOOM (the spec zooms by 1.0018 ** -deltaY)
+    anchor = block("h.1")
+    panel.wheel(anchor.cx, anchor.cy, -math.log(HERO_ZOOM / panel.signal("k")) / math.log(1.0018))
+    # then a drag on the background, as a user pans
+    box = panel.page.locator("#panel").bounding_box()
+    column, top = block("h.1"), block("h.0")
+    start = (column.x + column.width + 24, column.cy)
+    if panel.pick(*start).mark != "graph_bg":
+        raise SystemExit(f"the pan would not start on the background: {panel.pick(*start)}")
+    dx, dy = box["x"] + HERO_LEFT - column.x, box["y"] + HERO_TOP - top.y
+    panel.drag(start, (start[0] + dx, start[1] + dy))
+    nodes = [i for i in panel.items("node_rect") if i.datum.get("node_kind") == "module"]
+    hottest = max(nodes, key=lambda i: float(i.datum.get("v") or 0))
+    panel.hover("node_rect", lambda item: item.datum.get("node_key") == hottest.datum["node_key"])
+    # device pixels: the page keeps its CSS layout (and the hover), only its resolution changes
+    cdp = panel.page.context.new_cdp_session(panel.page)
+    viewport = panel.page.viewport_size or {}
+    cdp.send(
+        "Emulation.setDeviceMetricsOverride",
+        {**viewport, "deviceScaleFactor": HERO_PIXEL_RATIO, "mobile": False},
+    )
+    panel.settle()
+    if panel.errors():
+        raise SystemExit(f"the panel reported errors: {panel.errors()}")
+    if panel.signal("card_key") != hottest.datum["node_key"]:
+        raise SystemExit(f"the hover card shows {panel.signal('card_key')!r}, not the hottest")
+    shot = cdp.send("Page.captureScreenshot", {"format": "png", "clip": {**box, "scale": 1}})
+    path.write_bytes(base64.b64decode(shot["data"]))
+    panel.close()
+
+
 def report_screenshot(browser: Any, prof: Any, path: Path) -> None:
     html = path.with_suffix(".html")
     prof.to_html(html, mode="bwd", title="GPT-2 (4 layers, from a config)")
@@ -112,7 +173,7 @@ def report_screenshot(browser: Any, prof: Any, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="docs/images", type=Path)
-    parser.add_argument("--only", choices=("gpt2", "resnet", "moe"), default=None)
+    parser.add_argument("--only", choices=("gpt2", "resnet", "moe", "hero"), default=None)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
@@ -124,9 +185,14 @@ def main() -> None:
             ("resnet", resnet_profile, ["layer2", "0"]),
             ("moe", moe_profile, ["layers.0"]),
         ):
-            if args.only not in (None, name):
+            if args.only not in (None, name) and not (args.only == "hero" and name == "gpt2"):
                 continue
             prof = make()
+            if name == "gpt2":
+                hero_screenshot(browser, prof, args.out / "hero_panel.png")
+                print(f"wrote {args.out / 'hero_panel.png'}")
+                if args.only == "hero":
+                    continue
             if name == "moe":
                 path = args.out / "panel_moe_grid.png"
                 screenshot(browser, prof, "fwd_bwd", "log", path, opens)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
@@ -139,7 +140,7 @@ def test_an_interrupt_while_starting_is_one_line_and_130(monkeypatch, capsys):
     def interrupted() -> object:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "build_parser", interrupted)
+    monkeypatch.setattr(wandb_modprof_cli, "build_parser", interrupted)
     try:
         status = cli.main(["summary", "p.modprof.json"])
     except KeyboardInterrupt:  # would end the whole pytest session
@@ -239,20 +240,41 @@ def test_an_interrupt_while_torch_imports_is_one_line_and_130(tmp_path: Path) ->
     ), done.stderr[-800:]
 
 
+# Answered by the console command's module alone: every --help, no command, an unknown command,
+# a usage error of each command (before any file is opened).
+NO_PACKAGE_NEEDED = [
+    ["--help"],
+    [],
+    ["bogus"],
+    *([name, "--help"] for name in wandb_modprof_cli.COMMANDS),
+    *([name, "-h"] for name in wandb_modprof_cli.COMMANDS),
+    ["summary"],
+    ["summary", "x.modprof.json", "--top", "0"],
+    ["report", "x.modprof.json", "--mode", "speed"],
+    ["compare", "a.modprof.json"],
+    ["compare", "a.modprof.json", "b.modprof.json", "--fail-above", "0.5"],
+    ["demo", "--steps", "0"],
+    ["register-chart", "--bogus"],
+]
+
+
 def test_help_imports_no_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`wandb-modprof --help`, no command and an unknown command are answered by the console
-    command's module alone (under a second), with the full parser's words."""
+    """`wandb-modprof --help`, `wandb-modprof COMMAND --help`, no command, an unknown command
+    and usage errors import neither torch nor the package (a fresh interpreter: nothing is
+    imported before), and answer as `python -m wandb_modprof` does (`wandb_modprof.api.cli`)."""
     code = (
-        "import contextlib, io, sys, wandb_modprof_cli as cli\n"
-        "for argv in (['--help'], [], ['bogus']):\n"
+        "import contextlib, io, json, sys, wandb_modprof_cli as cli\n"
+        "answers = []\n"
+        "for argv in json.loads(sys.argv[1]):\n"
         "    out, err = io.StringIO(), io.StringIO()\n"
         "    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):\n"
         "        status = cli.main(argv)\n"
-        "    print(repr((status, out.getvalue(), err.getvalue())))\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'wandb_modprof')))\n"
+        "    answers.append([status, out.getvalue(), err.getvalue()])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'wandb_modprof'))\n"
+        "print(json.dumps([answers, heavy]))\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code, json.dumps(NO_PACKAGE_NEEDED)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -261,19 +283,109 @@ def test_help_imports_no_torch(monkeypatch: pytest.MonkeyPatch) -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "100"},
     )
     assert proc.returncode == 0, proc.stderr
-    *answers, imported = proc.stdout.splitlines()
-    assert imported == "[]"
+    answers, imported = json.loads(proc.stdout)
+    assert imported == []
     from wandb_modprof.api import cli
 
     monkeypatch.setenv("COLUMNS", "100")  # argparse wraps help to the terminal's width
-    for line, argv in zip(answers, (["--help"], [], ["bogus"]), strict=True):
-        # the same parser with each command's options: the same answer
-        parser = cli.build_parser()
-        out, err = io.StringIO(), io.StringIO()
+    for (status, out, err), argv in zip(answers, NO_PACKAGE_NEEDED, strict=True):
+        assert status == (0 if "--help" in argv or "-h" in argv else cli.EXIT_INPUT), argv
+        assert (out if status == 0 else err).startswith("usage: wandb-modprof"), argv
         with (
-            contextlib.redirect_stdout(out),
-            contextlib.redirect_stderr(err),
-            pytest.raises(SystemExit) as exit_,
+            contextlib.redirect_stdout(io.StringIO()) as out2,
+            contextlib.redirect_stderr(io.StringIO()) as err2,
         ):
-            parser.parse_args(argv)
-        assert line == repr((exit_.value.code, out.getvalue(), err.getvalue()))
+            assert cli.main(argv) == status
+        assert (out, err) == (out2.getvalue(), err2.getvalue()), argv
+
+
+def test_the_values_copied_into_the_help_are_the_packages() -> None:
+    """`wandb_modprof_cli` copies the values its help shows (importing them would import
+    torch); each copy is the package's value."""
+    from wandb_modprof.records import modes
+    from wandb_modprof.sinks import spec
+
+    assert wandb_modprof_cli.MODE_KEYS == modes.MODE_KEYS
+    assert wandb_modprof_cli.DEFAULT_MODE == modes.DEFAULT_MODE
+    assert wandb_modprof_cli.SCALES == modes.SCALES
+    assert wandb_modprof_cli.DEFAULT_SCALE == modes.DEFAULT_SCALE
+    assert wandb_modprof_cli.CHART_NAME == spec.CHART_NAME
+
+
+def test_every_command_in_the_table_has_an_implementation() -> None:
+    from wandb_modprof.api import cli_commands
+
+    assert list(cli_commands.COMMANDS) == list(wandb_modprof_cli.COMMANDS)
+
+
+# ---- the imports go one way -----------------------------------------------------------------
+def _modules() -> dict[str, Path]:
+    """The package's modules and the console command's module, by name."""
+    found = {"wandb_modprof_cli": ROOT / "wandb_modprof_cli.py"}
+    for path in (ROOT / "wandb_modprof").rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imported(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of `known` that importing `name` runs: every import in the file, also those
+    inside functions and under TYPE_CHECKING (a lazy import is an edge of a cycle too), with
+    the packages above each (importing `a.b.c` runs `a` and `a.b` first)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text("utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            targets += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            targets += [module, *(f"{module}.{alias.name}" for alias in node.names)]
+    found = set()
+    for target in targets:
+        parts = target.split(".")
+        found |= {".".join(parts[:n]) for n in range(1, len(parts) + 1)} & known
+    return found - {name}
+
+
+def _reachable(start: str, edges: dict[str, set[str]]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(edges[start])
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += edges[module]
+    return seen
+
+
+def test_no_import_cycle_between_the_console_command_and_the_package() -> None:
+    """`wandb_modprof.api.cli` imports `wandb_modprof_cli`, which runs the commands of
+    `wandb_modprof.api.cli_commands`: nothing `wandb_modprof_cli` imports, however late,
+    leads back to it (before, it imported `wandb_modprof.api.cli`, which imports it)."""
+    modules = _modules()
+    edges = {name: _imported(name, path, set(modules)) for name, path in modules.items()}
+    top, cli, commands = (
+        "wandb_modprof_cli",
+        "wandb_modprof.api.cli",
+        "wandb_modprof.api.cli_commands",
+    )
+    assert top in edges[cli]  # the package's name for the command line is the console module
+    assert commands in edges[top]  # which runs the implementations
+    assert top not in _reachable(top, edges)
+    assert cli not in _reachable(top, edges)
+    assert not {top, cli} & _reachable(commands, edges)
+
+
+def test_the_cycle_check_sees_lazy_imports(tmp_path: Path) -> None:
+    late = tmp_path / "late.py"
+    late.write_text("def f():\n    from wandb_modprof.api.cli import main\n")
+    known = {"wandb_modprof", "wandb_modprof.api", "wandb_modprof.api.cli"}
+    assert _imported("late", late, known) == known
+    edges = {"a": {"b"}, "b": {"a"}, "c": {"a"}}
+    assert _reachable("a", edges) == {"a", "b"} and "c" not in _reachable("a", edges)

@@ -420,22 +420,38 @@ def test_an_interrupt_exits_130(files, capsys, monkeypatch):
     )
 
 
-def test_help_documents_the_exit_status(capsys):
+EXIT_STATUS_ROWS = [
+    "  0    success",
+    "  1    compare --fail-above: a module call regressed",
+    "  2    usage or input error",
+    "  3    internal error",
+    "  130  interrupted (Ctrl-C)",
+    'Errors are one line on stderr: "wandb-modprof: error: ...".',
+]
+
+
+def test_help_documents_the_exit_status_once(capsys):
+    """The exit statuses are the same for every command: the overview lists them, once; each
+    command's help points there instead of repeating them."""
     assert _cli.main(["--help"]) == 0
-    out = capsys.readouterr().out
+    overview = capsys.readouterr().out
     for command in ("demo", "report", "summary", "compare", "register-chart"):
         # each command once: one table row (name, then two spaces or the end of the line)
-        assert len(re.findall(rf"^ *{command}(  |$)", out, re.MULTILINE)) == 1, out
-    assert "exit status:" in out and "130  interrupted" in out
-    assert ", ".join(MODE_KEYS) in out
-    for command in ("report", "summary", "compare"):  # the commands that take --mode
+        assert len(re.findall(rf"^ *{command}(  |$)", overview, re.MULTILINE)) == 1, overview
+    assert ", ".join(MODE_KEYS) in overview
+    helps = {}
+    for command in ("demo", "report", "summary", "compare", "register-chart"):
         assert _cli.main([command, "--help"]) == 0
-        out = capsys.readouterr().out
-        assert "exit status:" in out and f"analysis modes (--mode): {', '.join(MODE_KEYS)}" in out
-    for command in ("demo", "register-chart"):  # no --mode: no list of modes
-        assert _cli.main([command, "--help"]) == 0
-        out = capsys.readouterr().out
-        assert "exit status:" in out and "--mode" not in out and "analysis modes" not in out
+        helps[command] = capsys.readouterr().out
+        assert "exit status: see `wandb-modprof --help`" in helps[command]
+        if command in ("report", "summary", "compare"):  # the commands that take --mode
+            assert f"analysis modes (--mode): {', '.join(MODE_KEYS)}" in helps[command]
+        else:  # no --mode: no list of modes
+            assert "--mode" not in helps[command] and "analysis modes" not in helps[command]
+    everything = "\n".join([overview, *helps.values()])
+    assert everything.count("\nexit status:\n") == 1 and "\nexit status:\n" in overview
+    for row in EXIT_STATUS_ROWS:
+        assert everything.count(row) == 1 and row in overview, row
 
 
 # ---- as a user runs it ----------------------------------------------------------------------

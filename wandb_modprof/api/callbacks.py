@@ -27,14 +27,6 @@ def on_module(
 ) -> ModuleCallbacks:
     """Call functions at one module's forward and backward boundaries, on every call.
 
-    >>> prof = torch.profiler.profile(                                    # doctest: +SKIP
-    ...     activities=[torch.profiler.ProfilerActivity.CPU],
-    ...     experimental_config=torch.profiler._ExperimentalConfig(profile_all_threads=True))
-    >>> with wandb_modprof.on_module(model.layer3,                        # doctest: +SKIP
-    ...                              backward_start=lambda e: prof.start(),
-    ...                              backward_end=lambda e: prof.stop()):
-    ...     model(x).sum().backward()        # the trace holds layer3's backward only
-
     Each callback gets a `ModuleEvent` (phase, call number, module type). Events:
 
     - `forward_start` / `forward_end`: before and after every forward of the module (also
@@ -72,6 +64,15 @@ def on_module(
     A callback that raises is reported once per phase (RuntimeWarning) and training goes on.
 
     Returns a `ModuleCallbacks` handle: `.remove()`, or use it as a context manager.
+
+    Examples:
+        >>> prof = torch.profiler.profile(                                    # doctest: +SKIP
+        ...     activities=[torch.profiler.ProfilerActivity.CPU],
+        ...     experimental_config=torch.profiler._ExperimentalConfig(profile_all_threads=True))
+        >>> with wandb_modprof.on_module(model.layer3,                        # doctest: +SKIP
+        ...                              backward_start=lambda e: prof.start(),
+        ...                              backward_end=lambda e: prof.stop()):
+        ...     model(x).sum().backward()        # the trace holds layer3's backward only
     """
     check_model(module, "on_module()", "a torch.nn.Module as `module`")
     callbacks: dict[Phase, Callback | None] = {

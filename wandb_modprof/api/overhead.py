@@ -27,6 +27,8 @@ from collections import deque
 from wandb_modprof.records.snapshot import Overhead
 
 DEFAULT_OVERHEAD = 0.01  # `watch(overhead=)`: 1 % of training time
+"""The share of training time `watch(log_freq="auto")` lets sampling take unless given
+`overhead=`: 0.01, 1 %."""
 PLAIN_WINDOW = 32  # recent plain steps whose median is the typical step
 
 

@@ -26,14 +26,15 @@ if TYPE_CHECKING:
 class Profile:
     """Per-module measurements of the sampled steps.
 
-    >>> with wandb_modprof.profile(model) as prof:          # doctest: +SKIP
-    ...     model(x).sum().backward()
-    >>> print(prof.summary())                                # doctest: +SKIP
-    >>> prof.invocations()[0].bwd_ms                         # doctest: +SKIP
-
     `invocations()` returns the records of the last sample (one per module call);
     `stats()` the running statistics (count, mean, std, min, max, last) of every metric per
     call key across all samples.
+
+    Examples:
+        >>> with wandb_modprof.profile(model) as prof:          # doctest: +SKIP
+        ...     model(x).sum().backward()
+        >>> print(prof.summary())                                # doctest: +SKIP
+        >>> prof.invocations()[0].bwd_ms                         # doctest: +SKIP
     """
 
     def __init__(self, model_name: str, accumulator: ProfileAccumulator | None = None) -> None:
@@ -138,8 +139,9 @@ class Profile:
     def table(self, max_rows: int = 10_000) -> ProfileTable:
         """The flat table every view draws: view / node / edge / meta rows, at most `max_rows`.
 
-        >>> table = prof.table()                                       # doctest: +SKIP
-        >>> [r for r in table.records() if r["row_kind"] == "meta"]   # doctest: +SKIP
+        Examples:
+            >>> table = prof.table()                                      # doctest: +SKIP
+            >>> [r for r in table.records() if r["row_kind"] == "meta"]  # doctest: +SKIP
         """
         from wandb_modprof.stats.quiet_gc import paused_gc
         from wandb_modprof.view.table import build_table
@@ -154,13 +156,14 @@ class Profile:
         call on the forward thread, `<module>.backward` spans on the thread(s) that ran its
         autograd nodes (one span per stretch of consecutive nodes; they nest), and the nodes.
 
-        >>> prof.export_chrome_trace("modules.json")           # open in ui.perfetto.dev
-        PosixPath('modules.json')
-
         With `torch_profiler=` (a finished `torch.profiler.profile`, or its exported trace
         file) that recorded the sampled step, the result is the profiler's trace with the
         module spans added on its clock, above its ops and kernels: `layer3.backward` contains
         exactly the `evaluate_function` events of layer3's autograd nodes.
+
+        Examples:
+            >>> prof.export_chrome_trace("modules.json")           # open in ui.perfetto.dev
+            PosixPath('modules.json')
         """
         from wandb_modprof.sinks.trace import (
             load_profiler_trace,
@@ -184,8 +187,9 @@ class Profile:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the profile to a versioned JSON file (`*.modprof.json`); `load` reads it back.
 
-        >>> prof.save("run.modprof.json")                     # doctest: +SKIP
-        >>> wandb_modprof.load("run.modprof.json").summary()  # doctest: +SKIP
+        Examples:
+            >>> prof.save("run.modprof.json")                     # doctest: +SKIP
+            >>> wandb_modprof.load("run.modprof.json").summary()  # doctest: +SKIP
         """
         from wandb_modprof.sinks.files import check_path
         from wandb_modprof.sinks.profile_file import save_profile
@@ -204,12 +208,13 @@ class Profile:
         """Write the panel as one self-contained HTML file (Vega inlined: opens from disk with
         no network; every click, hover, drag and zoom of the panel works).
 
-        >>> prof.to_html("profile.html", mode="bwd")           # doctest: +SKIP
-        PosixPath('profile.html')
-
         `mode` / `scale` set how it opens (`records.modes.MODE_KEYS`, "linear" / "log"); a profile
         without samples gives a page saying so. See `wandb_modprof.sinks.html.report_html` for
         several profiles and compare mode.
+
+        Examples:
+            >>> prof.to_html("profile.html", mode="bwd")           # doctest: +SKIP
+            PosixPath('profile.html')
         """
         from wandb_modprof.sinks.html import write_report
 
@@ -237,7 +242,8 @@ class Profile:
         browser: opened at `mode`, `scale` and `view` (a view key such as "layer2#0", or a
         module name for its first call; default the model's top view).
 
-        >>> prof.to_svg("bwd.svg", mode="bwd", view="layer2")  # doctest: +SKIP
+        Examples:
+            >>> prof.to_svg("bwd.svg", mode="bwd", view="layer2")  # doctest: +SKIP
         """
         from wandb_modprof.sinks.images import to_svg
 
@@ -259,9 +265,10 @@ class Profile:
         """The panel as PNG bytes of `width * scale_factor` x `height * scale_factor` pixels
         (written to `path` too when given); arguments as `to_svg`.
 
-        >>> open("graph.png", "wb").write(prof.to_png(scale="log"))  # doctest: +SKIP
-
         For W&B use `to_wandb_image` (`wandb.Image` does not take PNG bytes).
+
+        Examples:
+            >>> open("graph.png", "wb").write(prof.to_png(scale="log"))  # doctest: +SKIP
         """
         from wandb_modprof.sinks.images import to_png
 
@@ -289,7 +296,8 @@ class Profile:
     ) -> Any:
         """The panel as a `wandb.Image` (the PNG of `to_png`, opened with Pillow), to log.
 
-        >>> run.log({"modprof/graph": prof.to_wandb_image(mode="bwd")})  # doctest: +SKIP
+        Examples:
+            >>> run.log({"modprof/graph": prof.to_wandb_image(mode="bwd")})  # doctest: +SKIP
         """
         from wandb_modprof.sinks.images import to_wandb_image
 
@@ -313,14 +321,15 @@ class Profile:
 def load(path: str | os.PathLike[str]) -> Profile:
     """Read a profile written by `prof.save(path)`.
 
-    >>> prof = wandb_modprof.load("run.modprof.json")         # doctest: +SKIP
-    >>> print(prof.summary())                                 # doctest: +SKIP
-
     The result is read-only (stats, last sample, structures, summary, `to_dict`). A file that
     is missing, not JSON, of another format or version, or does not match the schema raises
     `ModProfError` naming the file, the JSON path of the problem, what was expected and what
     was found. Loading never runs code from the file. `path` must be a regular file of at
     most `WANDB_MODPROF_MAX_FILE_MB` megabytes (default 1024): a FIFO or device is refused.
+
+    Examples:
+        >>> prof = wandb_modprof.load("run.modprof.json")         # doctest: +SKIP
+        >>> print(prof.summary())                                 # doctest: +SKIP
     """
     from wandb_modprof.sinks.files import check_path
     from wandb_modprof.sinks.profile_file import read_profile

@@ -17,6 +17,13 @@ from wandb_modprof.stats.accumulator import ProfileAccumulator
 
 
 class ProfileBlock:
+    """The context manager `profile` returns: `with` hooks the model and gives the `Profile`
+    that the block's forwards fill; leaving the block (also by an exception) removes the hooks.
+
+    A model is hooked by one `watch` or `profile` at a time: entering the block raises
+    `ModProfError` if the model is already watched or inside another profile block.
+    """
+
     kind = "profiled"
 
     def __init__(
@@ -69,10 +76,6 @@ def profile(
 ) -> ProfileBlock:
     """Measure every forward of `model` (and its backward) inside a `with` block.
 
-    >>> with wandb_modprof.profile(model) as prof:              # doctest: +SKIP
-    ...     model(x).sum().backward()
-    >>> print(prof.summary())                                   # doctest: +SKIP
-
     Every forward inside the block is one sample, train or eval, with or without grad; its
     backward is measured when it runs inside the block. Options as for `watch`.
 
@@ -91,6 +94,11 @@ def profile(
 
     `peak_flops` / `peak_bw`: the roofline's peaks (FLOP/s, memory bytes/s) for the calls'
     efficiency; None: found once per process (`watch`).
+
+    Examples:
+        >>> with wandb_modprof.profile(model) as prof:              # doctest: +SKIP
+        ...     model(x).sum().backward()
+        >>> print(prof.summary())                                   # doctest: +SKIP
     """
     check_model(model, "profile()")
     options = parse_options(

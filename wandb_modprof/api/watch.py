@@ -32,6 +32,7 @@ from wandb_modprof.capture.model.wrappers import check_supported, type_name
 from wandb_modprof.capture.options import Options, parse_options
 from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.records import modes as _modes
+from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE
 from wandb_modprof.records.snapshot import Overhead
 from wandb_modprof.sinks.wandb_log import WandbLog, chart_name, model_key
 from wandb_modprof.sinks.wandb_run import call_at_finish, current_run
@@ -231,8 +232,8 @@ def watch(
     structure: bool = True,
     nvtx: bool = False,
     warmup: int = 0,
-    default_mode: str = _modes.DEFAULT_MODE,
-    default_scale: str = _modes.DEFAULT_SCALE,
+    default_mode: str = DEFAULT_MODE,
+    default_scale: str = DEFAULT_SCALE,
     chart: str | None = None,
     artifact_freq: int | None = 0,
     offload: bool | str = "auto",
@@ -241,13 +242,6 @@ def watch(
     peak_bw: float | None = None,
 ) -> WatchHandle:
     """Measure every module of `model` on every `log_freq`-th training step; log to W&B.
-
-    >>> run = wandb.init(project="my-project")                 # doctest: +SKIP
-    >>> handle = wandb_modprof.watch(model, log_freq=100)      # doctest: +SKIP
-    >>> for batch in loader:                                   # doctest: +SKIP
-    ...     loss = model(batch).loss; loss.backward(); opt.step(); opt.zero_grad()
-    ...     run.log({"loss": loss.item()})
-    >>> print(handle.unwatch().summary())                      # doctest: +SKIP
 
     Between samples the model carries one cheap forward pre-hook and one forward hook on the
     root module only; every other module runs hook-free. On a sampled step, hooks are added
@@ -308,10 +302,22 @@ def watch(
         overhead: with `log_freq="auto"`, the share of training time sampling may take
             (default 0.01). Every run's measured overhead is in `handle.overhead`, the
             summary, the panel, the report and `modprof/<Class>/overhead_pct`.
-        peak_flops, peak_bw: the machine's peak FLOP/s and memory bytes/s that each call's
-            efficiency (the "eff" mode: its share of the roofline) is measured against.
-            Default None: a short calibration once per process on CPU (a GEMM, a large copy),
-            the data sheet on common GPUs (`capture.structure.calibration`).
+        peak_flops: the machine's peak FLOP/s that each call's efficiency (the "eff" mode:
+            its share of the roofline) is measured against. Default None: a short calibration
+            once per process on CPU (a GEMM), the data sheet on common GPUs
+            (`capture.structure.calibration`).
+        peak_bw: the machine's peak memory bytes/s that each call's efficiency (the "eff"
+            mode: its share of the roofline) is measured against. Default None: a short
+            calibration once per process on CPU (a large copy), the data sheet on common GPUs
+            (`capture.structure.calibration`).
+
+    Examples:
+        >>> run = wandb.init(project="my-project")                 # doctest: +SKIP
+        >>> handle = wandb_modprof.watch(model, log_freq=100)      # doctest: +SKIP
+        >>> for batch in loader:                                   # doctest: +SKIP
+        ...     loss = model(batch).loss; loss.backward(); opt.step(); opt.zero_grad()
+        ...     run.log({"loss": loss.item()})
+        >>> print(handle.unwatch().summary())                      # doctest: +SKIP
     """
     check_model(model, "watch()")
     options = parse_options(

@@ -59,16 +59,21 @@ class ModProfCallback(_TrainerCallback):
     """Profile the model on every `log_freq`-th optimizer step into the W&B run of
     `report_to="wandb"`, and unwatch when training ends (see the module docstring).
 
-    >>> Trainer(model, args, callbacks=[ModProfCallback(log_freq=50)])   # doctest: +SKIP
+    A `transformers.TrainerCallback`.
 
     Args:
         log_freq: sample every `log_freq`-th optimizer step (`state.global_step`).
+
+    Keyword Args:
         **watch_options: passed to `wandb_modprof.watch` (`run`, `timing`, `activations`,
             `norms`, `structure`, `nvtx`, `default_mode`, `default_scale`, `chart`); `run`
             overrides `wandb.run`.
 
     After training, `handle` is the `WatchHandle` of the last `train()` (None before, and on
     processes that do not watch): `callback.handle.profile().summary()`.
+
+    Examples:
+        >>> Trainer(model, args, callbacks=[ModProfCallback(log_freq=50)])   # doctest: +SKIP
     """
 
     def __init__(self, log_freq: int = 100, **watch_options: Any) -> None:

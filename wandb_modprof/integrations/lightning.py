@@ -81,19 +81,26 @@ class ModProfCallback(_Callback):
     """Profile the LightningModule on every `log_freq`-th optimizer step into the
     `WandbLogger`'s W&B run, and unwatch when training ends (see the module docstring).
 
-    >>> trainer = L.Trainer(logger=WandbLogger(), callbacks=[ModProfCallback(log_freq=50)])
-    ...                                                                    # doctest: +SKIP
+    A Lightning `Callback`: of `lightning.pytorch`, of `pytorch_lightning`, or of both when
+    both are imported, so either distribution's `Trainer` takes it.
 
     Args:
         log_freq: sample every `log_freq`-th optimizer step (`trainer.global_step`).
         module: dotted name of the submodule of the LightningModule to watch (default: the
             LightningModule itself, which needs `training_step` to call `self(...)`).
+
+    Keyword Args:
         **watch_options: passed to `wandb_modprof.watch` (`run`, `timing`, `activations`,
             `norms`, `structure`, `nvtx`, `default_mode`, `default_scale`, `chart`); `run`
             overrides the logger's run.
 
     After training, `handle` is the `WatchHandle` of the last fit (None before, and on ranks
     other than zero): `callback.handle.profile().summary()`.
+
+    Examples:
+        >>> trainer = L.Trainer(                                              # doctest: +SKIP
+        ...     logger=WandbLogger(), callbacks=[ModProfCallback(log_freq=50)]
+        ... )
     """
 
     def __init__(self, log_freq: int = 100, module: str = "", **watch_options: Any) -> None:

@@ -157,8 +157,11 @@ MODES: tuple[Mode, ...] = (
 )
 MODE_KEYS: tuple[str, ...] = tuple(m.key for m in MODES)
 DEFAULT_MODE = "fwd_bwd"
+"""The mode the panel, the report and the pictures open at unless given one: forward +
+backward time of each call (one of `MODE_KEYS`)."""
 SCALES = ("linear", "log")
 DEFAULT_SCALE = "linear"
+"""The colour scale they open with unless given one ("linear" or "log", `SCALES`)."""
 
 
 def mode(key: str) -> Mode:

@@ -22,6 +22,7 @@ from typing import Any
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._validate import check_preset_part
 from wandb_modprof.sinks import spec as _spec
+from wandb_modprof.sinks.spec import CHART_NAME
 
 # Each W&B request waits at most this long. The SDK's own default (20 s, and more with its
 # retries) made `register-chart` with an API key but no network sit for 20-27 s before failing.
@@ -38,15 +39,12 @@ def _new_api() -> Any:
 def register_chart(
     entity: str | None = None,
     *,
-    name: str = _spec.CHART_NAME,
+    name: str = CHART_NAME,
     display_name: str = "wandb_modprof module graph",
     public: bool = False,
     api: Any = None,
 ) -> str:
     """Create the W&B chart preset `entity/name` holding the panel's spec; return that name.
-
-    >>> wandb_modprof.register_chart()                          # your default entity
-    'me/wandb-modprof-v4'
 
     Args:
         entity: the W&B user or team owning the preset (default: the API key's default entity).
@@ -57,8 +55,13 @@ def register_chart(
         public: "public" access instead of "private" (only the entity's members can use it).
         api: a `wandb.Api` to use (default: a new one).
 
-    Raises ModProfError when no API key is configured, the entity is unknown, W&B refuses, or
-    W&B does not answer within `TIMEOUT_S` (8 s) per request (no network).
+    Raises:
+        ModProfError: when no API key is configured, the entity is unknown, W&B refuses, or
+            W&B does not answer within `TIMEOUT_S` (8 s) per request (no network).
+
+    Examples:
+        >>> wandb_modprof.register_chart()                          # your default entity
+        'me/wandb-modprof-v4'
     """
     if entity is not None:
         check_preset_part("entity", entity)

@@ -382,8 +382,9 @@ def write_report(
 ) -> Path:
     """Write `report_html(profiles, **kw)` to `path` (UTF-8) and return the path.
 
-    >>> write_report("compare.html", [("a", a), ("b", b)], compare=True)  # doctest: +SKIP
-    PosixPath('compare.html')
+    Examples:
+        >>> write_report("compare.html", [("a", a), ("b", b)], compare=True)  # doctest: +SKIP
+        PosixPath('compare.html')
     """
     return write_file(path, report_html(profiles, **kw), "write_report()")
 

@@ -24,6 +24,8 @@ SPEC_VERSION = 4
 # The W&B preset name (`entity/CHART_NAME`); bump the version with any incompatible change of
 # the spec or of the table columns it reads, so old runs keep the preset they were logged with.
 CHART_NAME = f"wandb-modprof-v{SPEC_VERSION}"
+"""The chart preset name, `wandb-modprof-v4`: what `register_chart` registers and `watch` logs
+the panel with (as `<entity>/wandb-modprof-v4`) unless given another."""
 DATASET = "wandb"
 _PLACEHOLDER = re.compile(r"\$\{string:([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
 

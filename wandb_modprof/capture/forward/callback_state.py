@@ -18,12 +18,13 @@ PHASES: tuple[Phase, ...] = get_args(Phase)
 class ModuleEvent:
     """What a callback of `on_module` receives.
 
-    >>> ModuleEvent(phase="backward_start", call=0, module_type="Sequential")
-    ModuleEvent(phase='backward_start', call=0, module_type='Sequential')
-
     `call` counts the module's forward calls since `on_module` (0-based); the backward events
     of a call carry the number of its forward, so a module called three times per step sees
     calls 0, 1, 2 forward and then, usually, 2, 1, 0 in backward.
+
+    Examples:
+        >>> ModuleEvent(phase="backward_start", call=0, module_type="Sequential")
+        ModuleEvent(phase='backward_start', call=0, module_type='Sequential')
     """
 
     phase: Phase

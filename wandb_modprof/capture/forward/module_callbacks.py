@@ -51,10 +51,11 @@ from wandb_modprof.capture.step import autograd_private as ap
 class ModuleCallbacks:
     """The handle `on_module` returns: `.remove()` it, or use it as a context manager.
 
-    >>> with wandb_modprof.on_module(model.fc, forward_end=print) as hooks:   # doctest: +SKIP
-    ...     model(x)
-    >>> hooks                                                                 # doctest: +SKIP
-    ModuleCallbacks(Linear: forward_end; 1 call, removed)
+    Examples:
+        >>> with wandb_modprof.on_module(model.fc, forward_end=print) as hooks:  # doctest: +SKIP
+        ...     model(x)
+        >>> hooks                                                                # doctest: +SKIP
+        ModuleCallbacks(Linear: forward_end; 1 call, removed)
     """
 
     def __init__(self, module: nn.Module, callbacks: dict[Phase, Callback | None]) -> None:
