@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck unit docs bench bench-smoke pictures spec
+.PHONY: demo test lint typecheck unit docs bench bench-smoke pictures spec check-tools
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -48,12 +48,23 @@ bench-smoke/%:
 		cat $$log; rm -f $$log; echo "bench-smoke: benchmarks/$*.py $(BENCH_SMOKE_ARGS) FAILED"; exit 1; \
 	fi
 
-# The documentation site (mkdocs.yml, docs/): --strict turns a broken link, a missing page or a
-# docstring the API reference cannot render into an error. The site goes to site/ (ignored).
+# The documentation site (mkdocs.yml, docs/): --strict turns every warning into an error: a broken
+# link or anchor, a missing page, a docstring the API reference cannot render, and (the hook
+# tools/site_links.py) a link or picture of the built site that does not resolve, raw HTML
+# included. Nothing hides the warnings (no --quiet). The site goes to site/ (ignored).
 docs: $(VENV)/.installed
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-test: lint typecheck docs unit bench-smoke
+# What the test command needs beyond Python, checked before anything runs: Debian's chromium
+# for the panel's browser tests, and npm to fetch Vega 5 for them (once: tests/.vendor/).
+CHROMIUM ?= $(or $(MODPROF_CHROMIUM),/usr/bin/chromium)
+check-tools:
+	@missing=""; \
+	[ -x "$(CHROMIUM)" ] || missing="$$missing\n  chromium: the panel's browser tests drive Debian's $(CHROMIUM) (apt-get install chromium fonts-liberation fonts-dejavu-core)"; \
+	[ -f "$(VEGA_JS)" ] || command -v npm >/dev/null || missing="$$missing\n  npm: fetches Vega $(VEGA_VERSION) into tests/.vendor/ for those tests (apt-get install npm)"; \
+	if [ -n "$$missing" ]; then printf "make test needs what is missing here:$$missing\n" >&2; exit 1; fi
+
+test: check-tools lint typecheck docs unit bench-smoke
 
 # Every benchmark, then docs/performance.md from their output (results kept in docs/bench/);
 # `make bench BENCH=overhead` (or BENCH=overhead,peers) reruns only those sections.

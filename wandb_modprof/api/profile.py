@@ -176,7 +176,8 @@ class Profile:
         if sample is None:
             raise ModProfError(
                 "export_chrome_trace() needs a sample; none was taken yet (watch samples every "
-                "log_freq-th training step; a profile block times its second forward onwards)"
+                "log_freq-th training step; a profile block times its forwards after `warmup`, "
+                "all but the untimed structure pass)"
             )
         if torch_profiler is None:
             trace = standalone_trace(sample, self.model_name)
