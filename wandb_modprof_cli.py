@@ -186,8 +186,8 @@ def _compare_options(compare: argparse.ArgumentParser) -> None:
         default=None,
         metavar="RATIO",
         help="regression gate: exit 1 when a module call holding >= --min-share of the model "
-        "total got slower (or bigger, per --mode) than RATIO x its A value, beyond what its "
-        "sample spread explains; the offenders are printed (e.g. 1.10)",
+        "total got slower (or bigger, per --mode) than RATIO x its A value, judged on each "
+        "side's fastest sample; the offenders are printed (e.g. 1.10)",
     )
     compare.add_argument(
         "--min-share",

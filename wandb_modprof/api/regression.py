@@ -30,8 +30,8 @@ def check_regression(
     """Did any module call of `new` get slower (or bigger, per `mode`) than `fail_above` times
     its value in `base`? Each of `base` and `new` is a profile, its `snapshot()`, or the path of
     a `*.modprof.json` file. Only calls holding at least `min_share` of the model total (in
-    either) count, and with several samples on each side only changes beyond what the calls'
-    own sample spread explains (`sinks/regression.py` says how). `check.passed`,
+    either) count, judged on each side's fastest sample, which a busy machine or one slow
+    outlier moves far less than the median (`sinks/regression.py` says why). `check.passed`,
     `check.regressed` (the offenders), `check.format()` (what the command line prints)."""
     a, label_a = _profile(base, "base")
     b, label_b = _profile(new, "new")

@@ -8,25 +8,27 @@ decide.
 
 The rules, in order, for the model total and every module call found in both profiles:
 
-1. The value is the one the panel colours by in the mode (`values.mode_values`: the median over
-   the samples). Only modes whose values add up to a model total take part (time, memory,
-   FLOPs): a share of the step exists there, and bigger is worse.
+1. Only modes whose values add up to a model total take part (time, memory, FLOPs): a share of
+   the step exists there, and bigger is worse. Each side has two values of a call: the one the
+   panel colours by (`values.mode_values`: the median over the samples) and its fastest sample
+   (the minimum over the samples; a mode that sums two columns, fwd + bwd, sums their minima).
 2. The call holds at least `min_share` of the model total in A or in B (a call that grew from
    nothing to a large share counts).
-3. Its ratio B / A is above `fail_above` (a value that went from 0 to more than 0 is an
-   infinite ratio; a value missing on either side is not compared).
-4. Noise: where both profiles hold at least two samples of the call, the change of the median,
-   B - A, must exceed `NOISE_Z` standard errors of that difference, estimated from each side's
-   own sample spread: `1.2533 * sqrt(sd_A^2 / n_A + sd_B^2 / n_B)` (1.2533 sd / sqrt(n) is the
-   standard error of a median of normal samples; combined as in Welch's test). A mode that sums
-   two columns (fwd + bwd) takes the sum of their standard deviations, the largest the spread of
-   the sum can be. A call with one sample on either side has no spread to go by: rule 3 alone
-   decides, and the check says so. Counts, FLOPs and bytes that do not vary pass rule 4 as soon
-   as they change.
+3. Its fastest ratio, fastest B / fastest A, is above `fail_above` (a value that went from 0 to
+   more than 0 is an infinite ratio; a value missing on either side is not compared).
 
-A call that passes rules 1-3 but not 4 is listed as "within noise", not counted. Calls found in
-one profile only are listed, not counted: their cost shows in their parent's and in the model
-total, which are checked.
+Why the fastest sample decides: what disturbs a measurement (another process on the core, a
+garbage collection, a page fault, a host hiccup) only ever adds time, so the fastest sample of
+each side is the one nearest the work itself, and one slow outlier, or a whole profile taken
+on a busy machine, moves it far less than the median or the spread. A call whose median ratio
+is above the limit while its fastest ratio is not is listed as "within the samples' spread",
+not counted: some samples got slower, the work did not. Counts, FLOPs and bytes that do not
+vary have equal median and minimum. Calls found in one profile only are listed, not counted:
+their cost shows in their parent's and in the model total, which are checked.
+
+Limits: a sample faster than the work it measures is not expected; where a call's work itself
+varies between steps (data-dependent routing sends fewer tokens to an expert in one step), its
+fastest sample is its lightest step: profile the same inputs on both sides.
 """
 
 from __future__ import annotations
@@ -47,36 +49,47 @@ if TYPE_CHECKING:
     from wandb_modprof.records.sample import ModuleStats
     from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot
 
-NOISE_Z = 3.0  # standard errors a change must exceed (one-sided, ~0.13 % per call if normal)
-MEDIAN_SE = 1.2533  # sqrt(pi / 2): the standard error of a median over that of a mean
 GATED_MODES: tuple[str, ...] = tuple(m.key for m in MODES if m.total)
 TOTAL_KEY = "(model total)"
 DEFAULT_MIN_SHARE = 0.01
 
 
 @dataclass(frozen=True)
-class Spread:
-    """One side's value of a call and the spread it was measured with."""
+class Side:
+    """One side's values of a call: the median the panel shows and the fastest sample."""
 
     value: float
+    fastest: float  # the sum of the mode's columns' minima (`value` where it is not sampled)
     samples: int  # samples of the call (0: a value that is not sampled, e.g. FLOPs)
-    sd: float  # standard deviation over the samples (0 for a value that is not sampled)
+
+
+def ratio(a: float, b: float) -> float:
+    """b / a; a value that went from 0 to more than 0 is an infinite ratio, 0 to 0 is 1."""
+    if a <= 0:
+        return math.inf if b > a else 1.0
+    return b / a
 
 
 @dataclass(frozen=True)
 class CheckedCall:
-    """A call whose ratio is above the limit (rules 1-3), counted or not (rule 4)."""
+    """A call above the limit: counted when its fastest ratio is (rule 3), listed as within
+    the samples' spread when only its median ratio is."""
 
     key: str  # call key, or TOTAL_KEY for the model total
     module_type: str
     share: float  # the larger of its shares of the model total in A and in B
-    a: Spread
-    b: Spread
-    z: float | None  # (B - A) in standard errors; None: no spread known (one sample)
+    a: Side
+    b: Side
 
     @property
     def ratio(self) -> float:
-        return math.inf if self.a.value <= 0 else self.b.value / self.a.value
+        """Median B / median A: the ratio the panel's compare mode colours by."""
+        return ratio(self.a.value, self.b.value)
+
+    @property
+    def fastest_ratio(self) -> float:
+        """Fastest B / fastest A: what decides."""
+        return ratio(self.a.fastest, self.b.fastest)
 
 
 @dataclass(frozen=True)
@@ -84,8 +97,9 @@ class RegressionCheck:
     """The verdict of `check_regression` (and `compare --fail-above`): `passed` unless
     `regressed` holds a call; `format()` is the text the command line prints. `compared`
     counts the model total and the calls checked (in both profiles, measured, holding at least
-    `min_share`); `within_noise` the calls above the ratio whose change their samples' spread
-    explains (not counted); `only_a` / `only_b` the calls found in one profile only."""
+    `min_share`); `within_noise` the calls whose median ratio is above the limit and whose
+    fastest ratio is not (not counted); `only_a` / `only_b` the calls found in one profile
+    only."""
 
     mode: Mode
     fail_above: float
@@ -97,8 +111,8 @@ class RegressionCheck:
     samples_a: int
     samples_b: int
     compared: int  # calls (and the total) compared: in both, measured, share >= min_share
-    regressed: tuple[CheckedCall, ...]  # largest ratio first
-    within_noise: tuple[CheckedCall, ...]  # above the ratio, explained by the spread
+    regressed: tuple[CheckedCall, ...]  # largest fastest ratio first
+    within_noise: tuple[CheckedCall, ...]  # median above the limit, fastest sample not
     only_a: int  # calls in one profile only (not counted)
     only_b: int
 
@@ -145,7 +159,7 @@ def regression_check(
     total_a = _spread(va.total, da.stats.get(va.root_key), total_metrics(m))
     total_b = _spread(vb.total, db.stats.get(vb.root_key), total_metrics(m))
     in_b = {v.key: v for v in vb.modules}
-    pairs: list[tuple[str, str, Spread | None, Spread | None]] = [(TOTAL_KEY, "", total_a, total_b)]
+    pairs: list[tuple[str, str, Side | None, Side | None]] = [(TOTAL_KEY, "", total_a, total_b)]
     for v in va.modules:
         w = in_b.get(v.key)
         if w is not None:
@@ -165,11 +179,13 @@ def regression_check(
         if share < min_share:
             continue
         compared += 1
-        call = CheckedCall(key, module_type, share, sa, sb, _z(sa, sb))
-        if not call.ratio > fail_above:
-            continue
-        (regressed if call.z is None or call.z > NOISE_Z else noise).append(call)
-    regressed.sort(key=lambda c: c.ratio, reverse=True)  # stable: ties keep the table's order
+        call = CheckedCall(key, module_type, share, sa, sb)
+        if call.fastest_ratio > fail_above:
+            regressed.append(call)
+        elif call.ratio > fail_above:
+            noise.append(call)
+    # stable: ties keep the table's order
+    regressed.sort(key=lambda c: c.fastest_ratio, reverse=True)
     noise.sort(key=lambda c: c.ratio, reverse=True)
     keys_a = {v.key for v in va.modules}
     return RegressionCheck(
@@ -192,34 +208,23 @@ def regression_check(
 
 def _spread(
     value: float | None, stats: ModuleStats | None, columns: tuple[str, ...]
-) -> Spread | None:
-    """`value` with the spread of the metrics it is made of (None: not measured)."""
+) -> Side | None:
+    """`value` with the fastest sample of the metrics it is made of (None: not measured)."""
     if value is None or not math.isfinite(value):
         return None
     sampled = [stats.metrics.get(c) for c in columns] if stats is not None else []
     stats_known = [s for s in sampled if s is not None]
     if not stats_known:
-        return Spread(value, 0, 0.0)  # FLOPs: a count, not a sample statistic
-    samples = min(s.count for s in stats_known)
-    sd = sum(s.std for s in stats_known if math.isfinite(s.std))
-    return Spread(value, samples, sd)
+        return Side(value, value, 0)  # FLOPs: a count, not a sample statistic
+    fastest = sum(s.min for s in stats_known)
+    if not math.isfinite(fastest):
+        fastest = value  # a column with no measured sample: the median is all there is
+    return Side(value, fastest, min(s.count for s in stats_known))
 
 
 def _share(value: float, values: ModeValues) -> float:
     share = values.share(value)
     return 0.0 if share is None else share
-
-
-def _z(a: Spread, b: Spread) -> float | None:
-    """(B - A) in standard errors of the difference of medians; None where either side was
-    sampled once (no spread known); inf where neither varies and they differ."""
-    if a.samples == 1 or b.samples == 1:
-        return None
-    var = (a.sd**2 / a.samples if a.samples else 0.0) + (b.sd**2 / b.samples if b.samples else 0.0)
-    diff = b.value - a.value
-    if var <= 0:
-        return math.inf if diff > 0 else 0.0
-    return diff / (MEDIAN_SE * math.sqrt(var))
 
 
 def format_check(c: RegressionCheck) -> str:
@@ -238,8 +243,8 @@ def format_check(c: RegressionCheck) -> str:
         )
     if min(c.samples_a, c.samples_b) < 2:
         lines.append(
-            f"NOTE: {min(c.samples_a, c.samples_b)} sample on one side: no sample spread to "
-            "tell a change from noise, the ratio alone decides; profile 3 or more steps"
+            f"NOTE: {min(c.samples_a, c.samples_b)} sample on one side: its fastest sample is "
+            "its only one, so one disturbed step decides; profile 3 or more steps"
         )
 
     def table(calls: tuple[CheckedCall, ...]) -> list[str]:
@@ -250,23 +255,27 @@ def format_check(c: RegressionCheck) -> str:
                 f"{100 * x.share:.1f}%",
                 format_value(unit, x.a.value),
                 format_value(unit, x.b.value),
-                "inf" if math.isinf(x.ratio) else format_value("ratio", x.ratio),
-                "-" if x.z is None else ("inf" if math.isinf(x.z) else f"{x.z:.1f}"),
+                _ratio_text(x.ratio),
+                format_value(unit, x.a.fastest),
+                format_value(unit, x.b.fastest),
+                _ratio_text(x.fastest_ratio),
             ]
             for x in calls
         ]
-        head = ["module", "type", "share", "A", "B", "B / A", "z"]
-        return render_columns(head, rows, {2, 3, 4, 5, 6})
+        head = ["module", "type", "share", "A", "B", "B / A", "fastest A", "fastest B", "B / A"]
+        return render_columns(head, rows, {2, 3, 4, 5, 6, 7, 8})
 
     if c.regressed:
-        lines.append(f"FAILED: {len(c.regressed)} regressed (z: change in standard errors):")
+        lines.append(
+            f"FAILED: {len(c.regressed)} regressed (their fastest samples; A, B: medians):"
+        )
         lines += table(c.regressed)
     else:
         lines.append("PASSED: no call regressed")
     if c.within_noise:
         lines.append(
-            f"{len(c.within_noise)} above {c.fail_above:g}x but within their sample spread "
-            f"(z <= {NOISE_Z:g}), not counted:"
+            f"{len(c.within_noise)} above {c.fail_above:g}x in their medians but not in their "
+            "fastest samples: within the samples' spread, not counted:"
         )
         lines += table(c.within_noise)
     if c.only_a or c.only_b:
@@ -275,3 +284,7 @@ def format_check(c: RegressionCheck) -> str:
             "(their cost shows in their parents' and the model total)"
         )
     return "\n".join(lines) + "\n"
+
+
+def _ratio_text(value: float) -> str:
+    return "inf" if math.isinf(value) else format_value("ratio", value)
