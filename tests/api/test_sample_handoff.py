@@ -159,3 +159,65 @@ def test_auto_keeps_a_small_model_in_process():
 def test_offload_must_be_auto_true_or_false(offload):
     with pytest.raises(ModProfError, match=r"offload expected 'auto', True or False; got"):
         wandb_modprof.watch(TinyGPT(), run=wandb.init(mode="disabled"), offload=offload)
+
+
+def test_the_worker_logs_the_rows_into_the_users_next_row(tmp_path):
+    """Attached to the offline run, the worker logs every table, the totals and the report
+    itself: the training process logs none of them, a sample's row joins one of the user's
+    own rows (the run's steps are the user's logs), and the table files are in the run."""
+    from wandb_history import history
+
+    model, x = TinyGPT(), gpt_input()
+    run = _offline_run(tmp_path)
+    ours = []
+    user_log = run.log
+
+    def log(data, *args, **kwargs):  # what the training process logs
+        ours.extend(k for k in data if k.startswith("modprof/"))
+        return user_log(data, *args, **kwargs)
+
+    run.log = log
+    handle = wandb_modprof.watch(model, log_freq=2, run=run, offload=True)
+    assert handle._wandb_log is not None
+    steps = 0
+    # until a sample was logged during training (the worker starts, imports torch and W&B)
+    while steps < 10 or (handle._wandb_log.logged_samples == 0 and steps < 200):
+        train_step(model, x)
+        run.log({"loss": float(steps)})
+        steps += 1
+        time.sleep(0.05)
+    assert handle._handoff is not None and handle._handoff.decided is True
+    prof = handle.unwatch()
+    run.finish()
+    assert ours == [], ours
+    (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
+    wandb.teardown()  # the service writes the run's log out when it ends
+    rows = history(run_dir)
+    # The user's logs are steps 0, 1, ... as unwatched; what unwatch() logs after the last of
+    # them joins the row that run.finish() commits (as when the training thread logs).
+    assert [row.get("loss") for row in rows[:steps]] == [float(s) for s in range(steps)]
+    assert [row["_step"] for row in rows] == list(range(len(rows))) and len(rows) <= steps + 1
+    assert all(k.startswith(("modprof/", "_")) for row in rows[steps:] for k in row)
+    logged = [row for row in rows if "modprof/TinyGPT/fwd_ms" in row]
+    assert 2 <= len(logged) <= prof.num_samples
+    assert any("loss" in row for row in logged)  # joined a row of the user's
+    assert all(any(k.startswith("modprof/TinyGPT_table/") for k in row) for row in logged)
+    assert len([row for row in rows if "modprof/TinyGPT/report/path" in row]) == 1
+    check_logged_tables(_table_files(tmp_path, "TinyGPT"), prof.table().columns)
+
+
+def test_without_a_service_to_attach_to_the_training_thread_logs_and_says_so(
+    tmp_path, monkeypatch
+):
+    model, x = TinyGPT(), gpt_input()
+    run = _offline_run(tmp_path)
+    monkeypatch.delenv("WANDB_SERVICE", raising=False)
+    handle = wandb_modprof.watch(model, log_freq=1, run=run, structure=False, offload=True)
+    with pytest.warns(RuntimeWarning, match="cannot log .* itself .*no W&B service") as caught:
+        for _ in range(3):
+            train_step(model, x)
+        prof = handle.unwatch()
+    assert len([w for w in caught if "W&B run itself" in str(w.message)]) == 1
+    run.finish()
+    assert prof.num_samples == 3
+    check_logged_tables(_table_files(tmp_path, "TinyGPT"), prof.table().columns)

@@ -4,8 +4,8 @@ fold, table, packing the W&B rows, the report page) stays off the training threa
 Why a process: that work is pure Python. In a thread it holds the GIL and slows the training
 step it overlaps by about its own length; in a process the training thread pays only the
 hand-off (the sample as plain data, `capture.session_record`, pickled here: ~5 us per module
-call) and W&B's own part of the log (building the `wandb.Table` of the packed rows and
-`run.log`), which must run where the run is.
+call). The worker logs the W&B rows into the user's run itself (`sinks.wandb_attach`); where
+it cannot attach, it answers with the packed rows and the training thread logs them.
 
 When: `watch(offload="auto")` (the default) hands a model's samples over when its first
 sample has at least `OFFLOAD_MIN_CALLS` module calls, where the in-process work costs more than
@@ -133,7 +133,7 @@ class SampleHandoff:
     def __init__(self, key: str, setting: str, start: tuple[Any, ...]) -> None:
         self.key = key
         self.setting = setting  # "auto", "process" or "off"
-        self._start = start  # ("start", model, max_rows, full_detail, mode, scale)
+        self._start = start  # ("start", model, max_rows, full_detail, mode, scale, target)
         self.decided: bool | None = None if setting != "off" else False
         self._worker: _Worker | None = None
         self._folder = ""
@@ -148,6 +148,9 @@ class SampleHandoff:
         self._structures: dict[str, Structure] = {}
         self._restarts = 0
         self._warned = False
+        # Why the worker cannot log to the run itself ("" where it can; `watch` sets it): told
+        # once, when a worker first starts.
+        self.attach_note = ""
         self._finalizer: weakref.finalize[Any, Any] | None = None
         # Set by `unwatch()` before it detaches: the final log loads the profile, so a forced
         # resolve (the detach's) only hands over what is pending.
@@ -183,7 +186,7 @@ class SampleHandoff:
                 return log.deliver(lambda: _resolved(acc), acc.snapshot, final=final)
             self._newest = None
             acc.load(reply[9])
-            _log_reply(log, reply, True, acc.overhead)
+            self._log_reply(log, reply, True, acc.overhead)
             return True
         if self._shipped > self._requested:
             self._requested = self._shipped
@@ -192,8 +195,19 @@ class SampleHandoff:
         self._drain(acc)
         newest, self._newest = self._newest, None
         if newest is not None:
-            _log_reply(log, newest, False, acc.overhead)
+            self._log_reply(log, newest, False, acc.overhead)
         return self._outstanding is None
+
+    def _log_reply(
+        self, log: WandbLog, reply: tuple[Any, ...], final: bool, overhead: Overhead | None
+    ) -> None:
+        """Log a ("logged", serial, count, totals, columns, rows, page, file, name, profile,
+        note, saved) answer: columns None when the worker logged the rows to the run itself;
+        a note (it could not, and why) is told once."""
+        count, totals, columns, rows, page, path, name = reply[2:9]
+        if reply[10] is not None:
+            self._warn_once(f"{reply[10]}; the training thread logs {self.key}'s tables")
+        log.log_packed(count, totals, columns, rows, page, path, name, final, overhead)
 
     def close(self, acc: ProfileAccumulator) -> None:
         """Stop the worker; `acc` keeps the profile it holds (the final log loaded it)."""
@@ -227,6 +241,13 @@ class SampleHandoff:
             return None
         self._finalizer = weakref.finalize(self, _shutdown, self._worker, self._folder)
         self._worker.send(self._start)
+        if self.attach_note:
+            note, self.attach_note = self.attach_note, ""
+            warn_safely(
+                f"wandb_modprof: the worker process cannot log {self.key} to the W&B run itself "
+                f"({note}): the training thread logs the tables. Training is not affected.",
+                RuntimeWarning,
+            )
         return self._worker
 
     @property
@@ -356,14 +377,6 @@ class SampleHandoff:
             return
         self._warned = True
         warn_safely(f"wandb_modprof: {text}. Training is not affected.", RuntimeWarning)
-
-
-def _log_reply(
-    log: WandbLog, reply: tuple[Any, ...], final: bool, overhead: Overhead | None
-) -> None:
-    """Log a ("logged", serial, count, totals, columns, rows, page, file, name, ...) answer."""
-    count, totals, columns, rows, page, path, name = reply[2:9]
-    log.log_packed(count, totals, columns, rows, page, path, name, final, overhead)
 
 
 def _resolved(acc: ProfileAccumulator) -> int | None:

@@ -6,9 +6,11 @@ with one end of a socket pair as FD. It holds the profile's running statistics (
 (`capture.session_record`) with their static memory and gradient readings, and answers log
 requests with what the training process needs to log: the sample count, the newest sample's
 totals, the table's columns and packed rows (`sinks.packed`), on request the HTML report page
-and the whole profile. After every batch of samples it saves its statistics to CHECKPOINT
-(written aside, then renamed), so that a worker started after this one crashed continues from
-there and only the samples in flight are lost.
+and the whole profile. Given the run's `AttachTarget`, it logs the rows and the page to the
+user's W&B run itself (`sinks.wandb_attach`) and answers without them; if it cannot attach,
+it answers with them and says why, once. After every batch of samples it saves its
+statistics to CHECKPOINT (written aside, then renamed), so that a worker started after this
+one crashed continues from there and only the samples in flight are lost.
 
 Messages are pickled tuples (see `handle`). A failure while handling one is answered with
 ("error", serial, text) and the worker carries on; it exits when the socket closes (the
@@ -28,6 +30,7 @@ from typing import Any
 
 from wandb_modprof.capture.memory.static_memory import GradientState, StaticMemory
 from wandb_modprof.records.snapshot import ProfileData
+from wandb_modprof.sinks.wandb_attach import AttachedRun, AttachTarget
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 from wandb_modprof.stats.quiet_gc import paused_gc
 
@@ -53,12 +56,22 @@ class Worker:
         self.mode, self.scale = "fwd", "linear"
         self.saved = 0  # samples in the last checkpoint written
         self.files = 0  # profile files written
+        self.target: AttachTarget | None = None  # the user's run, to log into
+        self.attached: AttachedRun | None = None
+        self.note: str | None = None  # why it could not attach, told once
 
     def start(
-        self, model_name: str, max_rows: int, full_detail: str, mode: str, scale: str
+        self,
+        model_name: str,
+        max_rows: int,
+        full_detail: str,
+        mode: str,
+        scale: str,
+        target: AttachTarget | None = None,
     ) -> None:
         self.acc = ProfileAccumulator(model_name)
         self.max_rows, self.full_detail, self.mode, self.scale = max_rows, full_detail, mode, scale
+        self.target = target
         if os.path.exists(self.checkpoint):
             with open(self.checkpoint, "rb") as file:
                 self.acc.restore_state(pickle.load(file))
@@ -83,9 +96,22 @@ class Worker:
         os.replace(aside, self.checkpoint)
         self.saved = self.acc.num_samples
 
+    def _attach(self) -> AttachedRun | None:
+        """The user's run, attached at the first log (None: no target, or it failed)."""
+        if self.attached is None and self.target is not None:
+            target, self.target = self.target, None  # tried once
+            try:
+                self.attached = AttachedRun(target)
+            except Exception as error:
+                text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                self.note = f"could not attach to the W&B run ({type(error).__name__}: {text})"
+        return self.attached
+
     def log(self, final: bool, want_file: bool, report: bool) -> tuple[Any, ...]:
         """What the training process logs: (count, totals, columns, rows, report page, profile
-        file, model name) and, when final, the profile itself (for `unwatch()`'s result)."""
+        file, model name), when final the profile itself (for `unwatch()`'s result), and a note
+        to tell once (or None). Attached to the run, the worker logs the rows and the page
+        itself and answers None for them."""
         from wandb_modprof.sinks import packed
         from wandb_modprof.view.table import build_table
 
@@ -110,7 +136,19 @@ class Worker:
             path = str(save_profile(data, f"{self.checkpoint}.{self.files}.modprof.json"))
         totals = data.last.totals if data.last is not None else None
         count, name = data.num_samples, data.model_name
-        return (count, totals, columns, rows, page, path, name, data if final else None)
+        note, self.note = self.note, None
+        attached = self._attach()
+        if attached is not None:
+            try:
+                attached.log(count, totals, columns, rows, page, self.acc.overhead)
+            except Exception as error:  # the training process logs this one and the rest
+                self.attached = None
+                note = f"logging from the worker failed ({type(error).__name__}: {error})"
+            else:
+                columns, rows, page = None, None, None  # type: ignore[assignment]
+        note = note or self.note
+        self.note = None
+        return (count, totals, columns, rows, page, path, name, data if final else None, note)
 
     def snapshot(self) -> ProfileData:
         assert self.acc is not None
@@ -146,7 +184,8 @@ def serve(conn: Connection, worker: Worker) -> None:
 
 
 def handle(worker: Worker, message: tuple[Any, ...], skip: bool) -> tuple[Any, ...] | None:
-    """One message: ("start", model, max_rows, full_detail, mode, scale); ("sample", record,
+    """One message: ("start", model, max_rows, full_detail, mode, scale, attach target);
+    ("sample", record,
     static, gradients); ("structure", structure); ("log", serial, final, want_file, report,
     overhead);
     ("snapshot", serial) (a log's want_file: write the profile file for the artifact; a final

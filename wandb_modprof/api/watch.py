@@ -88,10 +88,15 @@ class WatchHandle:
         """Hand samples to a worker process (`api.sample_handoff`) as `setting` says."""
         if setting == "off":
             return
+        from wandb_modprof.sinks.wandb_attach import DISABLED, attach_target
         from wandb_modprof.view.table import MAX_ROWS
 
-        start = ("start", self._acc.model_name, MAX_ROWS, log.full_detail, mode, scale)
+        # The worker logs the rows to the run itself where it can attach (`sinks.wandb_attach`).
+        target, why = attach_target(log.run, log.key, log.chart, log.string_fields)
+        start = ("start", self._acc.model_name, MAX_ROWS, log.full_detail, mode, scale, target)
         self._handoff = SampleHandoff(self.key, setting, start)
+        if why != DISABLED:  # a disabled run discards every log: nothing to say
+            self._handoff.attach_note = why
         self._acc.remote = self._handoff
 
     def _timed_log(self) -> bool:

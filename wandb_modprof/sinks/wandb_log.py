@@ -33,10 +33,12 @@ artifact. `artifact_freq=None` logs none; disabled runs log none. Everything is 
 
 When: a sample is complete when its backward ends, inside the autograd engine. `Capture`
 marks it and calls `WandbLog.deliver` at the model's next root forward (on accelerators once
-its device events completed, never a device sync); with `watch`'s worker process,
-`log_packed` at the first root forward after the worker built the table
-(`api.sample_handoff`). Samples resolved together are logged once (the totals are the
-newest sample's). `unwatch()` and `run.finish()` log what is left.
+its device events completed, never a device sync); with `watch`'s worker process, the
+worker logs the rows into the run itself (`sinks.wandb_attach`) and `log_packed` keeps the
+count and logs the artifact, or, where it cannot attach, `log_packed` logs the rows it built,
+at the first root forward after the answer (`api.sample_handoff`). Samples resolved together
+are logged once (the totals are the newest sample's). `unwatch()` and `run.finish()` log what
+is left.
 
 The chart preset: `chart=` if given, else `<entity>/wandb-modprof-v4` with the entity of the
 run (`run.entity`), else `$WANDB_ENTITY`. The preset must be registered once per entity
@@ -54,7 +56,6 @@ the profile (`before_table`, `api.distributed.RankChannel`).
 
 from __future__ import annotations
 
-import math
 import os
 import weakref
 from collections.abc import Callable
@@ -66,6 +67,7 @@ from wandb_modprof._warn import entry_point, warn_at_user, warn_safely
 from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.records.snapshot import SupportsSnapshot, as_data
 from wandb_modprof.sinks import spec as _spec
+from wandb_modprof.sinks.wandb_entry import entry_of, html_entry
 from wandb_modprof.sinks.wandb_table import wandb_table, wandb_table_of
 from wandb_modprof.stats.quiet_gc import paused_gc
 
@@ -75,8 +77,6 @@ if TYPE_CHECKING:
     from wandb_modprof.view.table import ProfileTable
 
 KEY_PREFIX = "modprof"
-TOTALS = ("fwd_ms", "bwd_ms", "act_bytes")
-REPORT_SUFFIX = "/report"  # `<key>/report`: the HTML report, logged once at unwatch()
 ARTIFACT_TYPE = "modprof-profile"
 PROFILE_FILE = "profile.modprof.json"  # the file's name inside the artifact
 # Keys handed out per run (weakly held): distinct keys for same-class models, kept after
@@ -253,8 +253,8 @@ class WandbLog:
         self,
         count: int,
         totals: StepTotals | None,
-        columns: list[str],
-        rows: list[list[object]],
+        columns: list[str] | None,
+        rows: list[list[object]] | None,
         page: str | None,
         profile_file: str | None,
         model_name: str,
@@ -263,20 +263,23 @@ class WandbLog:
     ) -> None:
         """Log a table built elsewhere (`watch`'s worker process, `api.sample_handoff`): the
         packed cells, the newest sample's totals, the report page (final), and the profile
-        file written there when an artifact is due. Like `deliver`, never raises."""
+        file written there when an artifact is due. `columns` None: the worker logged the
+        rows and the page to the run itself (`sinks.wandb_attach`); only the bookkeeping and
+        the artifact are left here. Like `deliver`, never raises."""
         try:
             new = count != self.logged_samples
             report = final and count > 0 and page is not None and self.wants_report()
-            if not (new or report):
+            if not (new or report or (final and columns is None)):
                 return
             self.logged_samples = count
-            with paused_gc():
-                cells = wandb_table_of(columns, rows)
-                entry = self._entry_of(cells, totals, overhead) if new else {}
-                if report:
-                    entry.update(self._html(str(page)))
-                if entry:
-                    self.run.log(entry, commit=False)
+            if columns is not None and rows is not None:
+                with paused_gc():
+                    cells = wandb_table_of(columns, rows)
+                    entry = self._entry_of(cells, totals, overhead) if new else {}
+                    if report:
+                        entry.update(self._html(str(page)))
+                    if entry:
+                        self.run.log(entry, commit=False)
             self._logs += 1 if new else 0
             freq = self.artifact_freq
             due = freq is not None and (final or (freq > 0 and new and self._logs % freq == 0))
@@ -351,14 +354,7 @@ class WandbLog:
             return {}
 
     def _html(self, page: str) -> dict[str, Any]:
-        import wandb
-
-        from wandb_modprof.sinks.escape import encodable
-
-        # inject=False: W&B's default would add a <link> to its CDN stylesheet, and the
-        # page must work offline; data_is_not_path: never stat a 1 MB string as a path
-        html = encodable(page)  # W&B writes it as UTF-8: a lone surrogate in a name would fail
-        return {f"{self.key}{REPORT_SUFFIX}": wandb.Html(html, inject=False, data_is_not_path=True)}
+        return html_entry(self.key, page)
 
     def entry(
         self,
@@ -379,23 +375,7 @@ class WandbLog:
     def _entry_of(
         self, cells: Any, totals: StepTotals | None, overhead: Overhead | None = None
     ) -> dict[str, Any]:
-        import wandb
-
-        entry: dict[str, Any] = {}
-        if self.chart is None:
-            entry[f"{self.key}_table"] = cells
-        else:
-            entry[self.key] = wandb.plot_table(
-                self.chart, cells, fields={}, string_fields=dict(self.string_fields)
-            )
-        if totals is not None:
-            for name in TOTALS:
-                value = getattr(totals, name)
-                if value is not None and math.isfinite(value):
-                    entry[f"{self.key}/{name}"] = value
-        if overhead is not None:  # `watch`'s measured cost of sampling, % of training time
-            entry[f"{self.key}/overhead_pct"] = 100.0 * overhead.share
-        return entry
+        return entry_of(self.key, self.chart, self.string_fields, cells, totals, overhead)
 
     def _warn_once(self, error: Exception) -> None:
         if self._warned:
