@@ -206,9 +206,7 @@ def test_the_worker_logs_the_rows_into_the_users_next_row(tmp_path):
     check_logged_tables(_table_files(tmp_path, "TinyGPT"), prof.table().columns)
 
 
-def test_without_a_service_to_attach_to_the_training_thread_logs_and_says_so(
-    tmp_path, monkeypatch
-):
+def test_without_a_service_to_attach_to_the_training_thread_logs_and_says_so(tmp_path, monkeypatch):
     model, x = TinyGPT(), gpt_input()
     run = _offline_run(tmp_path)
     monkeypatch.delenv("WANDB_SERVICE", raising=False)
