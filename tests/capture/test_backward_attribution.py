@@ -80,11 +80,16 @@ def test_top_level_calls_add_up_to_the_step():
 
 @pytest.mark.accuracy  # a timing claim: run serially, with the cores to itself
 def test_the_root_backward_is_nearly_the_whole_step_backward():
-    # Everything but the loss's own nodes and the engine's scheduling between nodes. In the
-    # parallel suite a preemption between two nodes lands in the step's time and not the
-    # root's (0.83 once, with both cores shared by two workers and a browser).
-    root, totals = _root_and_totals()
-    assert totals.bwd_ms * 0.85 <= root.bwd_ms <= totals.bwd_ms
+    # Everything but the loss's own nodes and the engine's scheduling between nodes. Another
+    # process taking the core there adds to the step's time and not the root's (0.83 once, with
+    # both cores shared by two workers and a browser), never the other way: judged on the least
+    # disturbed of 5 steps, each its own one-step profile.
+    shares = []
+    for _ in range(5):
+        root, totals = _root_and_totals()
+        assert root.bwd_ms <= totals.bwd_ms
+        shares.append(root.bwd_ms / totals.bwd_ms)
+    assert max(shares) >= 0.85, shares
 
 
 def test_reused_module_is_one_entry_per_call():
