@@ -91,6 +91,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Offline from the start, not only inside each test (`_hermetic`): W&B keeps the settings of
+# the process's first `wandb.init`, and a module-scoped fixture's init runs before any
+# function-scoped fixture (a later test's `wandb.init()` then went online and asked for a key).
+os.environ["WANDB_MODE"] = "offline"
+os.environ["WANDB_SILENT"] = "true"
+os.environ.pop("WANDB_API_KEY", None)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from models import TinyGPT, gpt_input
 import wandb_modprof
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.api import sample_worker
-from wandb_modprof.capture.session_record import session_record
+from wandb_modprof.api.sample_message import index_message, sample_message
 from wandb_modprof.sinks.packed import unpacked
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 
@@ -34,37 +34,52 @@ def _offline_run(tmp_path: Path) -> wandb.Run:
 
 
 def test_a_session_resolves_in_the_worker_to_the_same_profile():
-    """The plain-data record of a session, pickled as it travels, resolves and folds in the
-    worker to the statistics and last sample the training process computes itself."""
+    """The plain-data record of a session and its per-parameter readings (optimizer bytes,
+    gradient bytes and norms), pickled as they travel with the model index's tables sent once,
+    resolve and fold in the worker to the statistics and last sample the training process
+    computes itself."""
     captured = []
 
     class Keeping(ProfileAccumulator):
         def add(self, session, gradients, static_fn):  # type: ignore[no-untyped-def]
-            names = {inv.name for inv in session.invocations}
-            captured.append((session, gradients.resolve(), dict(static_fn(names))))
+            captured.append((session, gradients, static_fn))
             super().add(session, gradients, static_fn)
 
     model, x = TinyGPT(), gpt_input()
+    optimizer = torch.optim.Adam(model.parameters())
     acc = Keeping("TinyGPT")
     handle = wandb_modprof.watch(model, log_freq=1, run=wandb.init(mode="disabled"),
-                                 structure=False, offload=False)  # fmt: skip
+                                 structure=False, offload=False, optimizer=optimizer)  # fmt: skip
     handle._acc.add = acc.add  # type: ignore[method-assign]
     for _ in range(3):
         train_step(model, x)
+        optimizer.step()
+        model.zero_grad(set_to_none=True)
     handle.unwatch()
     assert len(captured) == 3
     worker = sample_worker.Worker("/nonexistent/checkpoint")
     sample_worker.handle(worker, ("start", "TinyGPT", 10_000, "", "fwd", "linear"), skip=False)
-    for session, gradients, static in captured:
-        record = session_record(session)
-        assert record is not None
-        travelled = sample_worker.pickle.loads(sample_worker.pickle.dumps(record))
-        sample_worker.handle(worker, ("sample", travelled, static, gradients), skip=False)
+    indexes = set()
+    for session, gradients, static_fn in captured:
+        if id(static_fn.index) not in indexes:
+            indexes.add(id(static_fn.index))
+            sample_worker.handle(worker, _travelled(index_message(static_fn)), skip=False)
+        message = sample_message(session, gradients, static_fn)
+        assert message is not None and message[0] == "reading"
+        sample_worker.handle(worker, _travelled(message), skip=False)
+    assert len(indexes) == 1  # the model did not change: its tables went once
     acc.resolve_pending(force=True)
     mine, theirs = acc.snapshot(), worker.snapshot()
     assert theirs.num_samples == mine.num_samples == 3
     assert theirs.stats == mine.stats
     assert theirs.last == mine.last
+    optim = [r.optim_bytes for r in theirs.last.invocations if r.module_name == "<root>"]
+    assert optim == [2 * sum(p.nbytes for p in model.parameters())]  # Adam: two moments
+    assert all(r.grad_norm is not None for r in theirs.last.invocations if r.param_bytes)
+
+
+def _travelled(message: tuple[object, ...]) -> tuple[object, ...]:
+    return sample_worker.pickle.loads(sample_worker.pickle.dumps(message))  # type: ignore[no-any-return]
 
 
 def test_the_worker_logs_every_sample_and_the_final_profile(tmp_path):

@@ -45,11 +45,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wandb_modprof._warn import warn_safely
+from wandb_modprof.api.sample_message import index_message, sample_message
+from wandb_modprof.capture.memory.static_memory import StaticReader
 from wandb_modprof.capture.session_record import session_record
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 from wandb_modprof.stats.quiet_gc import paused_gc
 
 if TYPE_CHECKING:
+    from wandb_modprof.capture.memory.static_memory import ModelIndex
     from wandb_modprof.records.calls import Structure
     from wandb_modprof.records.snapshot import Overhead
     from wandb_modprof.sinks.wandb_log import WandbLog
@@ -146,6 +149,9 @@ class SampleHandoff:
         # the structures handed over, by signature: a pass's structure comes again once its
         # backward is counted (`capture.structure.backward_work`) and is handed over again
         self._structures: dict[str, Structure] = {}
+        # the model index whose tables the worker holds (`index_message`): sent again only
+        # when the model changed
+        self._sent_index: weakref.ref[ModelIndex] | None = None
         self._restarts = 0
         self._warned = False
         # Why the worker cannot log to the run itself ("" where it can; `watch` sets it): told
@@ -273,12 +279,15 @@ class SampleHandoff:
         self._structures.update((s.signature, s) for s in structures)
         for session, gradients, static_fn in pending:
             with paused_gc():
-                record = session_record(session)
-                static = dict(static_fn({inv.name for inv in session.invocations}))
-                resolved = gradients.resolve() if gradients is not None else None
-            if record is None:
+                if isinstance(static_fn, StaticReader):
+                    sent = self._sent_index() if self._sent_index is not None else None
+                    if static_fn.index is not sent:
+                        worker.send(index_message(static_fn))
+                        self._sent_index = weakref.ref(static_fn.index)
+                message = sample_message(session, gradients, static_fn)
+            if message is None:
                 continue  # cannot happen once decided (the clock is fixed per capture)
-            worker.send(("sample", record, static, resolved))
+            worker.send(message)
             self._shipped += 1
 
     def _request(self, message: tuple[Any, ...]) -> int:
@@ -342,6 +351,7 @@ class SampleHandoff:
         self._worker, self._outstanding, self._requested = None, None, 0
         self._shipped = self._saved
         self._structures = {}  # the new worker needs them again
+        self._sent_index = None
         self._warn_once(
             f"the worker process building {self.key}'s tables ended ({why}); {lost} sample(s) "
             "handed to it since its last checkpoint are lost, later samples are kept"

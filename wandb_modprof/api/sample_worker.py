@@ -24,11 +24,17 @@ import os
 import pickle
 import sys
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
-from wandb_modprof.capture.memory.static_memory import GradientState, StaticMemory
+from wandb_modprof.capture.memory.gradient_readings import GradientReading, GradientState
+from wandb_modprof.capture.memory.static_memory import (
+    Members,
+    StaticMemory,
+    StaticTable,
+    static_of,
+)
 from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.sinks.wandb_attach import AttachedRun, AttachTarget
 from wandb_modprof.stats.accumulator import ProfileAccumulator
@@ -59,6 +65,7 @@ class Worker:
         self.target: AttachTarget | None = None  # the user's run, to log into
         self.attached: AttachedRun | None = None
         self.note: str | None = None  # why it could not attach, told once
+        self.tables: tuple[Members, StaticTable] = ({}, {})  # the model index's, as sent
 
     def start(
         self,
@@ -83,6 +90,16 @@ class Worker:
         assert self.acc is not None
         given = _Given(gradients) if gradients is not None else None
         self.acc.add(record, given, lambda names: static)  # type: ignore[arg-type]
+
+    def add_reading(
+        self, record: Any, optim: list[int] | None, reading: GradientReading | None
+    ) -> None:
+        """A sample with per-parameter readings, resolved per module against the newest
+        index tables (`sample_handoff.sample_message`)."""
+        members, static = self.tables
+        names = {inv.name for inv in record.invocations}
+        gradients = reading.resolve(members, names) if reading is not None else None
+        self.add(record, static_of(static, members, names, optim), gradients)
 
     def save(self) -> None:
         """The statistics to the checkpoint file (aside, then renamed: never half written)."""
@@ -183,11 +200,29 @@ def serve(conn: Connection, worker: Worker) -> None:
                     conn.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
 
 
+def _set_tables(worker: Worker, members: Members, static: StaticTable) -> None:
+    worker.tables = (members, static)
+
+
+def _add_structure(worker: Worker, structure: Any) -> None:
+    assert worker.acc is not None
+    worker.acc.add_structure(structure)
+
+
+# the messages taken without an answer, after "start"
+_TAKEN: dict[str, Callable[..., None]] = {
+    "sample": Worker.add,
+    "index": _set_tables,
+    "reading": Worker.add_reading,
+    "structure": _add_structure,
+}
+
+
 def handle(worker: Worker, message: tuple[Any, ...], skip: bool) -> tuple[Any, ...] | None:
     """One message: ("start", model, max_rows, full_detail, mode, scale, attach target);
-    ("sample", record,
-    static, gradients); ("structure", structure); ("log", serial, final, want_file, report,
-    overhead);
+    ("sample", record, static, gradients); ("index", members, static table); ("reading",
+    record, optimizer bytes, gradient reading); ("structure", structure); ("log", serial,
+    final, want_file, report, overhead);
     ("snapshot", serial) (a log's want_file: write the profile file for the artifact; a final
     log also sends the profile). Log and snapshot requests are answered (a skipped log with its
     count only), the others not."""
@@ -196,11 +231,9 @@ def handle(worker: Worker, message: tuple[Any, ...], skip: bool) -> tuple[Any, .
         worker.start(*message[1:])
         return None
     assert worker.acc is not None, "the first message is start"
-    if kind == "sample":
-        worker.add(*message[1:])
-        return None
-    if kind == "structure":
-        worker.acc.add_structure(message[1])
+    taken = _TAKEN.get(kind)
+    if taken is not None:
+        taken(worker, *message[1:])
         return None
     serial = message[1]
     if kind == "log":

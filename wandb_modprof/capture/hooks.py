@@ -10,7 +10,6 @@ submodules, and only while they are hooked (`model/scripted.py`).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +23,8 @@ from wandb_modprof.capture.forward.callstack import call_depth
 from wandb_modprof.capture.forward.invocation import input_shapes
 from wandb_modprof.capture.inert_hook import under_compile
 from wandb_modprof.capture.memory.device_memory import AcceleratorMemory, DeviceMemory
-from wandb_modprof.capture.memory.static_memory import ROOT_NAME, gradient_state, static_memory
+from wandb_modprof.capture.memory.gradient_readings import gradient_state
+from wandb_modprof.capture.memory.static_memory import ROOT_NAME, StaticReader
 from wandb_modprof.capture.model.compiled import Removable, hook_calls
 from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.capture.options import Options
@@ -129,6 +129,7 @@ class Capture(SubmoduleHooks):
             handle.remove()
         self._root_handles = []
         self._detach_children()
+        self._children = None  # (its hooks hold the capture's bound methods)
         if self._forward is not None:  # interrupted mid-forward (KeyboardInterrupt)
             self._end_failed_forward(self._forward)
             self._forward = None
@@ -180,7 +181,7 @@ class Capture(SubmoduleHooks):
             if (step is not None or self.structures.due) and ap.functorch_active():
                 # `torch.func.vmap(grad(functional_call(model, ...)))`: wrapper tensors without
                 # storage. A step, counted, but neither sampled nor a structure pass (still due).
-                if self._child_handles:
+                if self.children_hooked:
                     self._maybe_detach_children()
                 return
             # A model with compiled code: its graph is traced on fake tensors, before this step.
@@ -194,7 +195,7 @@ class Capture(SubmoduleHooks):
                 self.structures.start(module, args, kwargs)
                 return
             if step is None:
-                if self._child_handles:
+                if self.children_hooked:
                     self._maybe_detach_children()
                 return
             if structure_pass_active():
@@ -350,11 +351,7 @@ class Capture(SubmoduleHooks):
             else:
                 gradients = None
             # Optimizer state is read when the sample is resolved, after optimizer.step().
-            self.sink.add(
-                session,
-                gradients,
-                functools.partial(static_memory, index, optimizer=self.optimizer),
-            )
+            self.sink.add(session, gradients, StaticReader(index, self.optimizer))
             self.sample_due = self.after_sample is not None
         except Exception as error:
             self._internal_error(ROOT_NAME, error)

@@ -6,15 +6,15 @@ nothing here can stall training.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from wandb_modprof._warn import warn_safely
 from wandb_modprof.capture import memory_curve
 from wandb_modprof.capture.backward.recompute import roll_up_recomputes
-from wandb_modprof.capture.memory.static_memory import GradientState, StaticMemory
+from wandb_modprof.capture.memory.gradient_readings import GradientState
+from wandb_modprof.capture.memory.static_memory import StaticMemory
 from wandb_modprof.capture.session import StepSession
 from wandb_modprof.capture.step.clock import CpuClock
 from wandb_modprof.records.frozen import frozen
@@ -385,7 +385,7 @@ def _clip_recomputes(runs: list[BackwardRun]) -> list[BackwardRun]:
             None,
         )
         if nxt is not None and nxt < run.end_ms:
-            out[i] = dataclasses.replace(run, end_ms=nxt)
+            out[i] = replace(run, end_ms=nxt)
     return out
 
 

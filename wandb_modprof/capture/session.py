@@ -26,7 +26,7 @@ from wandb_modprof.capture.forward.call_keys import CallKeys
 from wandb_modprof.capture.forward.invocation import Invocation, grad_fns, input_shapes
 from wandb_modprof.capture.memory.activations import ActivationCounter
 from wandb_modprof.capture.memory.device_memory import DeviceMemory
-from wandb_modprof.capture.memory.static_memory import PendingGradientState
+from wandb_modprof.capture.memory.gradient_readings import PendingGradientState
 from wandb_modprof.capture.memory.storage import StorageKey
 from wandb_modprof.capture.step import autograd_private as ap
 from wandb_modprof.capture.step import gc_pause

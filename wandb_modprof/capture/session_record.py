@@ -63,7 +63,10 @@ class SessionRecord:
     def __getstate__(self) -> dict[str, Any]:
         state = {f.name: getattr(self, f.name) for f in fields(self)}
         invocations = state.pop("invocations")
-        state["invocation_columns"] = [list(c) for c in zip(*map(_SLOTS, invocations), strict=True)]
+        columns = [list(c) for c in zip(*map(_SLOTS, invocations), strict=True)]
+        if columns:
+            columns[_SHAPES] = _shared(columns[_SHAPES])
+        state["invocation_columns"] = columns
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -81,6 +84,17 @@ class SessionRecord:
 
 
 _SLOTS = attrgetter(*Invocation.__slots__)
+_SHAPES = Invocation.__slots__.index("shapes")
+
+
+def _shared(shapes: list[Any]) -> list[Any]:
+    """Equal argument shapes as one object each, so that pickle writes each distinct shape
+    once (the `torch.Size`s of 10,000 calls were a third of a sample's pickling)."""
+    seen: dict[Any, Any] = {}
+    try:
+        return [seen.setdefault(shape, shape) for shape in shapes]
+    except TypeError:  # an unhashable shape: pickled as it is
+        return shapes
 
 
 def session_record(session: StepSession) -> SessionRecord | None:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Protocol
 from wandb_modprof.capture.structure.structure_driver import StructureSink
 
 if TYPE_CHECKING:
-    from wandb_modprof.capture.memory.static_memory import PendingGradientState, StaticMemory
+    from wandb_modprof.capture.memory.gradient_readings import PendingGradientState
+    from wandb_modprof.capture.memory.static_memory import StaticMemory
     from wandb_modprof.capture.session import StepSession
 
 

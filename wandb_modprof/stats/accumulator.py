@@ -21,7 +21,8 @@ from wandb_modprof.stats.quiet_gc import paused_gc
 from wandb_modprof.stats.running import StatsAccumulator
 
 if TYPE_CHECKING:
-    from wandb_modprof.capture.memory.static_memory import PendingGradientState, StaticMemory
+    from wandb_modprof.capture.memory.gradient_readings import PendingGradientState
+    from wandb_modprof.capture.memory.static_memory import StaticMemory
     from wandb_modprof.capture.session import StepSession
     from wandb_modprof.records.calls import Structure
     from wandb_modprof.records.ranks import RankData

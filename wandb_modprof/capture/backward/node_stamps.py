@@ -120,7 +120,7 @@ class NodeStamps:
             else:
                 owner = owners[seq - lo] if in_range else self.nodes.owner[via]
             slot = self.nodes.add(
-                seq if in_range else -1, node.name(), -1 if in_range else via, owner, not in_range
+                seq if in_range else -1, _name(node), -1 if in_range else via, owner, not in_range
             )
             if not in_range:
                 self.nodes.grad_new[slot] = _grad_to_create(node.variable)
@@ -224,6 +224,26 @@ class NodeStamps:
             # With reentrant checkpointing the fresh nodes of a finished top-level recompute
             # run in a nested backward right now: hook them so the module gets their time.
             self._hook_nodes(*walk)
+
+
+_NAMES: dict[type, str] = {}  # autograd node class -> its name (one string object per class)
+_MAX_NAMES = 4096  # classes made on the fly (custom Functions) would grow it without end
+
+
+def _name(node: Any) -> str:
+    """`node.name()`, asked once per node class: one shared string per class pickles once per
+    hand-off, not once per node. Only classes named as their nodes are (every generated
+    backward node, custom Functions); C++ nodes torch has no Python class for share one
+    generic class and are asked each time."""
+    kind = type(node)
+    name = _NAMES.get(kind)
+    if name is None:
+        name = node.name()
+        if name == kind.__name__:
+            if len(_NAMES) >= _MAX_NAMES:
+                _NAMES.clear()
+            _NAMES[kind] = name
+    return name
 
 
 class _NodeHook:

@@ -1,4 +1,5 @@
-"""Per-module parameter, buffer, gradient and optimizer-state bytes, and parameter/gradient norms.
+"""Per-module parameter, buffer and optimizer-state bytes (gradient bytes and norms:
+`gradient_readings`), and the model index both read them with.
 
 All figures are inclusive of submodules and storage-deduplicated within a module's subtree, so
 tied weights (GPT-2's embedding and head) count once. A module called several times shows its
@@ -30,15 +31,6 @@ class StaticMemory:
     param_count: int
     buffer_bytes: int
     optim_bytes: int | None
-
-
-@dataclass(frozen=True)
-class GradientState:
-    """Read at the end of the sampled backward, before the optimizer or `zero_grad` runs."""
-
-    grad_bytes: dict[str, int]
-    param_norm: dict[str, float]
-    grad_norm: dict[str, float | None]
 
 
 def hookable_modules(model: nn.Module) -> dict[int, tuple[str, nn.Module]]:
@@ -93,11 +85,11 @@ def _fingerprint(model: nn.Module) -> tuple[object, ...]:
             if param is not None:
                 held = sharded.get((id(module), pname), param) if sharded else param
                 parts.append(id(held))
-                parts.append(_local(held).data_ptr())
+                parts.append(local_tensor(held).data_ptr())
         for buffer in module._buffers.values():
             if buffer is not None:
                 parts.append(id(buffer))
-                parts.append(_local(buffer).data_ptr())
+                parts.append(local_tensor(buffer).data_ptr())
         parts.append(0)  # end of this module's tensors
     return tuple(parts)
 
@@ -125,7 +117,7 @@ def _fsdp2_params(module: nn.Module) -> dict[tuple[int, str], nn.Parameter]:
         return {}
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """A DTensor's local shard (what this rank holds); any other tensor as it is. Norms and
     bytes are read from it: a DTensor reduction would start a collective."""
     local = getattr(tensor, "_local_tensor", None)
@@ -147,7 +139,7 @@ def _parameters(
                 yield param
 
 
-def _dedup_bytes(keyed: Iterable[tuple[StorageKey, int]]) -> int:
+def dedup_bytes(keyed: Iterable[tuple[StorageKey, int]]) -> int:
     return sum(dict(keyed).values())
 
 
@@ -186,131 +178,79 @@ def build_index(model: nn.Module) -> ModelIndex:
             if id(p) not in index:
                 index[id(p)] = len(params)
                 params.append(p)
-                param_storages.append(list(extents(_local(p))))
+                param_storages.append(list(extents(local_tensor(p))))
             own.append(index[id(p)])
         members[name] = own
         static[name] = (
-            _dedup_bytes(kv for i in own for kv in param_storages[i]),
+            dedup_bytes(kv for i in own for kv in param_storages[i]),
             sum(params[i].numel() for i in own),
-            _dedup_bytes(kv for b in module.buffers() for kv in extents(_local(b))),
+            dedup_bytes(kv for b in module.buffers() for kv in extents(local_tensor(b))),
         )
     # Saved tensors are matched by whole storage: a parameter's storage is never an activation.
-    excluded = {key for p in params for key, _ in storages(_local(p))}
-    excluded |= {key for p in model.parameters() for key, _ in storages(_local(p))}
-    excluded |= {key for b in model.buffers() for key, _ in storages(_local(b))}
+    excluded = {key for p in params for key, _ in storages(local_tensor(p))}
+    excluded |= {key for p in model.parameters() for key, _ in storages(local_tensor(p))}
+    excluded |= {key for b in model.buffers() for key, _ in storages(local_tensor(b))}
     return ModelIndex(_fingerprint(model), modules, params, members, static, excluded)
+
+
+def optim_bytes(index: ModelIndex, optimizer: torch.optim.Optimizer | None) -> list[int] | None:
+    """Optimizer-state bytes of each parameter of `index` (its order), read now; None: no
+    optimizer."""
+    if optimizer is None:
+        return None
+    optim_param: list[int] = []
+    states = optimizer.state
+    plain, strided = torch.Tensor, torch.strided
+    for p in index.params:
+        state = states.get(p)
+        total = 0
+        if state:
+            for value in state.values():
+                if type(value) is plain and value.layout == strided:
+                    # (a plain dense tensor spans its own bytes: read in one call)
+                    if value.dim() > 0:
+                        total += value.nbytes
+                # 0-d tensors (Adam's `step`) are bookkeeping, not state memory.
+                elif isinstance(value, torch.Tensor) and value.dim() > 0:
+                    total += dedup_bytes(extents(local_tensor(value)))
+        optim_param.append(total)
+    return optim_param
+
+
+StaticTable = dict[str, tuple[int, int, int]]  # `ModelIndex.static`
+Members = dict[str, list[int]]  # `ModelIndex.members`
+
+
+def static_of(
+    static: StaticTable, members: Members, names: set[str], optim_param: list[int] | None
+) -> dict[str, StaticMemory]:
+    """Static bytes of the named modules from an index's tables (plain data: the worker
+    process builds them too) and the optimizer's per-parameter bytes."""
+    out: dict[str, StaticMemory] = {}
+    for name in names:
+        if name not in static:
+            continue
+        param_bytes, count, buffer_bytes = static[name]
+        optim = sum(optim_param[i] for i in members[name]) if optim_param is not None else None
+        out[name] = StaticMemory(param_bytes, count, buffer_bytes, optim)
+    return out
 
 
 def static_memory(
     index: ModelIndex, names: set[str], optimizer: torch.optim.Optimizer | None
 ) -> dict[str, StaticMemory]:
     """Static bytes of the named modules; optimizer-state bytes read now."""
-    optim_param: list[int] = []
-    if optimizer is not None:
-        for p in index.params:
-            state = optimizer.state.get(p)
-            total = 0
-            if state:
-                for value in state.values():
-                    # 0-d tensors (Adam's `step`) are bookkeeping, not state memory.
-                    if isinstance(value, torch.Tensor) and value.dim() > 0:
-                        total += _dedup_bytes(extents(_local(value)))
-            optim_param.append(total)
-    out: dict[str, StaticMemory] = {}
-    for name in names:
-        if name not in index.static:
-            continue
-        param_bytes, count, buffer_bytes = index.static[name]
-        optim = sum(optim_param[i] for i in index.members[name]) if optimizer is not None else None
-        out[name] = StaticMemory(param_bytes, count, buffer_bytes, optim)
-    return out
+    return static_of(index.static, index.members, names, optim_bytes(index, optimizer))
 
 
 @dataclass(frozen=True)
-class PendingGradientState:
-    """Norms stay 0-d device tensors until the sample is resolved: no sync inside the backward."""
+class StaticReader:
+    """How a sample's static memory is read when it is resolved (optimizer state after
+    `optimizer.step()`): in-process by calling it, in the worker process from the index's
+    tables (sent once per index) and `optim_bytes` (read here)."""
 
-    grad_bytes: dict[str, int]
-    members: dict[str, list[int]]  # module name -> indices into the parameter list
-    param_norms: list[torch.Tensor]
-    grad_norms: list[torch.Tensor | None]
+    index: ModelIndex
+    optimizer: torch.optim.Optimizer | None
 
-    def resolve(self) -> GradientState:
-        param_sq = [v * v for v in _to_floats(self.param_norms)]
-        grad_present = _to_floats([g for g in self.grad_norms if g is not None])
-        it = iter(grad_present)
-        grad_sq = [None if g is None else next(it) ** 2 for g in self.grad_norms]
-        param_norm: dict[str, float] = {}
-        grad_norm: dict[str, float | None] = {}
-        if self.param_norms:
-            for name, idx in self.members.items():
-                param_norm[name] = sum(param_sq[i] for i in idx) ** 0.5
-                with_grad = [g for g in (grad_sq[i] for i in idx) if g is not None]
-                grad_norm[name] = sum(with_grad) ** 0.5 if with_grad else None
-        return GradientState(self.grad_bytes, param_norm, grad_norm)
-
-
-def _to_floats(tensors: list[torch.Tensor]) -> list[float]:
-    if not tensors:
-        return []
-    devices = {t.device for t in tensors}
-    if len(devices) == 1:
-        values: list[float] = torch.stack(tensors).double().cpu().tolist()
-        return values
-    return [float(t) for t in tensors]
-
-
-def gradient_state(index: ModelIndex, names: set[str], norms: bool) -> PendingGradientState:
-    """Gradient bytes now; parameter and gradient L2 norms as pending device tensors."""
-    grads = [None if p.grad is None else _local(p.grad) for p in index.params]
-    grad_extents = [[] if g is None else list(extents(g)) for g in grads]
-    members = {name: index.members[name] for name in names if name in index.members}
-    flat = [key for ext in grad_extents for key, _ in ext]
-    if len(set(flat)) == len(flat):
-        # No two gradients share memory (the usual case): a module's bytes are the sum of its
-        # parameters', with no per-module deduplication.
-        sizes = [sum(n for _, n in ext) for ext in grad_extents]
-        grad_bytes = {name: sum(map(sizes.__getitem__, idx)) for name, idx in members.items()}
-    else:
-        grad_bytes = {
-            name: _dedup_bytes(kv for i in idx for kv in grad_extents[i])
-            for name, idx in members.items()
-        }
-    param_norms: list[torch.Tensor] = []
-    grad_norms: list[torch.Tensor | None] = []
-    if norms and index.params:
-        # (no `detach()`: `_l2_norms` runs under no_grad, and 20,000 detaches were 18 ms)
-        param_norms = _l2_norms([_local(p) for p in index.params])
-        present = [g for g in grads if g is not None]
-        computed = iter(_l2_norms(present))
-        grad_norms = [next(computed) if g is not None else None for g in grads]
-    return PendingGradientState(grad_bytes, members, param_norms, grad_norms)
-
-
-def _normable(tensor: torch.Tensor) -> bool:
-    return tensor.is_floating_point() and tensor.layout == torch.strided
-
-
-def _dense_values(tensor: torch.Tensor) -> torch.Tensor:
-    """The values whose L2 norm is the tensor's: sparse COO is coalesced (duplicates add up)."""
-    if tensor.layout == torch.sparse_coo:
-        return tensor.coalesce()._values()
-    if tensor.layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
-        return tensor.values()
-    return tensor
-
-
-def _l2_norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """fp32-accumulated L2 norms, one fused call; non-float tensors count as 0."""
-    with torch.no_grad():
-        strided = torch.strided
-        if all(t.layout == strided and t.is_floating_point() for t in tensors):
-            # every tensor dense and floating (the usual case): the same call, without the
-            # per-tensor checks below
-            return list(torch._foreach_norm(tensors, 2, dtype=torch.float32)) if tensors else []
-        tensors = [_dense_values(t) for t in tensors]
-        dense = [t for t in tensors if _normable(t)]
-        # fp32 accumulation: a bf16 norm of a large tensor loses most of its digits.
-        computed = iter(torch._foreach_norm(dense, 2, dtype=torch.float32) if dense else [])
-        zero = torch.zeros((), dtype=torch.float32)
-        return [next(computed) if _normable(t) else zero for t in tensors]
+    def __call__(self, names: set[str]) -> dict[str, StaticMemory]:
+        return static_memory(self.index, names, self.optimizer)
