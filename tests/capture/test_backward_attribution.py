@@ -153,3 +153,24 @@ def test_transformer_with_tied_weights():
     assert keys["<root>#0"].param_bytes == unique
     assert keys["head#0"].param_bytes == model.head.weight.numel() * 4
     _check_tree_invariants(recs)
+
+
+def test_an_accumulate_grad_node_begins_where_the_threads_previous_node_ended() -> None:
+    """On the host an AccumulateGrad node carries one hook, after it runs (the engine runs it
+    as soon as its gradient is ready): its time starts at the end of the node before it on
+    the thread, is charged to its parameter's module, and no two nodes of a thread overlap."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    with wandb_modprof.profile(model, structure=False) as prof:
+        model(torch.randn(4, 8)).sum().backward()
+    sample = prof.last_sample
+    assert sample is not None
+    nodes = sorted((r for r in sample.runs if r.kind == "node"), key=lambda r: r.end_ms)
+    accumulate = [r for r in nodes if r.name == "torch::autograd::AccumulateGrad"]
+    assert len(accumulate) == 4  # two weights, two biases
+    for run in accumulate:
+        before = [r for r in nodes if r.end_ms < run.end_ms and r.thread_id == run.thread_id]
+        assert before and run.start_ms == before[-1].end_ms
+        assert run.owner_key in ("0#0", "2#0")
+    for a, b in zip(nodes, nodes[1:], strict=False):
+        assert a.end_ms <= b.start_ms or a.thread_id != b.thread_id

@@ -142,7 +142,9 @@ def _match_by_time(
     offset: float,
 ) -> None:
     """Nodes without a sequence number (AccumulateGrad) match the profiler's node event of the
-    same name that holds them once the offset is applied."""
+    same name that holds their end once the offset is applied (the hook after a node runs
+    inside its event; on the host an AccumulateGrad node's start is the thread's previous
+    node stamp, inside the previous node's event)."""
     by_name: dict[str, list[dict[str, Any]]] = {}
     for ev in trace.get("traceEvents", []):
         name = ev.get("name", "")
@@ -152,10 +154,10 @@ def _match_by_time(
     for run in runs:
         if run.kind != "node" or id(run) in exact:
             continue
-        mid = offset + (run.start_ms + run.end_ms) * 500
+        end = offset + run.end_ms * 1e3
         for ev in by_name.get(run.name, []):
             ts, dur = float(ev["ts"]), float(ev["dur"])
-            if ts <= mid <= ts + dur and id(ev) not in taken:
+            if ts <= end <= ts + dur and id(ev) not in taken:
                 exact[id(run)] = ev
                 taken.add(id(ev))
                 break
