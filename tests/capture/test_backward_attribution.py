@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from helpers import by_key, children, train_step
@@ -172,5 +174,5 @@ def test_an_accumulate_grad_node_begins_where_the_threads_previous_node_ended() 
         before = [r for r in nodes if r.end_ms < run.end_ms and r.thread_id == run.thread_id]
         assert before and run.start_ms == before[-1].end_ms
         assert run.owner_key in ("0#0", "2#0")
-    for a, b in zip(nodes, nodes[1:], strict=False):
+    for a, b in itertools.pairwise(nodes):
         assert a.end_ms <= b.start_ms or a.thread_id != b.thread_id
