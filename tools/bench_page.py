@@ -144,6 +144,24 @@ single figures, so expect 10-20 % run-to-run movement on a shared machine.
 """,
     ),
     Benchmark(
+        "thread_cpu",
+        "The training thread's CPU per logged sample",
+        (),
+        """\
+What one logged sample costs the training thread in CPU time (`time.thread_time`), against
+torch's no-op hook floor measured on a copy of the same model in the same process: a model
+watched with `log_freq=4` and the worker process on, logging to an offline run, stepped
+alternately with an unwatched twin; per cycle of 4 steps, the watched steps' thread CPU minus
+the twin's (median and range over 6 logged samples after a warm-up), beside an A/A control
+(two unwatched twins). `all-in`: the same for the whole process (its other threads) plus the
+worker process. Also the first watched step (the structure pass and the worker's start) in
+plain steps, and what `unwatch()` and `run.finish()` take. Models: the nested tree of about
+10,000 calls and a mixture of experts of 8 layers x 64 tiny experts, top-2 routing (each
+expert sees about 2 tokens: fixed costs dominate). Targets: thread <= 1.5x the floor, all-in
+<= 3x, `unwatch()` <= 2 s.
+""",
+    ),
+    Benchmark(
         "hook_floor",
         "The floor: torch's own hooks",
         (),
