@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from wandb_modprof._warn import warn_safely
+from wandb_modprof.capture.backward import native_build
 from wandb_modprof.capture.backward.nvtx import NvtxRanges, check_available
 from wandb_modprof.capture.delivery import delivery
 from wandb_modprof.capture.forward.callstack import call_depth
@@ -88,6 +89,7 @@ class Capture(SubmoduleHooks):
         self.clock = make_clock(options, device)
         if isinstance(self.clock, CpuClock):
             self.clock.cost = hook_cost.measured()
+            native_build.start()  # the compiled node hooks: loaded, or built in the background
         self.memory: DeviceMemory | None = None
         if options.device_memory and device.type != "cpu":
             self.memory = AcceleratorMemory(device)

@@ -30,7 +30,7 @@ from wandb_modprof.capture.memory.gradient_readings import PendingGradientState
 from wandb_modprof.capture.memory.storage import StorageKey
 from wandb_modprof.capture.step import autograd_private as ap
 from wandb_modprof.capture.step import gc_pause
-from wandb_modprof.capture.step.clock import Clock
+from wandb_modprof.capture.step.clock import Clock, CpuClock
 from wandb_modprof.capture.step.gc_watch import GcWatch
 from wandb_modprof.capture.structure.step_dataflow import StepDataflow
 from wandb_modprof.records.calls import Structure
@@ -85,7 +85,14 @@ class StepSession(NodeStamps):
                 clock,
                 curve=memory is None,  # on CPU the saved bytes give the memory curve
             )
-        super().__init__()  # the backward half's node table (`backward.node_stamps`)
+        # the backward half's node table (`backward.node_stamps`), with the compiled node
+        # hooks where nothing but host stamps is asked of a node hook
+        super().__init__(
+            native=dataflow is None
+            and memory is None
+            and nvtx is None
+            and isinstance(clock, CpuClock)
+        )
         self.gradients: PendingGradientState | None = None
         self.gc = GcWatch(self._open_calls, lambda e: self.fail("garbage-collection callback", e))
         # The module graph derived from this forward (`step_dataflow`), when asked for: set
@@ -249,6 +256,7 @@ class StepSession(NodeStamps):
                 self.nodes.owner[slot] = owners[self.nodes.seq[slot] - root.seq0]
         if self.dataflow is not None:
             self._dataflow_step(self._derive_structure, owners)
+        self.arm_native()
         if not self.nodes.seq:
             # Nothing in the step can run a backward (all frozen, or no grad): done now.
             self.finish()
@@ -271,7 +279,9 @@ class StepSession(NodeStamps):
     # ---- end of the step -------------------------------------------------------------
     def finish(self) -> None:
         """End of the sampled backward (or of a forward that cannot have one)."""
+        self.backward_over = True
         if self.closed:
+            self.release_persistent_hooks()  # (a sample dropped during the backward)
             return
         try:
             if self.bwd_started:
@@ -281,6 +291,7 @@ class StepSession(NodeStamps):
             if self.activations is not None:
                 self.activations.stop_curve()
             self.release_persistent_hooks()
+            self.collect_native()
             if self.nvtx is not None:
                 self.nvtx.backward_end()
         except Exception as error:  # runs inside the engine: must never break the backward
@@ -303,12 +314,11 @@ class StepSession(NodeStamps):
         if self.closed or not self.bwd_started:
             return ()  # between forward and backward (the loss, the user's code): no call
         open_calls: set[int] = set()
-        for stack in list(self._exec.values()):
-            for slot in stack:
-                i = self.nodes.owner[slot]
-                while i >= 0 and i not in open_calls:
-                    open_calls.add(i)
-                    i = self.invocations[i].parent
+        for slot in self.running_slots():
+            i = self.nodes.owner[slot]
+            while i >= 0 and i not in open_calls:
+                open_calls.add(i)
+                i = self.invocations[i].parent
         return tuple(open_calls)
 
     # ---- failure -----------------------------------------------------------------------
@@ -330,3 +340,6 @@ class StepSession(NodeStamps):
         if self.forward_done:
             self.closed = True
             self.release_persistent_hooks()
+            if self._native is not None:
+                self._native.close()
+                self.clock.stop_trail()

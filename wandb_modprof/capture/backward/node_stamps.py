@@ -29,9 +29,11 @@ only during a walk, node hooks capture the session (ints and stamps), never a te
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from wandb_modprof.capture.backward import native_build
 from wandb_modprof.capture.backward.nodes import NodeTable
 from wandb_modprof.capture.backward.recompute import RecomputeTracker
 from wandb_modprof.capture.step import autograd_private as ap
@@ -62,7 +64,17 @@ class NodeStamps:
     closed: bool
     dataflow: StepDataflow | None
 
-    def __init__(self) -> None:
+    def __init__(self, native: bool = False) -> None:
+        """`native`: the step may use the compiled node hooks (`native_stamps.cpp`, when
+        built): a host clock with no allocator or NVTX readings in the node hooks and no
+        derived graph (which needs each node's inputs in Python)."""
+        # the compiled walk, hooks and stamps, or None: the Python ones below
+        self._native: Any = None
+        if native:
+            built = native_build.module()
+            if built is not None:
+                self._native = built.Stamps(_NativeBegin(self))
+        self._trail_base = 0
         # the backward, indexed by node slot
         self._hooked_seqs: set[int] = set()
         self.nodes = NodeTable()
@@ -75,6 +87,7 @@ class NodeStamps:
         # a later step's graph reuses a live AccumulateGrad node, hooks included.
         self._accumulate_params: set[int] = set()
         self.bwd_started = False
+        self.backward_over = False  # the engine's end-of-backward callback ran (`finish`)
         self.bwd_t_begin: Any = None
         self.bwd_t_end: Any = None
         self._recompute = RecomputeTracker()  # activation-checkpointing recomputes
@@ -98,6 +111,8 @@ class NodeStamps:
         (tied weights: one of the tying modules). Its hooks are removed at the end of the
         backward, since AccumulateGrad nodes can outlive the step's graph.
         """
+        if self._native is not None:
+            return self._hook_nodes_native(roots, lo, hi, owners)
         todo: list[tuple[Any, int]] = [(node, -1) for node in roots]
         hooked = 0
         while todo:
@@ -146,8 +161,67 @@ class NodeStamps:
                     self.dataflow.adjacency[seq] = [ap.node_sequence_nr(n) for n in nexts]
         return hooked
 
+    def _hook_nodes_native(
+        self, roots: Iterable[Any], lo: int, hi: int, owners: list[int] | None
+    ) -> int:
+        """`_hook_nodes` by the compiled walk: the same slots, rules and order."""
+        first = len(self.nodes)
+        seqs, names, vias, grad_new = self._native.walk(roots, lo, hi)
+        self.nodes.extend(seqs, names, vias, grad_new)
+        if owners is not None:
+            owner = self.nodes.owner
+            for slot in range(first, len(self.nodes)):
+                via = vias[slot - first]
+                owner[slot] = owners[seqs[slot - first] - lo] if via < 0 else owner[via]
+        return len(seqs)
+
+    def arm_native(self) -> None:
+        """The forward is done: the compiled hooks may stamp from now on, and our own time is
+        kept as a trail for them (`Clock.start_trail`)."""
+        if self._native is not None:
+            self._trail_base = self.clock.start_trail()
+            self._native.arm()
+
+    def _native_begin(self) -> None:
+        """The first node of the sampled backward runs (called once, from the compiled
+        pre-hook, with the GIL): what `_node_pre` does for it."""
+        if self.closed:
+            return
+        try:
+            gc_pause.hold(id(self))  # until `finish` (or the sample's drop)
+            self.bwd_t_begin = self.clock.stamp()
+            ap.queue_end_of_backward(self.finish)
+            # (after the queueing: a backward whose `finish` will not run releases the
+            # AccumulateGrad nodes' hooks when the sample is dropped)
+            self.bwd_started = True
+        except Exception as error:
+            self.fail("backward pre-hook", error)
+
+    def collect_native(self) -> None:
+        """End of the backward: the compiled hooks' stamps into the node table."""
+        native = self._native
+        if native is None:
+            return
+        trail = self.clock.stop_trail()
+        t0, t1, thread, enclosing = native.columns()
+        own0, own1 = native.own(trail, self._trail_base)
+        failed = native.failed
+        native.close()
+        self.nodes.t0, self.nodes.t1, self.nodes.thread = t0, t1, thread
+        self.nodes.enclosing, self.nodes.own0, self.nodes.own1 = enclosing, own0, own1
+        if failed:
+            raise RuntimeError("a compiled node hook failed")
+
+    def running_slots(self) -> list[int]:
+        """The nodes running now on any thread (outermost first per thread)."""
+        if self._native is not None:
+            return list(self._native.running())
+        return [slot for stack in list(self._exec.values()) for slot in stack]
+
     # ---- backward ----------------------------------------------------------------------
     def _exec_stack(self) -> list[int]:
+        if self._native is not None:
+            return list(self._native.thread_stack())
         return self._exec.setdefault(threading.get_ident(), [])
 
     def _node_pre(self, slot: int, grad_outputs: Any) -> None:
@@ -228,6 +302,11 @@ class NodeStamps:
             self.nodes.peak[top] = peak if prev is None else max(prev, peak)
 
     def release_persistent_hooks(self) -> None:
+        if self._native is not None and (self.backward_over or not self.bwd_started):
+            # Compiled hooks come off the AccumulateGrad nodes only while the engine cannot be
+            # running them (it iterates a node's hooks in place): before the backward, or at
+            # its end (`finish`, which a sample dropped during the backward still reaches).
+            self._native.release()
         handles, self._persistent_handles = self._persistent_handles, []
         for handle in handles:
             handle.remove()
@@ -274,6 +353,21 @@ def _name(node: Any) -> str:
                 _NAMES.clear()
             _NAMES[kind] = name
     return name
+
+
+class _NativeBegin:
+    """The compiled hooks' call into Python at the start of the backward: by weak reference,
+    so the compiled object (which the graph's hooks keep alive) never keeps a session."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, session: NodeStamps) -> None:
+        self.session = weakref.ref(session)
+
+    def __call__(self) -> None:
+        session = self.session()
+        if session is not None:
+            session._native_begin()
 
 
 class _NodeHook:

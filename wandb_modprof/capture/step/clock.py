@@ -42,6 +42,13 @@ class Clock(Protocol):
         """Nanoseconds of our own hook work up to `stamp` (0 where none is kept)."""
         ...
 
+    def start_trail(self) -> int:
+        """Keep (stamp, own time) pairs as our bodies end, for stamps taken without the GIL;
+        returns our time now."""
+        ...
+
+    def stop_trail(self) -> list[int]: ...
+
     def ready(self, stamp: Any) -> bool: ...
 
     def wait(self, stamp: Any) -> None: ...
@@ -78,13 +85,31 @@ class CpuClock:
     calls' windows too (a container with 4 children read ~20 us too much self time).
     """
 
-    __slots__ = ("_depth", "_open_ns", "_own_ns", "cost")
+    __slots__ = ("_depth", "_open_ns", "_own_ns", "_trail", "cost")
 
     def __init__(self, cost: HookCost | None = None) -> None:
         self._own_ns = 0  # time spent in our finished hook bodies
         self._open_ns = 0  # when the running outermost body began
         self._depth = 0
+        # While kept (`start_trail`): (stamp, our time after it) as each outermost body ends,
+        # flat; the compiled node hooks stamp without the GIL and read our time from it later.
+        self._trail: list[int] | None = None
         self.cost = cost if cost is not None else HookCost()
+
+    def start_trail(self) -> int:
+        """Keep a trail of our time from now on; returns our time now (the trail's base)."""
+        self._trail = []
+        return self._own_ns
+
+    def stop_trail(self) -> list[int]:
+        """The trail kept since `start_trail` (empty if none), and keep no more."""
+        trail, self._trail = self._trail, None
+        return [] if trail is None else trail
+
+    def _mark(self) -> None:
+        if self._trail is not None and self._depth == 0:
+            self._trail.append(time.perf_counter_ns())
+            self._trail.append(self._own_ns)
 
     def stamp(self) -> int:
         return time.perf_counter_ns()
@@ -100,16 +125,22 @@ class CpuClock:
         self._depth -= 1
         if self._depth == 0:
             self._own_ns += time.perf_counter_ns() - self._open_ns
+            if self._trail is not None:
+                self._mark()
 
     def own_leave_call(self) -> None:
         self.own_leave()
         if self._depth == 0:  # (inside another body of ours the dispatch is already counted)
             self._own_ns += self.cost.call_ns
+            if self._trail is not None:
+                self._mark()
 
     def own_leave_pack(self) -> None:
         self.own_leave()
         if self._depth == 0:
             self._own_ns += self.cost.pack_ns
+            if self._trail is not None:
+                self._mark()
 
     def own_at(self, stamp: Any) -> int:
         """Our time (ns) up to `stamp`, a stamp just taken."""
@@ -160,6 +191,12 @@ class EventClock:
 
     def own_at(self, stamp: Any) -> int:
         return 0
+
+    def start_trail(self) -> int:
+        return 0
+
+    def stop_trail(self) -> list[int]:
+        return []
 
     def ready(self, stamp: Any) -> bool:
         return bool(stamp.query())
