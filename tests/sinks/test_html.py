@@ -107,6 +107,36 @@ def test_vega_bundle_is_cached_and_cannot_close_its_script() -> None:
     assert "</script" not in lowered and "<!--" not in lowered and "<script" not in lowered
 
 
+def test_vega_bundle_is_bundled_once_per_version_and_read_back_from_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import vl_convert
+
+    from wandb_modprof.sinks import vega_bundle as bundles
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    bundles.vega_bundle.cache_clear()
+    first = bundles.vega_bundle()
+    (cached,) = (tmp_path / "wandb_modprof" / "vega").glob("bundle-*.js")
+    assert cached.read_text(encoding="utf-8") == first
+
+    def no_bundler(snippet: str) -> str:
+        raise AssertionError("bundled again although the cache holds it")
+
+    monkeypatch.setattr(vl_convert, "javascript_bundle", no_bundler)
+    bundles.vega_bundle.cache_clear()  # a fresh process: the file, not the bundler
+    assert bundles.vega_bundle() == first
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cached.write_text("half a bun", encoding="utf-8")  # a damaged file is bundled again
+    bundles.vega_bundle.cache_clear()
+    try:
+        assert bundles.vega_bundle() == first
+        assert cached.read_text(encoding="utf-8") == first
+    finally:
+        bundles.vega_bundle.cache_clear()
+
+
 def test_script_json_escapes_what_html_would_read() -> None:
     value = {"a": "</script><!-- & \u2028\u2029 >", "µ": [1.5, True]}
     text = script_json(value)

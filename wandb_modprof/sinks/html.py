@@ -41,7 +41,6 @@ import datetime
 import functools
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -56,6 +55,7 @@ from wandb_modprof.sinks.escape import encodable
 from wandb_modprof.sinks.files import check_path, missing_directory, write_atomic
 from wandb_modprof.sinks.table_notes import table_notes
 from wandb_modprof.sinks.units import format_value
+from wandb_modprof.sinks.vega_bundle import vega_bundle
 
 if TYPE_CHECKING:
     import jinja2
@@ -73,9 +73,6 @@ _JSON_ESCAPES = {
     "\u2028": "\\u2028",
     "\u2029": "\\u2029",
 }
-# Read once per process: vl-convert runs a bundler (about 1 s); the text never changes.
-_BUNDLE_SNIPPET = "window.vegaEmbed = vegaEmbed;"
-_SCRIPT_BREAKS = re.compile(r"<(?=/script|!--|script)", re.IGNORECASE)
 
 _HOW_TO_READ = (
     "How to read it: each box is one module call of the view shown, coloured (Turbo, red = "
@@ -121,23 +118,6 @@ def _asset(name: str) -> markupsafe.Markup:
 
     text = (resources.files("wandb_modprof.sinks") / _TEMPLATES / name).read_text("utf-8")
     return markupsafe.Markup(text)
-
-
-@functools.lru_cache(maxsize=1)
-def vega_bundle() -> str:
-    """vega-embed + Vega 6 as one script with no imports (vl-convert's bundler), cached."""
-    try:
-        import vl_convert
-    except ImportError:
-        raise ModProfError(
-            "the HTML report needs vl-convert-python (it bundles Vega into the page): "
-            "pip install vl-convert-python"
-        ) from None
-    text = vl_convert.javascript_bundle(_BUNDLE_SNIPPET)
-    # Inside <script> only `</script`, `<!--` and `<script` change how HTML parses the text;
-    # the bundle has none today. If a future one does, they can only be in string, template or
-    # regex literals, where `\x3c` means `<` too.
-    return _SCRIPT_BREAKS.sub(r"\\x3c", text)
 
 
 def script_json(value: Any) -> str:

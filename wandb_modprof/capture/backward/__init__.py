@@ -1,7 +1,9 @@
 """Backward time per module call, from stamps on the autograd nodes each call created.
 
 The nodes a sampled step hooked, in parallel lists (`nodes`); the step session's backward
-half (`node_stamps`): hooking the nodes as calls return and stamping each as it runs;
+half (`node_stamps`): hooking the nodes as calls return and stamping each as it runs, in
+C++ where the compiled hooks are built (`native_stamps.cpp`, built and loaded by
+`native_build`);
 forwards run again by activation checkpointing during the backward (`recompute`); and the
 NVTX ranges of forward calls and backward nodes (`nvtx`), which the node stamps close. May
 import every other sub-package (`step`, `model`, `forward`, `memory`, `structure`), the
