@@ -249,7 +249,9 @@ class StepSession(NodeStamps):
         for idx, inv in enumerate(self.invocations):  # preorder: children overwrite parents
             if inv.seq1 > inv.seq0:
                 owners[inv.seq0 - root.seq0 : inv.seq1 - root.seq0] = [idx] * (inv.seq1 - inv.seq0)
-        for slot, via in enumerate(self.nodes.via):
+        if self._native is not None:
+            self.pull_native(owners, root.seq0)  # (the same rule, in C++)
+        for slot, via in enumerate(self.nodes.via if self._native is None else ()):
             if via >= 0:  # AccumulateGrad: charged to the call whose node feeds it
                 self.nodes.owner[slot] = self.nodes.owner[via]
             else:

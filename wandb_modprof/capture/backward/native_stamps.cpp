@@ -125,15 +125,16 @@ class Stamps : public std::enable_shared_from_this<Stamps> {
   // ---- called from Python (GIL held) ------------------------------------------------------
   // Hook the not-yet-hooked nodes created in [lo, hi) reachable from `roots`, and the
   // AccumulateGrad nodes they feed (`NodeStamps._hook_nodes`, same order of slots).
-  // Returns the new slots' (seq, name, via, grad_new) columns.
-  py::tuple walk(const py::iterable& roots, int64_t lo, int64_t hi) {
+  // The new slots' columns stay here until `table` reads them (once per step, not once per
+  // call); returns how many were hooked.
+  int64_t walk(const py::iterable& roots, int64_t lo, int64_t hi) {
     std::vector<std::pair<c10::intrusive_ptr<Node>, int32_t>> todo;
     for (py::handle root : roots) {
       auto node = node_of(root.ptr());
       if (node) todo.emplace_back(std::move(node), -1);
     }
-    py::list seqs, names, vias, grad_new;
     auto self = shared_from_this();
+    int64_t hooked = 0;
     std::lock_guard<std::mutex> lock(mu_);
     while (!todo.empty()) {
       auto [node, via] = std::move(todo.back());
@@ -163,10 +164,11 @@ class Stamps : public std::enable_shared_from_this<Stamps> {
       thread_.push_back(0);
       enclosing_.push_back(-1);
       accumulate_.push_back(in_range ? 0 : 1);
-      seqs.append(in_range ? seq : -1);
-      names.append(name_of(*node));
-      vias.append(in_range ? -1 : via);
-      grad_new.append(bytes);
+      seq_.push_back(in_range ? seq : -1);
+      name_.push_back(name_of(*node));
+      via_.push_back(in_range ? -1 : via);
+      grad_new_.push_back(bytes);
+      ++hooked;
       if (in_range) node->add_pre_hook(std::make_unique<PreHook>(self, slot));
       uintptr_t key = node->add_post_hook(std::make_unique<PostHook>(self, slot));
       if (!in_range) {
@@ -177,7 +179,39 @@ class Stamps : public std::enable_shared_from_this<Stamps> {
         if (edge.function) todo.emplace_back(edge.function, slot);
       }
     }
-    return py::make_tuple(seqs, names, vias, grad_new);
+    return hooked;
+  }
+
+  // The columns of slots [first, end): (seq, name, via, grad_new, owner). An owner is
+  // `owners[seq - seq0]`, or for an AccumulateGrad node its feeding slot's owner (`known`:
+  // the owners of the slots before `first`); no `owners`: all -1 (filled in Python).
+  py::tuple table(int64_t first, const std::vector<int64_t>& owners, int64_t seq0,
+                  const std::vector<int64_t>& known) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto end = static_cast<int64_t>(seq_.size());
+    py::list seqs, names, vias, grad_new, owner;
+    std::vector<int64_t> mine;
+    mine.reserve(static_cast<size_t>(std::max<int64_t>(end - first, 0)));
+    for (int64_t i = first; i < end; ++i) {
+      int64_t who = -1;
+      if (!owners.empty()) {
+        if (via_[i] < 0) {
+          int64_t at = seq_[i] - seq0;
+          if (at >= 0 && at < static_cast<int64_t>(owners.size())) who = owners[at];
+        } else if (via_[i] >= first) {
+          who = mine[via_[i] - first];
+        } else if (via_[i] < static_cast<int64_t>(known.size())) {
+          who = known[via_[i]];
+        }
+      }
+      mine.push_back(who);
+      seqs.append(seq_[i]);
+      names.append(py::handle(name_[i]));
+      vias.append(via_[i]);
+      grad_new.append(grad_new_[i]);
+      owner.append(who);
+    }
+    return py::make_tuple(seqs, names, vias, grad_new, owner);
   }
 
   void arm() { armed_.store(true); }
@@ -312,16 +346,25 @@ class Stamps : public std::enable_shared_from_this<Stamps> {
     }
   }
 
-  py::object name_of(Node& node) {
-    // Custom Python Functions share the C++ class PyNode: ask those each time.
-    // (PyNode's type info is not exported: its mangled name, stable under the Itanium ABI.)
-    const std::type_info& type = typeid(node);
-    if (std::strcmp(type.name(), "N5torch8autograd6PyNodeE") == 0) return py::str(node.name());
+  // A node's class name as one interned Python string per name (borrowed: the strings are
+  // never freed, so the columns hold no reference and need no GIL to be destroyed).
+  PyObject* name_of(Node& node) {
     // Never destroyed: the interpreter may be gone when static objects are.
-    static auto* names = new std::unordered_map<std::type_index, py::object>();
-    auto& cached = (*names)[std::type_index(type)];
-    if (!cached) cached = py::str(node.name());
-    return cached;
+    static auto* by_type = new std::unordered_map<std::type_index, PyObject*>();
+    static auto* by_name = new std::unordered_map<std::string, PyObject*>();
+    const std::type_info& type = typeid(node);
+    // Custom Python Functions share the C++ class PyNode: asked each time (by name). PyNode's
+    // type info is not exported: its mangled name, stable under the Itanium ABI.
+    bool shared = std::strcmp(type.name(), "N5torch8autograd6PyNodeE") == 0;
+    if (!shared) {
+      auto it = by_type->find(std::type_index(type));
+      if (it != by_type->end()) return it->second;
+    }
+    std::string text = node.name();
+    PyObject*& interned = (*by_name)[text];
+    if (interned == nullptr) interned = py::str(text).release().ptr();
+    if (!shared) (*by_type)[std::type_index(type)] = interned;
+    return interned;
   }
 
  public:
@@ -336,6 +379,9 @@ class Stamps : public std::enable_shared_from_this<Stamps> {
   std::vector<int64_t> t0_, t1_, thread_;
   std::vector<int32_t> enclosing_;
   std::vector<uint8_t> accumulate_;
+  std::vector<int64_t> seq_, grad_new_;
+  std::vector<int32_t> via_;
+  std::vector<PyObject*> name_;  // interned, never freed (`name_of`)
   std::unordered_map<int64_t, ThreadRun> runs_;
   std::unordered_set<int64_t> hooked_seqs_;
   std::unordered_set<const void*> accumulate_params_;
@@ -358,6 +404,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<Stamps, std::shared_ptr<Stamps>>(m, "Stamps")
       .def(py::init<py::object>())
       .def("walk", &Stamps::walk)
+      .def("table", &Stamps::table)
       .def("arm", &Stamps::arm)
       .def("close", &Stamps::close)
       .def("release", &Stamps::release)

@@ -164,16 +164,25 @@ class NodeStamps:
     def _hook_nodes_native(
         self, roots: Iterable[Any], lo: int, hi: int, owners: list[int] | None
     ) -> int:
-        """`_hook_nodes` by the compiled walk: the same slots, rules and order."""
+        """`_hook_nodes` by the compiled walk: the same slots, rules and order. The forward's
+        nodes reach the table once, when the root returns (`pull_native`); a recompute's, whose
+        owners are known, at once."""
+        hooked: int = self._native.walk(roots, lo, hi)
+        if owners is not None and hooked:
+            self.pull_native(owners, lo)
+        return hooked
+
+    def pull_native(self, owners: list[int], seq0: int) -> None:
+        """The compiled walk's nodes not in the table yet, each charged to the call
+        `owners[seq - seq0]` (an AccumulateGrad node: to its feeding node's call)."""
+        if self._native is None:
+            return
         first = len(self.nodes)
-        seqs, names, vias, grad_new = self._native.walk(roots, lo, hi)
+        seqs, names, vias, grad_new, owner = self._native.table(
+            first, owners, seq0, self.nodes.owner
+        )
         self.nodes.extend(seqs, names, vias, grad_new)
-        if owners is not None:
-            owner = self.nodes.owner
-            for slot in range(first, len(self.nodes)):
-                via = vias[slot - first]
-                owner[slot] = owners[seqs[slot - first] - lo] if via < 0 else owner[via]
-        return len(seqs)
+        self.nodes.owner[first:] = owner
 
     def arm_native(self) -> None:
         """The forward is done: the compiled hooks may stamp from now on, and our own time is
