@@ -22,6 +22,10 @@ Per model, in one process, one torch thread, an offline W&B run:
   training-thread CPU over a plain step, in plain steps;
 * ``unwatch`` (wall seconds, and the training thread's CPU of it) and ``run.finish``.
 
+Each model is measured with the compiled node hooks (``capture/backward/native_stamps.cpp``,
+built before the first measurement) and with the Python node hooks (``MODPROF_NATIVE=0``), in
+the same process, one after the other.
+
 Models: ``nested-N`` (``scale.py``'s tree of Linear -> ReLU -> Linear blocks) and ``moe-LxExK``
 (``_moe.py``: L layers, E experts, top-K routing, 64 tokens).
 """
@@ -46,6 +50,7 @@ from scale import Case, moe, nested
 from torch import nn
 
 import wandb_modprof
+from wandb_modprof.capture.backward import native_build
 
 FREQ = 4  # log_freq of the watched model
 THREAD_X, ALL_IN_X, UNWATCH_S = 1.5, 3.0, 2.0  # targets: x the floor, x the floor, seconds
@@ -55,6 +60,7 @@ TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 @dataclass
 class Result:
     case: str
+    hooks: str  # "compiled" or "python" node hooks
     floor: Floor
     thread_ms: list[float] = field(default_factory=list)  # per cycle (one logged sample)
     control_ms: list[float] = field(default_factory=list)  # A/A: twin minus twin
@@ -90,12 +96,24 @@ def _step(model: nn.Module, case: Case) -> tuple[float, float]:
     return time.thread_time() - t0, time.process_time() - p0
 
 
-def measure(case: Case, cycles: int, new_run: Callable[[str], Any]) -> Result:
+def measure(case: Case, cycles: int, new_run: Callable[[str], Any], hooks: str) -> Result:
+    previous = os.environ.get("MODPROF_NATIVE")
+    os.environ["MODPROF_NATIVE"] = "1" if hooks == "compiled" else "0"
+    try:
+        return _measure(case, cycles, new_run, hooks)
+    finally:
+        if previous is None:
+            del os.environ["MODPROF_NATIVE"]
+        else:
+            os.environ["MODPROF_NATIVE"] = previous
+
+
+def _measure(case: Case, cycles: int, new_run: Callable[[str], Any], hooks: str) -> Result:
     torch.manual_seed(0)
     plain = case.build().train()
     twin = copy.deepcopy(plain)
     watched = copy.deepcopy(plain)
-    result = Result(case.name, floor_us_per_call(copy.deepcopy(plain), case.forward))
+    result = Result(case.name, hooks, floor_us_per_call(copy.deepcopy(plain), case.forward))
     run = new_run("offline")
     plain_step = min(_step(plain, case)[0] for _ in range(3))
     handle = wandb_modprof.watch(watched, log_freq=FREQ, run=run, offload=True)
@@ -152,11 +170,11 @@ def _met(value: float, target: float, unit: str, judged: bool) -> str:
 
 def table(results: list[Result], judged: bool) -> str:
     lines = [
-        "| model | calls | nodes | plain ms | floor ms (module / node / saved) "
+        "| model | node hooks | calls | nodes | plain ms | floor ms (module / node / saved) "
         "| thread ms / sample | thread x floor | target | A/A ms | all-in ms / sample "
         "| all-in x floor | target | first step (plain steps) | unwatch s (thread s) | target "
         "| finish s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         f = r.floor
@@ -164,7 +182,7 @@ def table(results: list[Result], judged: bool) -> str:
         thread = statistics.median(r.thread_ms) / r.floor_ms
         all_in = statistics.median(r.all_in_ms) / r.floor_ms
         lines.append(
-            f"| {r.case} | {f.calls} | {f.nodes} | {f.plain_ms:.0f} | {r.floor_ms:.0f} "
+            f"| {r.case} | {r.hooks} | {f.calls} | {f.nodes} | {f.plain_ms:.0f} | {r.floor_ms:.0f} "
             f"({f.module_us * per:.0f} / {f.node_us * per:.0f} / {f.saved_us * per:.0f}) "
             f"| {_range(r.thread_ms)} | {thread:.2f}x | {_met(thread, THREAD_X, 'x', judged)} "
             f"| {_range(r.control_ms)} | {_range(r.all_in_ms)} | {all_in:.2f}x "
@@ -185,15 +203,24 @@ def main(argv: list[str] | None = None) -> int:
     models, cycles = ("nested-400", 2) if args.quick else (args.models, args.cycles)
     torch.set_num_threads(1)
     started = time.perf_counter()
+    paths = ["compiled", "python"]
+    if not native_build.start(wait=True):
+        paths = ["python"]
+        unavailable = f" Compiled node hooks unavailable: {native_build.failure()}."
+    else:
+        unavailable = ""
     with wandb_runs() as new_run:
-        results = [measure(case, cycles, new_run) for case in _cases(models)]
+        results = [
+            measure(case, cycles, new_run, hooks) for case in _cases(models) for hooks in paths
+        ]
     given = sys.argv[1:] if argv is None else argv
     command = " ".join([".venv/bin/python benchmarks/thread_cpu.py", *given])
     emit(
         f"Command: `{command}`\n\n"
         f"wandb_modprof at git {revision()}, torch {torch.__version__}, {os.cpu_count()} CPUs, "
         f"1 torch thread, offline W&B run, log_freq={FREQ}, worker process on; {cycles} logged "
-        f"samples per model after one warm-up. Total {time.perf_counter() - started:.0f} s.\n\n"
+        f"samples per model after one warm-up.{unavailable} "
+        f"Total {time.perf_counter() - started:.0f} s.\n\n"
         + table(results, judged=not args.quick)
         + "\n",
         args.out,
