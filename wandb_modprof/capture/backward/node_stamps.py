@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from wandb_modprof.capture.backward import native_build
-from wandb_modprof.capture.backward.nodes import NodeTable
+from wandb_modprof.capture.backward.nodes import NodeTable, grad_to_create, node_name
 from wandb_modprof.capture.backward.recompute import RecomputeTracker
 from wandb_modprof.capture.step import autograd_private as ap
 from wandb_modprof.capture.step import gc_pause
@@ -138,10 +138,14 @@ class NodeStamps:
             else:
                 owner = owners[seq - lo] if in_range else self.nodes.owner[via]
             slot = self.nodes.add(
-                seq if in_range else -1, _name(node), -1 if in_range else via, owner, not in_range
+                seq if in_range else -1,
+                node_name(node),
+                -1 if in_range else via,
+                owner,
+                not in_range,
             )
             if not in_range:
-                self.nodes.grad_new[slot] = _grad_to_create(node.variable)
+                self.nodes.grad_new[slot] = grad_to_create(node.variable)
             hook = _NodeHook(self, slot)
             if in_range or self.memory is not None or self.nvtx is not None:
                 pre = node.register_prehook(hook)
@@ -344,26 +348,6 @@ class NodeStamps:
             self._hook_nodes(*walk)
 
 
-_NAMES: dict[type, str] = {}  # autograd node class -> its name (one string object per class)
-_MAX_NAMES = 4096  # classes made on the fly (custom Functions) would grow it without end
-
-
-def _name(node: Any) -> str:
-    """`node.name()`, asked once per node class: one shared string per class pickles once per
-    hand-off, not once per node. Only classes named as their nodes are (every generated
-    backward node, custom Functions); C++ nodes torch has no Python class for share one
-    generic class and are asked each time."""
-    kind = type(node)
-    name = _NAMES.get(kind)
-    if name is None:
-        name = node.name()
-        if name == kind.__name__:
-            if len(_NAMES) >= _MAX_NAMES:
-                _NAMES.clear()
-            _NAMES[kind] = name
-    return name
-
-
 class _NativeBegin:
     """The compiled hooks' call into Python at the start of the backward: by weak reference,
     so the compiled object (which the graph's hooks keep alive) never keeps a session."""
@@ -395,11 +379,3 @@ class _NodeHook:
             self.session._node_pre(self.slot, grads)
         else:
             self.session._node_post(self.slot, grads, grad_outputs)
-
-
-def _grad_to_create(param: Any) -> int:
-    """Bytes the gradient of `param` will take when its AccumulateGrad node runs: none if it
-    has one already (accumulation adds in place), else its size (the CPU memory curve)."""
-    if param.grad is not None:
-        return 0
-    return int(param.numel()) * int(param.element_size())

@@ -2,7 +2,8 @@
 
 Filled by `session.StepSession` as calls return (one `add` per node), stamped by its node
 hooks during the backward, read by `resolve` after the step. Plain lists of ints and stamps:
-no node or tensor is held.
+no node or tensor is held. Also what is read off a node as it is added: its class name
+(`node_name`) and the gradient bytes its accumulation creates (`grad_to_create`).
 """
 
 from __future__ import annotations
@@ -94,3 +95,31 @@ class NodeTable:
         self.grad_new += grad_new
         self.peak += [None] * n
         self.accumulate += [via >= 0 for via in vias]
+
+
+_NAMES: dict[type, str] = {}  # autograd node class -> its name (one string object per class)
+_MAX_NAMES = 4096  # classes made on the fly (custom Functions) would grow it without end
+
+
+def node_name(node: Any) -> str:
+    """`node.name()`, asked once per node class: one shared string per class pickles once per
+    hand-off, not once per node. Only classes named as their nodes are (every generated
+    backward node, custom Functions); C++ nodes torch has no Python class for share one
+    generic class and are asked each time."""
+    kind = type(node)
+    name = _NAMES.get(kind)
+    if name is None:
+        name = node.name()
+        if name == kind.__name__:
+            if len(_NAMES) >= _MAX_NAMES:
+                _NAMES.clear()
+            _NAMES[kind] = name
+    return name
+
+
+def grad_to_create(param: Any) -> int:
+    """Bytes the gradient of `param` will take when its AccumulateGrad node runs: none if it
+    has one already (accumulation adds in place), else its size (the CPU memory curve)."""
+    if param.grad is not None:
+        return 0
+    return int(param.numel()) * int(param.element_size())
