@@ -253,3 +253,15 @@ def test_a_sample_dropped_in_the_backward_leaves_no_compiled_hook(where, built, 
     assert [built.hook_counts(node) for node in accumulators] == before
     loss = train_step(model, x)  # the next backward runs no hook of the dropped sample
     assert torch.isfinite(loss)
+
+
+def test_ninja_installed_beside_this_python_is_found_without_an_activated_venv(monkeypatch):
+    import shutil
+    import sysconfig
+
+    scripts = sysconfig.get_path("scripts")
+    assert shutil.which("ninja", path=scripts), "the dev extra installs ninja into the venv"
+    monkeypatch.setenv("PATH", "/nonexistent")  # a venv's python run without activating it
+    assert shutil.which("ninja") is None
+    native_build._find_ninja()
+    assert shutil.which("ninja") == os.path.join(scripts, "ninja")

@@ -251,11 +251,12 @@ class StepSession(NodeStamps):
                 owners[inv.seq0 - root.seq0 : inv.seq1 - root.seq0] = [idx] * (inv.seq1 - inv.seq0)
         if self._native is not None:
             self.pull_native(owners, root.seq0)  # (the same rule, in C++)
-        for slot, via in enumerate(self.nodes.via if self._native is None else ()):
-            if via >= 0:  # AccumulateGrad: charged to the call whose node feeds it
-                self.nodes.owner[slot] = self.nodes.owner[via]
-            else:
-                self.nodes.owner[slot] = owners[self.nodes.seq[slot] - root.seq0]
+        else:
+            for slot, via in enumerate(self.nodes.via):
+                if via >= 0:  # AccumulateGrad: charged to the call whose node feeds it
+                    self.nodes.owner[slot] = self.nodes.owner[via]
+                else:
+                    self.nodes.owner[slot] = owners[self.nodes.seq[slot] - root.seq0]
         if self.dataflow is not None:
             self._dataflow_step(self._derive_structure, owners)
         self.arm_native()
@@ -343,5 +344,4 @@ class StepSession(NodeStamps):
             self.closed = True
             self.release_persistent_hooks()
             if self._native is not None:
-                self._native.close()
-                self.clock.stop_trail()
+                self.close_native()

@@ -14,11 +14,14 @@ source, torch version, C++ ABI and Python version; `MODPROF_NATIVE_DIR` moves it
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
 import platform
+import shutil
 import sys
+import sysconfig
 import threading
 from pathlib import Path
 from typing import Any
@@ -58,13 +61,9 @@ def failure() -> str | None:
     return _BUILD.failure
 
 
-_NAME: list[str] = []
-
-
+@functools.cache
 def name() -> str:
     """The extension's module name: one per source, torch build and Python."""
-    if _NAME:
-        return _NAME[0]
     key = "|".join(
         (
             _SOURCE.read_text(encoding="utf-8"),
@@ -74,8 +73,7 @@ def name() -> str:
             platform.machine(),
         )
     )
-    _NAME.append("wandb_modprof_native_" + hashlib.sha256(key.encode()).hexdigest()[:16])
-    return _NAME[0]
+    return "wandb_modprof_native_" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def cache_dir() -> Path:
@@ -122,10 +120,22 @@ def _load_cached(path: Path) -> None:
         _BUILD.failure = f"{type(error).__name__}: {error}"
 
 
+def _find_ninja() -> None:
+    """torch looks for `ninja` on PATH only; `pip install ninja` puts it beside this Python,
+    which is not on PATH when a virtual environment's interpreter is run without activating it.
+    That folder (this interpreter's own scripts) is appended to PATH, nothing else."""
+    if shutil.which("ninja") is not None:
+        return
+    scripts = sysconfig.get_path("scripts")
+    if scripts and shutil.which("ninja", path=scripts) is not None:
+        os.environ["PATH"] = os.pathsep.join(p for p in (os.environ.get("PATH"), scripts) if p)
+
+
 def _build() -> None:
     try:
         from torch.utils import cpp_extension
 
+        _find_ninja()
         folder = cache_dir()
         folder.mkdir(parents=True, exist_ok=True)
         built = cpp_extension.load(

@@ -179,8 +179,6 @@ class NodeStamps:
     def pull_native(self, owners: list[int], seq0: int) -> None:
         """The compiled walk's nodes not in the table yet, each charged to the call
         `owners[seq - seq0]` (an AccumulateGrad node: to its feeding node's call)."""
-        if self._native is None:
-            return
         first = len(self.nodes)
         seqs, names, vias, grad_new, owner = self._native.table(
             first, owners, seq0, self.nodes.owner
@@ -215,15 +213,20 @@ class NodeStamps:
         native = self._native
         if native is None:
             return
-        trail = self.clock.stop_trail()
+        trail = self.close_native()
         t0, t1, thread, enclosing = native.columns()
         own0, own1 = native.own(trail, self._trail_base)
         failed = native.failed
-        native.close()
         self.nodes.t0, self.nodes.t1, self.nodes.thread = t0, t1, thread
         self.nodes.enclosing, self.nodes.own0, self.nodes.own1 = enclosing, own0, own1
         if failed:
             raise RuntimeError("a compiled node hook failed")
+
+    def close_native(self) -> list[int]:
+        """The compiled hooks stamp no more (hooks on a graph the user keeps do nothing);
+        returns the trail of our own time kept for them."""
+        self._native.close()
+        return self.clock.stop_trail()
 
     def running_slots(self) -> list[int]:
         """The nodes running now on any thread (outermost first per thread)."""

@@ -106,10 +106,9 @@ class CpuClock:
         trail, self._trail = self._trail, None
         return [] if trail is None else trail
 
-    def _mark(self) -> None:
-        if self._trail is not None and self._depth == 0:
-            self._trail.append(time.perf_counter_ns())
-            self._trail.append(self._own_ns)
+    def _mark(self, trail: list[int]) -> None:
+        trail.append(time.perf_counter_ns())
+        trail.append(self._own_ns)
 
     def stamp(self) -> int:
         return time.perf_counter_ns()
@@ -126,21 +125,21 @@ class CpuClock:
         if self._depth == 0:
             self._own_ns += time.perf_counter_ns() - self._open_ns
             if self._trail is not None:
-                self._mark()
+                self._mark(self._trail)
 
     def own_leave_call(self) -> None:
         self.own_leave()
         if self._depth == 0:  # (inside another body of ours the dispatch is already counted)
             self._own_ns += self.cost.call_ns
             if self._trail is not None:
-                self._mark()
+                self._mark(self._trail)
 
     def own_leave_pack(self) -> None:
         self.own_leave()
         if self._depth == 0:
             self._own_ns += self.cost.pack_ns
             if self._trail is not None:
-                self._mark()
+                self._mark(self._trail)
 
     def own_at(self, stamp: Any) -> int:
         """Our time (ns) up to `stamp`, a stamp just taken."""
