@@ -211,6 +211,13 @@ def test_without_the_compiled_hooks_the_python_ones_measure_and_one_line_says_wh
     run_env = dict(os.environ, MODPROF_NATIVE_DIR=str(tmp_path / "cache"))
     if env == "broken-compiler":
         run_env["CXX"] = "/bin/false"  # an empty cache and a compiler that fails
+        # what a process ended during its build leaves: torch's lock file (on which every
+        # later build in that folder would wait forever) and an old build folder of its own
+        folder = tmp_path / "cache" / native_build.name()
+        (folder / "build-abandoned").mkdir(parents=True)
+        (folder / "lock").touch()
+        old = time.time() - 2 * 3600
+        os.utime(folder / "build-abandoned", (old, old))
     else:
         run_env["MODPROF_NATIVE"] = "0"
     done = subprocess.run(
@@ -228,6 +235,7 @@ def test_without_the_compiled_hooks_the_python_ones_measure_and_one_line_says_wh
         assert len(ours) == 2, ours  # the build starts, the build failed: one line each
         assert "were not built" in ours[1] and "using the Python node hooks" in ours[1]
         assert not list((tmp_path / "cache").rglob("*.so"))
+        assert not list(folder.glob("build-*"))  # its own folder, and the abandoned one, gone
     else:
         assert ours == [], ours  # turned off: no build, nothing said
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from typing import Any
@@ -109,8 +110,10 @@ class WatchHandle:
 
     @property
     def overhead(self) -> Overhead:
-        """What sampling has cost this run's training thread so far (`api.overhead`)."""
-        return self._counter.meter.overhead()
+        """What sampling has cost this run's training thread so far (`api.overhead`), with
+        the structure passes that ran."""
+        passes = self._capture.structures.totals()
+        return dataclasses.replace(self._counter.meter.overhead(), **passes)
 
     def _log_samples(self, force: bool = False, final: bool = False) -> bool:
         """Called at the root forward after a sample (and by `unwatch`): rank 0 (or a run

@@ -28,6 +28,11 @@ class Overhead:
     cost_s: float
     steps: int
     samples: int
+    # the structure passes so far: how many, how many of them followed only part of the
+    # model (the rest known from earlier passes, or left to the next), their forwards' seconds
+    passes: int = 0
+    partial_passes: int = 0
+    pass_s: float = 0.0
 
     @property
     def share(self) -> float:

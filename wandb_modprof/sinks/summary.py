@@ -39,10 +39,17 @@ def _section(
 def overhead_line(overhead: Overhead) -> str:
     """What sampling cost the run, as measured on its training thread (`api.overhead`)."""
     cost, wall = (format_value("ms", 1e3 * s) for s in (overhead.cost_s, overhead.wall_s))
-    return (
+    line = (
         f"sampling overhead: {100 * overhead.share:.2f} % of training time ({cost} of {wall} "
         f"over {overhead.steps} steps, {overhead.samples} sampled; measured)"
     )
+    if overhead.passes:
+        passes = "pass" if overhead.passes == 1 else "passes"
+        line += (
+            f"; {overhead.passes} structure {passes} ({overhead.partial_passes} over part of "
+            f"the model), their forwards {format_value('ms', 1e3 * overhead.pass_s)}"
+        )
+    return line
 
 
 def cold_lines(cold_left_out: int, last: Sample, num_samples: int) -> list[str]:

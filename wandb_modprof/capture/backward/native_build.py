@@ -22,7 +22,9 @@ import platform
 import shutil
 import sys
 import sysconfig
+import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +133,20 @@ def _find_ninja() -> None:
         os.environ["PATH"] = os.pathsep.join(p for p in (os.environ.get("PATH"), scripts) if p)
 
 
+_SCRATCH = "build-"  # a process's own build folder, inside the cache folder
+_ABANDONED_AFTER_S = 3600.0  # a build folder this old belongs to a process that ended
+
+
+def _remove_abandoned_builds(folder: Path) -> None:
+    now = time.time()
+    for old in folder.glob(_SCRATCH + "*"):
+        try:
+            if now - old.stat().st_mtime > _ABANDONED_AFTER_S:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass  # (another process removed it first)
+
+
 def _build() -> None:
     try:
         from torch.utils import cpp_extension
@@ -138,13 +154,23 @@ def _build() -> None:
         _find_ninja()
         folder = cache_dir()
         folder.mkdir(parents=True, exist_ok=True)
-        built = cpp_extension.load(
-            name=name(),
-            sources=[str(_SOURCE)],
-            build_directory=str(folder),
-            extra_cflags=["-O2"],
-            verbose=False,
-        )
+        _remove_abandoned_builds(folder)
+        # Each process builds in a folder of its own and moves the result into the cache in
+        # one rename: torch's shared build folder has a lock file that a process ended during
+        # the build (a short script, Ctrl-C) leaves behind, and every later build would wait
+        # on it forever.
+        scratch = Path(tempfile.mkdtemp(prefix=_SCRATCH, dir=folder))
+        try:
+            built = cpp_extension.load(
+                name=name(),
+                sources=[str(_SOURCE)],
+                build_directory=str(scratch),
+                extra_cflags=["-O2"],
+                verbose=False,
+            )
+            os.replace(scratch / (name() + ".so"), folder / (name() + ".so"))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         _BUILD.module = built
     except BaseException as error:  # never into the training run: the Python hooks stay
         reason = " ".join(str(error).split())[:300]

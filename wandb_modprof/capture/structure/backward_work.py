@@ -31,19 +31,31 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from wandb_modprof.capture.forward.invocation import tensors_in
 from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.step import gc_pause
 from wandb_modprof.capture.structure.flops import PLAIN_TYPES, handles
-from wandb_modprof.capture.structure.structure_pass import rolled_up
+from wandb_modprof.capture.structure.pass_frames import rolled_up
 from wandb_modprof.capture.structure.work import is_work, moved_bytes
 from wandb_modprof.records.calls import Structure
 
 # (bytes, ops) per call, own nodes only, summed over the backwards so far; or the error that
 # stopped the count
 Done = Callable[[list[int], list[int], Exception | None], None]
+
+
+class CountedPass(Protocol):
+    """What is read of the structure pass whose backward is counted (`StructurePass`)."""
+
+    def call_ranges(self) -> tuple[list[tuple[int, int]], list[int]]: ...
+
+    def followed_calls(self) -> list[bool]: ...
+
+    def with_known_backward(self, nbytes: list[int], ops: list[int]) -> bool: ...
 
 
 def owners(ranges: Sequence[tuple[int, int]], lo: int, hi: int) -> list[int]:
@@ -108,11 +120,19 @@ class BackwardWork:
         self._local = threading.local()
         self._modes: list[_Count] = []  # every thread's
 
-    def attach(self, roots: Iterable[Any], owner: list[int], lo: int) -> int:
+    def attach(
+        self,
+        roots: Iterable[Any],
+        owner: list[int],
+        lo: int,
+        known: Sequence[bool] | None = None,
+    ) -> int:
         """Hook the nodes reachable from `roots` (the forward's output nodes) created in
         `[lo, lo + len(owner))` (`owner`: the call of each), and the AccumulateGrad nodes they
         feed; the number hooked. One pre-hook, the same function on every node (registering
-        is most of the cost: tens of thousands of nodes in a large model)."""
+        is most of the cost: tens of thousands of nodes in a large model). The nodes of a
+        call whose backward is `known` from an earlier pass (`known_calls`) are walked
+        through, not hooked: their work is not counted again."""
         self._owner, self._lo = owner, lo
         todo = [(node, -1) for node in roots]
         seen: set[int] = set()
@@ -125,7 +145,12 @@ class BackwardWork:
             if 0 <= seq - lo < len(owner):
                 call = owner[seq - lo]
                 todo.extend((n, call) for n, _ in node.next_functions if n is not None)
+                if known is not None and call >= 0 and known[call]:
+                    seen.add(id(node))
+                    continue
             elif via >= 0 and ap.is_accumulate_grad(node):
+                if known is not None and known[via]:
+                    continue
                 self._accumulate[id(node)] = via
             else:
                 continue  # created before the pass's forward (its inputs' history)
@@ -147,6 +172,7 @@ class BackwardWork:
             if task not in self._tasks:
                 self._tasks.add(task)
                 ap.queue_end_of_backward(self._publish)
+                gc_pause.hold(id(self))  # (until `_publish`, as for the pass's forward)
             if call < 0:
                 return
             mode = getattr(self._local, "mode", None)
@@ -164,6 +190,7 @@ class BackwardWork:
 
     def _publish(self) -> None:
         """The end of a counted backward (an engine callback): the counts so far."""
+        gc_pause.release(id(self))
         done = self._done
         if self.closed or done is None:
             return
@@ -205,3 +232,47 @@ def with_backward_work(
         for i, call in enumerate(structure.calls)
     )
     return dataclasses.replace(structure, calls=calls)
+
+
+def count_pass_backward(
+    structure: CountedPass,
+    stored: Structure | None,
+    result: Any,
+    store: Callable[[Structure], None],
+    warn: Callable[[str, Exception], None],
+) -> BackwardWork | None:
+    """Count the backward of a structure pass's step where one comes: `store` then gets
+    `stored` again with each call's backward bytes and ops (a call the pass did not follow:
+    the counts of the pass that did; a partial pass, `stored=None`, stores nothing, and its
+    followed calls' counts are learnt). The counter, to be closed at the next forward."""
+    roots = [t.grad_fn for t in tensors_in(result) if t.grad_fn is not None]
+    if not roots or not ap.counts_backward():
+        return None  # evaluation, no_grad: no backward to count
+    ranges, parents = structure.call_ranges()
+    known = [not f for f in structure.followed_calls()]
+
+    def done(nbytes: list[int], ops: list[int], error: Exception | None) -> None:
+        try:  # (an engine callback: an error here would reach the user's backward)
+            if error is None:
+                counted = structure.with_known_backward(nbytes, ops)  # (learnt)
+                if stored is not None:
+                    store(
+                        with_backward_work(stored, parents, nbytes, ops)
+                        if counted
+                        else stored  # a call's backward that no pass counted: none shown
+                    )
+                return
+            if stored is not None:
+                store(stored)  # no partial counts shown as counted
+        except Exception as failed:
+            error = failed
+        warn("<structure pass backward>", error)
+
+    work = BackwardWork(len(ranges), done)
+    try:
+        work.attach(roots, owners(ranges, *ranges[0]), ranges[0][0], known)
+    except Exception as error:
+        work.close()
+        warn("<structure pass backward>", error)
+        return None
+    return work

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,20 +20,16 @@ import torch
 from torch import nn
 
 from wandb_modprof._warn import warn_safely
-from wandb_modprof.capture.forward.invocation import tensors_in
 from wandb_modprof.capture.inert_hook import under_compile
 from wandb_modprof.capture.memory.static_memory import ROOT_NAME
 from wandb_modprof.capture.model.compiled import compiled_in_place, is_compiled_wrapper
 from wandb_modprof.capture.model.wrappers import inner_model
-from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.step import gc_pause
 from wandb_modprof.capture.step import registry as _registry
-from wandb_modprof.capture.structure.backward_work import (
-    BackwardWork,
-    owners,
-    with_backward_work,
-)
+from wandb_modprof.capture.structure.backward_work import BackwardWork, count_pass_backward
 from wandb_modprof.capture.structure.calibration import roofline_of
 from wandb_modprof.capture.structure.fake_structure import fake_structure
+from wandb_modprof.capture.structure.known_calls import KnownCalls
 from wandb_modprof.capture.structure.structure_pass import (
     StructurePass,
     prepare,
@@ -46,7 +43,10 @@ if TYPE_CHECKING:
     from wandb_modprof.records.calls import Structure
 
 MAX_STRUCTURES = 8  # distinct call sequences captured; beyond that the graph stops growing
-MAX_PASSES = 2 * MAX_STRUCTURES  # structure passes started, failed ones included
+MAX_PASSES = 2 * MAX_STRUCTURES  # structure passes that failed or learnt nothing new
+# Calls one pass follows at most (`known_calls`): a larger model's first graph takes a few
+# passes, each on its own step, instead of one step many times longer than a plain one.
+FOLLOW_BUDGET = 2500
 # Modules with an inference fast path that `has_torch_function` (true under our dataflow mode)
 # turns off: a structure pass on their eval forward would change its numerics.
 _FASTPATH_TYPES = (
@@ -55,6 +55,18 @@ _FASTPATH_TYPES = (
     nn.TransformerDecoderLayer,
     nn.TransformerEncoder,
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class PassRecord:
+    """One structure pass that ran to the end of its forward: the calls it followed (the
+    others' results were known from earlier passes, or left to a later one), the calls of
+    the forward, whether it gave the forward's whole graph, and its forward's seconds."""
+
+    followed: int
+    calls: int
+    complete: bool
+    seconds: float
 
 
 class HookOwner(Protocol):
@@ -106,7 +118,15 @@ class StructureDriver:
         self.due = enabled
         self.current: StructurePass | None = None
         self.stale: list[StructurePass] = []
-        self.passes = 0
+        self.passes = 0  # started, of every kind
+        # passes counted against `MAX_PASSES`: all but the partial ones that learnt something
+        self.spent = 0
+        self.records: list[PassRecord] = []
+        self._started = 0.0
+        # what the passes learnt about each call, per training mode (`known_calls`)
+        self.known = {True: KnownCalls(), False: KnownCalls()}
+        self.budget: int | None = FOLLOW_BUDGET
+        self.reuse = True  # False: every pass follows every call (a benchmark's baseline)
         self._derived: set[str] = set()  # signatures whose graph no pass has refined yet
         self.derive_failed = False  # a derivation raised: leave the graph to the passes
         # A timed step called a sequence no graph had (routing, dynamic control flow): from
@@ -119,6 +139,14 @@ class StructureDriver:
         self.backward: BackwardWork | None = None  # the last pass's backward, being counted
         if enabled:
             prepare()
+
+    def totals(self) -> dict[str, Any]:
+        """The passes that ran, as `records.snapshot.Overhead` reports them."""
+        return {
+            "passes": len(self.records),
+            "partial_passes": sum(r.followed < r.calls for r in self.records),
+            "pass_s": sum(r.seconds for r in self.records),
+        }
 
     def pop_stale(self) -> None:
         self.stale = [s for s in self.stale if not s.pop_modes()]
@@ -155,6 +183,7 @@ class StructureDriver:
             return
         self.due = False
         self.passes += 1
+        self.spent += 1
         structure, error = fake_structure(module, args, kwargs)
         if structure is None:
             # Not retried: the same forward on fake tensors fails the same way.
@@ -216,15 +245,22 @@ class StructureDriver:
             return
         self.sink.add_structure(structure)
         self._derived.add(structure.signature)
-        if self.passes < MAX_PASSES:
+        if self.spent < MAX_PASSES:
             self.due = True
 
     def start(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         self.due = False
         self.passes += 1
+        self.spent += 1
+        # The collector held off through the pass's forward, as through a sampled one: the
+        # pass makes many small objects (frames, sets), and the collections they set off
+        # took ~30 % of a 10,000-call pass (`gc_pause`).
+        gc_pause.hold(id(self))
         self.owner.hook_children(self.owner.index())
         _disturb_other_timed_forwards(self.owner)
-        structure = StructurePass(module, training=module.training)
+        known = self.known[module.training] if self.reuse else None
+        structure = StructurePass(module, training=module.training, known=known, budget=self.budget)
+        self._started = time.perf_counter()
         self.current = structure
         try:
             structure.push_modes()
@@ -255,38 +291,43 @@ class StructureDriver:
             error = structure.error or RuntimeError("forward hooks fired out of order")
             self.owner.warn_once("<structure pass>", error)
             return
+        self.records.append(
+            PassRecord(
+                structure.followed,
+                len(structure.followed_calls()),
+                structure.complete(),
+                time.perf_counter() - self._started,
+            )
+        )
+        known = self.known[structure.training]
+        learnt = structure.learnt()
+        for key, call in learnt:
+            known.learn(key, call)
+        known.dynamic.update(structure.changed)
+        if not structure.complete():
+            # Known calls that called others than before, or new calls beyond the budget:
+            # the next pass follows them (it is due at once: it starts where this one ended).
+            if learnt or structure.changed:
+                self.spent -= 1  # progress: not counted against the limit
+            self.due = self.spent < MAX_PASSES
+            self._count_backward(structure, None, result)
+            return
         finished = structure.finish()
         self._derived.discard(finished.signature)
         stored = self._with_roofline(finished, module)
         self.sink.add_structure(stored)
         self._count_backward(structure, stored, result)
 
-    def _count_backward(self, structure: StructurePass, stored: Structure, result: Any) -> None:
+    def _count_backward(
+        self, structure: StructurePass, stored: Structure | None, result: Any
+    ) -> None:
         """Count the backward of the pass's step where one comes (`backward_work`): the sink
-        then gets `stored` again, with each call's backward bytes and ops."""
+        then gets `stored` again, with each call's backward bytes and ops (the calls the pass
+        did not follow: from the pass that did); the calls it followed are learnt."""
         self.close_backward()
-        roots = [t.grad_fn for t in tensors_in(result) if t.grad_fn is not None]
-        if not roots or not ap.counts_backward():
-            return  # evaluation, no_grad: no backward to count
-        ranges, parents = structure.call_ranges()
-
-        def done(nbytes: list[int], ops: list[int], error: Exception | None) -> None:
-            try:  # (an engine callback: an error here would reach the user's backward)
-                if error is None:
-                    self.sink.add_structure(with_backward_work(stored, parents, nbytes, ops))
-                    return
-                self.sink.add_structure(stored)  # no partial counts shown as counted
-            except Exception as failed:
-                error = failed
-            self.owner.warn_once("<structure pass backward>", error)
-
-        work = BackwardWork(len(ranges), done)
-        self.backward = work
-        try:
-            work.attach(roots, owners(ranges, *ranges[0]), ranges[0][0])
-        except Exception as error:
-            self.close_backward()
-            self.owner.warn_once("<structure pass backward>", error)
+        self.backward = count_pass_backward(
+            structure, stored, result, self.sink.add_structure, self.owner.warn_once
+        )
 
     def close_backward(self) -> None:
         """A backward that has not come by the next forward is not counted, and no hook of
@@ -300,12 +341,13 @@ class StructureDriver:
         if structure is not None and not structure.pop_modes():
             self.stale.append(structure)  # someone's mode is on top of ours
         self.owner.release_children()
+        gc_pause.release(id(self))
 
     def rearm(self) -> None:
         """After a failed pass: the next timed sample finds its call sequence unknown and asks
         for another pass (`check`), so failing passes alternate with samples and stop after
         `MAX_PASSES`."""
-        if self.passes >= MAX_PASSES:
+        if self.spent >= MAX_PASSES:
             self.warn(f"{MAX_PASSES} structure passes failed or were cut short")
 
     def check(self, session: TimedStep) -> None:
@@ -316,13 +358,18 @@ class StructureDriver:
         known = self.sink.has_structure(signature)
         if not known:
             self.varies = True
+            # the calls whose children changed are followed by the next pass (`known_calls`)
+            keys = [inv.key for inv in session.invocations]
+            parents = [inv.parent for inv in session.invocations]
+            for table in self.known.values():  # (the session does not say which mode ran)
+                table.mark_changed(keys, parents)
         if self.due or (known and signature not in self._derived):
             return
         if known:  # a graph derived from a timed step (this one or earlier): a pass refines it
-            if self.passes < MAX_PASSES:
+            if self.spent < MAX_PASSES:
                 self.due = True
             return  # else the derived graph stays (the warning was given when passes ran out)
-        if self.sink.num_structures() < MAX_STRUCTURES and self.passes < MAX_PASSES:
+        if self.sink.num_structures() < MAX_STRUCTURES and self.spent < MAX_PASSES:
             self.due = True
         else:
             self.warn(f"the model called more than {MAX_STRUCTURES} different sequences of modules")

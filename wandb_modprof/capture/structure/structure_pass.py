@@ -15,18 +15,21 @@ starts, and again after a timed sample whose sequence of invocations was not see
 
 Neither mode holds a tensor beyond the forward: frames map tensors through weak references and
 are dropped when their call returns.
+
+A pass after the first follows only what is new (`known_calls`): a call an earlier pass
+followed, met again with the same input shapes, runs with both modes off and takes its own
+results from that pass; the calls it makes are decided one by one. `budget` bounds the calls
+one pass follows, so a large model's first graph is drawn over a few passes.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils.weak import WeakIdKeyDictionary
 
 from wandb_modprof.capture.forward.call_keys import CallKeys
 from wandb_modprof.capture.forward.callstack import call_depth
@@ -34,9 +37,16 @@ from wandb_modprof.capture.forward.invocation import tensors_in
 from wandb_modprof.capture.model.wrappers import inner_model
 from wandb_modprof.capture.step import autograd_private as ap
 from wandb_modprof.capture.structure.flops import FlopCount
+from wandb_modprof.capture.structure.known_calls import KnownCall, KnownCalls, call_meta
+from wandb_modprof.capture.structure.pass_frames import (
+    CallBuilder,
+    Dataflow,
+    Frame,
+    call_infos,
+    own_results,
+)
 from wandb_modprof.capture.structure.slots import input_slots, output_slots
 from wandb_modprof.records.calls import (
-    CallInfo,
     DataEdge,
     Structure,
     call_signature,
@@ -57,128 +67,57 @@ def prepare() -> None:
 
 
 def structure_pass_active() -> bool:
-    """A structure pass (of any capture) is following tensors on this thread right now."""
+    """A structure pass (of any capture) is following tensors on this thread right now (or
+    runs a call it does not follow, its modes off for that call)."""
     from torch.overrides import _get_current_function_mode_stack
 
+    if _SUSPENDED:
+        thread = threading.get_ident()
+        if any(p._thread == thread and not p.failed for p in list(_SUSPENDED)):
+            return True
     return any(
-        isinstance(m, _Dataflow) and not m.pass_.failed for m in _get_current_function_mode_stack()
+        isinstance(m, Dataflow) and not m.pass_.failed for m in _get_current_function_mode_stack()
     )
 
 
-# ---- the pass ------------------------------------------------------------------------------
-class _Frame:
-    """One open invocation: where its tensors came from, and the edges found in its view."""
-
-    __slots__ = ("index", "key", "sources")
-
-    def __init__(self, index: int, key: str) -> None:
-        self.index = index
-        self.key = key
-        # tensor -> the node keys (of this view) it derives from
-        self.sources: WeakIdKeyDictionary = WeakIdKeyDictionary()
-
-    def sources_of(self, tensors: Iterable[torch.Tensor]) -> set[str]:
-        """Sources of the tensors, and of the bases of views (a write through another view
-        of the same base reaches them too)."""
-        found: set[str] = set()
-        for t in tensors:
-            s = self.sources.get(t)
-            if s:
-                found |= s
-            base = t._base
-            if base is not None:
-                s = self.sources.get(base)
-                if s:
-                    found |= s
-        return found
-
-    def add(self, t: torch.Tensor, found: set[str], replace: bool = False) -> None:
-        old = None if replace else self.sources.get(t)
-        self.sources[t] = found | old if old else set(found)
-
-
-class _Builder:
-    __slots__ = (
-        "bwd_flops", "bytes", "call_index", "depth", "flops", "inputs", "key", "module_id",
-        "module_name", "module_type", "ops", "outputs", "parent", "seq",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        module_id: int,
-        name: str,
-        module_type: str,
-        key: str,
-        call_index: int,
-        parent: int,
-        depth: int,
-    ) -> None:
-        self.module_id = module_id
-        self.module_name = name
-        self.module_type = module_type
-        self.call_index = call_index
-        self.key = key  # the timed session's key for the same call (`capture.call_keys`)
-        self.parent = parent
-        self.depth = depth
-        self.inputs: tuple[str, ...] = ()
-        self.outputs: tuple[str, ...] = ()
-        self.flops = 0  # of ops in the call's own code (children's are theirs)
-        self.bwd_flops = 0
-        self.bytes = 0
-        self.ops = 0
-        # autograd sequence numbers of the nodes created in the call: [start, end)
-        self.seq = (-1, -1)
-
-
-# Python-level in-place operators: they return their first argument (or None for
-# `__setitem__`), which now carries what was written into it.
-_INPLACE_DUNDERS = frozenset(
-    {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
-     "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
-     "__imatmul__"}
-)  # fmt: skip
+# ---- the pass ----------------------------------------------------------------------------
+# passes whose modes are off for a call they do not follow (`StructurePass._modes_for`)
+_SUSPENDED: set[StructurePass] = set()
 _STALE_CHECK_EVERY = 128  # ops between checks that the pass's forward is still running
-
-
-class _Dataflow(TorchFunctionMode):
-    def __init__(self, pass_: StructurePass) -> None:
-        super().__init__()
-        self.pass_ = pass_
-
-    def __torch_function__(
-        self,
-        func: Callable[..., Any],
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: Mapping[str, Any] | None = None,
-    ) -> Any:
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)  # the user's op runs exactly as without us
-        if not self.pass_.failed:
-            try:
-                self.pass_.follow(func, args, kwargs, out)
-            except Exception as error:  # never let the pass break the forward
-                self.pass_.fail(error)
-        return out
 
 
 class StructurePass:
     """One forward seen by the structure capture; `finish()` returns the `Structure`."""
 
     def __init__(
-        self, root: torch.nn.Module, training: bool, fake_type: type | None = None
+        self,
+        root: torch.nn.Module,
+        training: bool,
+        fake_type: type | None = None,
+        known: KnownCalls | None = None,
+        budget: int | None = None,
     ) -> None:
         self.root = root
         self.training = training
+        # Calls earlier passes followed (`known_calls`): a call found there runs with the
+        # modes off. `budget`: calls this pass follows at most; beyond it, unknown calls
+        # are left to the next pass (`partial`).
+        self._known = known
+        self._budget = budget
+        self._backward = torch.is_grad_enabled()  # a backward may come, and be counted
+        self._suspended = False  # the modes are off for the innermost (not followed) call
+        self.followed = 0
+        self.partial = False  # some call was neither followed nor known
+        self.changed: list[str] = []  # known calls that made other calls than before
         # Compiled code runs eagerly during the pass: dynamo guards on the mode stack, so
         # running it under our modes would recompile it (and again after the pass).
         self._stance: Any = None
-        self._calls: list[_Builder] = []
+        self._calls: list[CallBuilder] = []
         self._keys = CallKeys()
-        self._stack: list[_Frame] = []
+        self._stack: list[Frame] = []
         self._thread = threading.get_ident()  # calls on other threads are not followed
         self._edges: set[DataEdge] = set()
-        self._dataflow = _Dataflow(self)
+        self._dataflow = Dataflow(self)
         self._flops = FlopCount(self, fake_type)
         # A pass over fake tensors runs to its end inside one call of ours (`fake_structure`):
         # it cannot be left behind by an interrupted forward.
@@ -209,6 +148,11 @@ class StructurePass:
         """Pop our modes if they are the innermost ones; True once they are gone."""
         if not self._modes_on:
             return True
+        if self._suspended:  # (popped already, for a call the pass did not follow)
+            self._modes_on = self._suspended = False
+            _SUSPENDED.discard(self)
+            self._restore_stance()
+            return True
         from torch.overrides import _get_current_function_mode_stack
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
@@ -222,6 +166,31 @@ class StructurePass:
         self._dataflow.__exit__(None, None, None)
         self._modes_on = False
         self._restore_stance()
+        return True
+
+    def _modes_for(self, follow: bool) -> bool:
+        """The modes on for a followed call, off for one that is not (its code then runs at
+        the speed of a plain forward); False where they cannot be turned off (someone's mode
+        is on top of ours): that call is followed."""
+        if not self._modes_on or follow != self._suspended:
+            return True
+        if follow:
+            self._dataflow.__enter__()
+            self._flops.__enter__()
+            self._suspended = False
+            _SUSPENDED.discard(self)
+            return True
+        from torch.overrides import _get_current_function_mode_stack
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        fstack = _get_current_function_mode_stack()
+        dstack = _get_current_dispatch_mode_stack()
+        if not (fstack and fstack[-1] is self._dataflow and dstack and dstack[-1] is self._flops):
+            return False
+        self._flops.__exit__(None, None, None)
+        self._dataflow.__exit__(None, None, None)
+        self._suspended = True
+        _SUSPENDED.add(self)  # (`structure_pass_active` still sees the pass)
         return True
 
     def _restore_stance(self) -> None:
@@ -250,37 +219,15 @@ class StructurePass:
         frame = self.frame()
         if frame is None:
             return
-        written = kwargs.get("out")
-        inputs: tuple[Any, ...]
-        if written is not None:
-            inputs = (args, {k: v for k, v in kwargs.items() if k != "out"})
-        else:
-            inputs = (args, kwargs)
-        found = frame.sources_of(tensors_in(inputs))
-        if not found:
-            return
-        name = getattr(func, "__name__", "")
-        if written is not None:  # `out=`: the old contents are gone
-            targets, replace = list(tensors_in(written)), True
-        elif name in _INPLACE_DUNDERS or (name.endswith("_") and not name.startswith("_")):
-            first = args[0] if args else None
-            targets, replace = ([first] if isinstance(first, torch.Tensor) else []), False
-        else:
-            targets, replace = [], False
-        for t in targets:  # written in place: so is the base of a view
-            frame.add(t, found, replace)
-            if t._base is not None:
-                frame.add(t._base, found)
-        for t in tensors_in(out):
-            frame.add(t, found)
+        frame.follow_op(func, args, kwargs, out)
 
     # ---- called by the capture's hooks -------------------------------------------------
-    def frame(self) -> _Frame | None:
+    def frame(self) -> Frame | None:
         return self._stack[-1] if self._stack and not self.failed else None
 
     def add_work(self, flops: int, bwd_flops: int, nbytes: int) -> None:
         """One op of the innermost open call (`flops.FlopCount`)."""
-        if self._stack and not self.failed:
+        if self._stack and not self.failed and self._stack[-1].followed:
             call = self._calls[self._stack[-1].index]
             call.flops += flops
             call.bwd_flops += bwd_flops
@@ -299,7 +246,9 @@ class StructurePass:
             return
         parent = self._stack[-1] if self._stack else None
         key, call_index = self._keys.enter(name, -1 if parent is None else parent.index)
-        call = _Builder(
+        if parent is not None and not parent.followed:
+            parent.children.append(key)
+        call = CallBuilder(
             id(module),
             name,
             module_type,
@@ -310,21 +259,57 @@ class StructurePass:
         )
         self._calls.append(call)
         call.seq = (ap.sequence_nr(), -1)
+        if (parent is None or not parent.followed) and self._beyond_budget(key):
+            # left to a later pass, inside a call not followed either: nothing to record
+            call.followed, self.partial = False, True
+            self._stack.append(Frame(len(self._calls) - 1, key, followed=False))
+            return
         # DDP's forward(*inputs) hands its arguments on unchanged: name them after the user's
         # (`is None`, not `or`: a torch.compile wrapper's truth value calls len() on the model)
         inner = inner_model(module)
         slots = input_slots(module if inner is None else inner, args, kwargs)
         call.inputs = tuple(slot for slot, _ in slots)
-        frame = _Frame(len(self._calls) - 1, call.key)
+        followed = self._decide(call, slots)
+        frame = Frame(len(self._calls) - 1, call.key, followed)
         for slot, tensors in slots:
-            if parent is not None:
+            if parent is not None and parent.followed:
                 for src in sorted(parent.sources_of(tensors)):
                     self._edges.add(DataEdge(parent.key, src, call.key))
+            if not followed:
+                continue
             node = input_key(call.key, slot)
             for t in tensors:
                 old = frame.sources.get(t)
                 frame.sources[t] = {node} | old if old else {node}
         self._stack.append(frame)
+
+    def _beyond_budget(self, key: str) -> bool:
+        """An unknown call met once this pass followed its budget of calls."""
+        return (
+            self._known is not None
+            and self._budget is not None
+            and self.followed >= self._budget
+            and key not in self._known.calls
+            and self._modes_for(False)
+        )
+
+    def _decide(self, call: CallBuilder, slots: list[tuple[str, list[torch.Tensor]]]) -> bool:
+        """Follow this call, or take its own results from an earlier pass (`known_calls`)
+        and run it with the modes off; an unknown call beyond the budget is left to the
+        next pass (`partial`)."""
+        if self._known is not None:
+            call.meta = call_meta(slots)
+            known = self._known.usable(call.key, call.meta, self._backward)
+            budget_left = self._budget is None or self.followed < self._budget
+            if (known is not None or not budget_left) and self._modes_for(False):
+                call.followed = False
+                call.known = known
+                self.partial = self.partial or known is None
+                return False
+        if not self._modes_for(True):  # (cannot fail: pushing is always possible)
+            raise RuntimeError("the structure pass could not turn its modes back on")
+        self.followed += 1
+        return True
 
     def exit(self, module: torch.nn.Module, result: Any) -> None:
         if self.failed or not self._stack or threading.get_ident() != self._thread:
@@ -335,16 +320,28 @@ class StructurePass:
             self.failed = True
             return
         call.seq = (call.seq[0], ap.sequence_nr())
+        parent = self._stack[-1] if self._stack else None
+        if not frame.followed and call.known is None and (parent is None or not parent.followed):
+            if parent is not None:  # (see `enter`: left to a later pass)
+                self._modes_for(False)
+            else:
+                self.forward_done = True
+            return
         slots = output_slots(result)
         call.outputs = tuple(slot for slot, _ in slots)
-        for slot, tensors in slots:
-            for src in sorted(frame.sources_of(tensors)):
-                self._edges.add(DataEdge(call.key, src, output_key(call.key, slot)))
+        if frame.followed:
+            for slot, tensors in slots:
+                for src in sorted(frame.sources_of(tensors)):
+                    self._edges.add(DataEdge(call.key, src, output_key(call.key, slot)))
+        elif call.known is not None and tuple(frame.children) != call.known.children:
+            self.changed.append(call.key)  # its own results are not these: the next pass
         if self._stack:
             parent = self._stack[-1]
-            produced = {call.key}
-            for t in tensors_in(result):
-                parent.sources[t] = produced  # what leaves a call is that call's output
+            self._modes_for(parent.followed)
+            if parent.followed:
+                produced = {call.key}
+                for t in tensors_in(result):
+                    parent.sources[t] = produced  # what leaves a call is that call's output
         else:
             self.forward_done = True
 
@@ -353,46 +350,43 @@ class StructurePass:
         of the nodes created in it, `[start, end)`, and its parent's index (-1: the root)."""
         return [c.seq for c in self._calls], [c.parent for c in self._calls]
 
+    def followed_calls(self) -> list[bool]:
+        """Per call, in call order: followed by this pass (else its results are known)."""
+        return [c.followed for c in self._calls]
+
+    def with_known_backward(self, nbytes: list[int], ops: list[int]) -> bool:
+        """A counted backward's own bytes and ops per call: the followed calls' are learnt,
+        the others' filled in from the pass that followed them; False if one had none."""
+        complete = True
+        for i, c in enumerate(self._calls):
+            if c.followed:
+                if self._known is not None:
+                    self._known.learn_backward(c.key, c.meta, nbytes[i], ops[i])
+            elif c.known is not None and c.known.bwd_bytes is not None:
+                nbytes[i], ops[i] = c.known.bwd_bytes, c.known.bwd_ops or 0
+            else:
+                complete = False
+        return complete
+
+    def complete(self) -> bool:
+        """Every call was followed or known, and every known call made the calls it made
+        before: `finish` gives the structure of this forward."""
+        return self.forward_done and not self.failed and not self.partial and not self.changed
+
+    def learnt(self) -> list[tuple[str, KnownCall]]:
+        """The own results of every call this pass followed, for the passes after it."""
+        return own_results(self._calls, self._edges)
+
     def finish(self) -> Structure:
-        assert self.forward_done and not self.failed
-        parents = [c.parent for c in self._calls]
-        inclusive, bwd, nbytes, ops = (
-            rolled_up([getattr(c, name) for c in self._calls], parents)
-            for name in ("flops", "bwd_flops", "bytes", "ops")
-        )
-        calls = tuple(
-            CallInfo(
-                key=c.key,
-                module_name=c.module_name,
-                module_type=c.module_type,
-                call_index=c.call_index,
-                parent_key=None if c.parent < 0 else self._calls[c.parent].key,
-                depth=c.depth,
-                order=i,
-                inputs=c.inputs,
-                outputs=c.outputs,
-                fwd_flops=inclusive[i],
-                fwd_self_flops=c.flops,
-                flops_known=True,  # (every op of every call of the pass was counted)
-                bwd_flops=bwd[i],
-                bwd_self_flops=c.bwd_flops,
-                fwd_bytes=nbytes[i],
-                fwd_self_bytes=c.bytes,
-                fwd_ops=ops[i],
-                fwd_self_ops=c.ops,
-                work_known=True,
-            )
-            for i, c in enumerate(self._calls)
-        )
+        assert self.forward_done and not self.failed and not self.partial
+        for c in self._calls:
+            known = c.known
+            if not c.followed and known is not None:  # (`complete`: every such call is known)
+                c.flops, c.bwd_flops, c.bytes, c.ops = (
+                    known.flops, known.bwd_flops, known.nbytes, known.ops
+                )  # fmt: skip
+                self._edges.update(known.edges)
+        calls = call_infos(self._calls)
         edges = tuple(sorted(self._edges, key=lambda e: (e.view_key, e.src_key, e.dst_key)))
         signature = call_signature(c.key for c in self._calls)
         return Structure(signature, self.training, calls, edges)
-
-
-def rolled_up(own: Sequence[int], parents: Sequence[int]) -> list[int]:
-    """Inclusive counts from each call's own (`parents[i]`: the index of call i's parent, -1
-    for the root; children come after their parent, as calls are entered)."""
-    inclusive = list(own)
-    for i in range(len(parents) - 1, 0, -1):
-        inclusive[parents[i]] += inclusive[i]
-    return inclusive
