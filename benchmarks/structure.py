@@ -23,6 +23,15 @@ What is measured, side by side in one run (ratios, not absolute seconds: the mac
   rows. Also for a 2,000-invocation transformer (TinyGPT with 200 blocks), the issue's layout
   target ("well under a second").
 
+* ``passes over a run``: every structure pass of a watched run (``log_freq=4``, W&B disabled)
+  stepped beside an unwatched twin: how many, how many covered only part of the model, the
+  share of calls they followed, each pass step over the median plain step (median / max) and
+  all pass steps' seconds; with the passes reusing what earlier ones followed
+  (`capture/structure/known_calls.py`, at most 2,500 calls per pass) and without (every pass
+  follows every call). Models: the nested 10,000-call tree of ``scale.py`` (its first graph,
+  8 steps) and a top-2-of-64-expert MoE (``scale.py``'s ``moe-8x64x2``) fed 16 new random
+  tokens per step, so the experts called change from step to step, over 100 steps.
+
 Models: the test zoo's TinyGPT and ResNet (tests/models.py) and GPT-2 from `transformers`
 (built from a config, random weights).
 """
@@ -165,6 +174,35 @@ def table_ms(
     return len(prof.stats()), len(table.rows), statistics.median(times)
 
 
+def passes_table(quick: bool) -> None:
+    from _passes import run_passes
+    from scale import moe, nested
+
+    tree = nested(300 if quick else 10_000)
+    experts = moe("2x8x2" if quick else "8x64x2")
+
+    def routed(m: nn.Module, step: int) -> torch.Tensor:
+        ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(step))
+        return m(input_ids=ids, labels=ids).loss  # type: ignore[no-any-return]
+
+    runs = [
+        (tree.name, tree.build, lambda m, step: tree.forward(m), 8),
+        (f"{experts.name}, 16 new tokens a step", experts.build, routed, 10 if quick else 100),
+    ]
+    print("\n| model | steps | passes | reuse | partial | calls followed | pass step / plain "
+          "(med / max) | pass steps s | graphs |")  # fmt: skip
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    for name, build, forward, steps in runs:
+        for reuse in (True, False):
+            r = run_passes(build, forward, steps, log_freq=4, reuse=reuse)
+            print(
+                f"| {name} | {steps} | {r.passes} | {'yes' if reuse else 'no'} | {r.partial} | "
+                f"{100 * r.followed_share:.0f} % | {r.ratio_median:.1f}x / {r.ratio_max:.1f}x | "
+                f"{r.pass_steps_s:.1f} | {r.structures} |"
+            )
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="CI smoke run: tiny and fast")
@@ -188,6 +226,7 @@ def main() -> None:
             f"{derived:.1f} ({derived / sampled:.2f}x) | {root_s:.2f} / {root_d:.2f} | "
             f"{calls} | {rows} | {t_ms:.1f} |"
         )
+    passes_table(args.quick)
     layers = 8 if args.quick else 200  # 10 invocations per block: ~2,000 invocations in all
     big = TinyGPT(dim=32, heads=2, layers=layers)
     big_x = gpt_input(2, 16)
