@@ -16,7 +16,12 @@ With top-k routing, a new call sequence then costs a pass over the routing block
 and the experts whose input changed, not over the whole model. A pass may also stop following
 new calls after a budget of followed calls (`StructurePass(budget=...)`): the calls it did
 follow are learnt here, and the next pass goes on where it stopped, so a large model's first
-graph is spread over a few steps instead of one long one.
+graph is spread over a few steps instead of one long one. Each pass that ran leaves a
+`PassRecord` (the summary counts them).
+
+A call's backward counts are those of the step that followed it: a parameter's first gradient
+(`.grad` None) costs fewer ops than one added to an existing gradient, so they can differ from
+what a full pass on another step would count.
 """
 
 from __future__ import annotations
@@ -35,6 +40,18 @@ def call_meta(slots: Sequence[tuple[str, Sequence[torch.Tensor]]]) -> Meta:
     """What a call's own work depends on besides its code: each input slot's tensors'
     shapes and dtypes."""
     return tuple((name, tuple((tuple(t.shape), t.dtype) for t in ts)) for name, ts in slots)
+
+
+@dataclasses.dataclass(frozen=True)
+class PassRecord:
+    """One structure pass that ran to the end of its forward: the calls it followed (the
+    others' results were known from earlier passes, or left to a later one), the calls of
+    the forward, whether it gave the forward's whole graph, and its forward's seconds."""
+
+    followed: int
+    calls: int
+    complete: bool
+    seconds: float
 
 
 @dataclasses.dataclass(frozen=True)

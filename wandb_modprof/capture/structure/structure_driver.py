@@ -29,7 +29,7 @@ from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.capture.structure.backward_work import BackwardWork, count_pass_backward
 from wandb_modprof.capture.structure.calibration import roofline_of
 from wandb_modprof.capture.structure.fake_structure import fake_structure
-from wandb_modprof.capture.structure.known_calls import KnownCalls
+from wandb_modprof.capture.structure.known_calls import KnownCalls, PassRecord
 from wandb_modprof.capture.structure.structure_pass import (
     StructurePass,
     prepare,
@@ -55,18 +55,6 @@ _FASTPATH_TYPES = (
     nn.TransformerDecoderLayer,
     nn.TransformerEncoder,
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class PassRecord:
-    """One structure pass that ran to the end of its forward: the calls it followed (the
-    others' results were known from earlier passes, or left to a later one), the calls of
-    the forward, whether it gave the forward's whole graph, and its forward's seconds."""
-
-    followed: int
-    calls: int
-    complete: bool
-    seconds: float
 
 
 class HookOwner(Protocol):
@@ -275,6 +263,14 @@ class StructureDriver:
         """The root's exit hook during a pass."""
         structure = self.current
         assert structure is not None
+        # (held on through what the pass's end makes: its calls, graph, what it learnt)
+        gc_pause.hold(id(structure))
+        try:
+            self._exit(structure, module, result)
+        finally:
+            gc_pause.release(id(structure))
+
+    def _exit(self, structure: StructurePass, module: nn.Module, result: Any) -> None:
         raised = sys.exc_info()[1]
         if raised is not None and raised is not structure.exception_at_start:
             # The forward raised (always-call hooks run on exceptions): a partial graph is
