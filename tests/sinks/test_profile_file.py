@@ -952,3 +952,18 @@ def test_a_roofline_out_of_range_is_refused(
     doc["structures"][0]["roofline"][field] = value
     with pytest.raises(ModProfError, match=re.escape(f"structures[0].roofline.{problem}")):
         _load_text(tmp_path, json.dumps(doc))
+
+
+def test_the_generated_record_encoders_write_each_kind_of_field_as_the_schema_says() -> None:
+    from wandb_modprof.records.sample import RunningStat
+    from wandb_modprof.sinks.profile_encode import encode
+
+    stat = RunningStat(count=3, mean=2, std=math.inf, min=-math.inf, max=math.nan, last=1.5)
+    doc = encode(stat, RunningStat)
+    assert doc["count"] == 3 and type(doc["count"]) is int
+    assert doc["mean"] == 2.0 and type(doc["mean"]) is float  # an int in a float field
+    assert (doc["std"], doc["min"], doc["max"]) == ("inf", "-inf", "nan")
+    assert list(doc) == [f.name for f in dataclasses.fields(RunningStat)]  # the fields' order
+    assert encode(None, RunningStat | None) is None
+    with pytest.raises(AssertionError, match=r"RunningStat\.count"):
+        encode(dataclasses.replace(stat, count=None), RunningStat)

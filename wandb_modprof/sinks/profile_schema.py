@@ -10,13 +10,11 @@ call trees that hold together).
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-import types
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, is_dataclass
-from typing import Any, Protocol, TypeGuard, Union, get_args, get_origin, get_type_hints
+from dataclasses import dataclass, fields
+from typing import Any, Protocol, get_args, get_origin
 
 from wandb_modprof.records.calls import CallInfo, Structure
 from wandb_modprof.records.roofline import Roofline
@@ -30,6 +28,7 @@ from wandb_modprof.records.sample import (
     Sample,
     StepTotals,
 )
+from wandb_modprof.sinks.profile_encode import hints, is_record, optional
 from wandb_modprof.sinks.profile_times import time_problem
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -90,79 +89,12 @@ class FileError(Exception):
         super().__init__(f"{where}: {problem}" if where else problem)
 
 
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls)
-
-
-def encode(value: Any, tp: Any) -> Any:
-    """`value` (of type `tp`) as JSON builtins."""
-    return _encoder(tp)(value)
-
-
-@functools.cache
-def _encoder(tp: Any) -> Callable[[Any], Any]:
-    """The function that encodes values of type `tp`, built once per type: a 10,000-call
-    profile has ~2 million values, and reading each one's type hints again (`get_origin`,
-    `is_dataclass`) was most of writing the file."""
-    inner, nullable = _optional(tp)
-    enc: Callable[[Any], Any]
-    if _is_record(inner):
-        record = inner
-        parts: list[tuple[str, Callable[[Any], Any]]] = []  # filled at first use (recursion)
-
-        def enc(value: Any) -> Any:
-            if not parts:
-                hints = _hints(record)
-                parts.extend((f.name, _encoder(hints[f.name])) for f in fields(record))
-            return {name: part(getattr(value, name)) for name, part in parts}
-
-    elif get_origin(inner) in (tuple, dict, Mapping):  # tuple[X, ...], dict / Mapping[K, X]
-        item = _encoder(get_args(inner)[get_origin(inner) is not tuple])
-
-        def enc(value: Any) -> Any:
-            if isinstance(value, Mapping):
-                return {key: item(v) for key, v in value.items()}
-            return [item(v) for v in value]
-
-    elif inner is float:
-
-        def enc(value: Any) -> Any:
-            value = float(value)  # an int in a float field is still written as a float
-            return value if math.isfinite(value) else repr(value)  # repr: "nan", "inf", "-inf"
-
-    else:
-
-        def enc(value: Any) -> Any:
-            return value
-
-    def encode_checked(value: Any) -> Any:
-        if value is None:
-            assert nullable, f"None in a field of type {inner}"
-            return None
-        return enc(value)
-
-    return encode_checked
-
-
-def _optional(tp: Any) -> tuple[Any, bool]:
-    """`X | None` -> (X, True); any other type -> (it, False)."""
-    if get_origin(tp) in (Union, types.UnionType) and type(None) in get_args(tp):
-        (inner,) = (a for a in get_args(tp) if a is not type(None))
-        return inner, True
-    return tp, False
-
-
-def _is_record(tp: Any) -> TypeGuard[type]:
-    return isinstance(tp, type) and is_dataclass(tp)
-
-
 def decode(value: Any, tp: Any, where: str) -> Any:
     """`value` (parsed JSON) checked against type `tp` and built into it; `where` is its path."""
-    tp, nullable = _optional(tp)
+    tp, nullable = optional(tp)
     if value is None and nullable:
         return None
-    if _is_record(tp):
+    if is_record(tp):
         return _record(value, tp, where)
     if get_origin(tp) is tuple:
         if not isinstance(value, list):
@@ -188,9 +120,9 @@ def _record(value: Any, cls: type, where: str) -> Any:
     for name in value:
         if name not in names:
             raise FileError(where, f"unknown field {json.dumps(name)}")
-    hints = _hints(cls)
+    field_types = hints(cls)
     prefix = f"{where}." if where else ""
-    obj = cls(**{n: decode(value[n], hints[n], prefix + n) for n in names})
+    obj = cls(**{n: decode(value[n], field_types[n], prefix + n) for n in names})
     _check(obj, where)
     return obj
 
