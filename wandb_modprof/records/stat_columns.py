@@ -12,7 +12,7 @@ objects held.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,7 @@ class StatColumns:
 
 
 _FIELDS = ("count", "mean", "std", "min", "max", "last", "median")
+assert tuple(f.name for f in fields(RunningStat)) == _FIELDS, "`field_rows` follows RunningStat"
 
 
 class ColumnMetrics(Mapping[str, RunningStat]):
@@ -125,6 +126,16 @@ class ColumnMetrics(Mapping[str, RunningStat]):
                     out[f"{metric}_max"] = maxs[i]
                     out[f"{metric}_last"] = lasts[i]
         return out
+
+    row_type = RunningStat  # what `field_rows` gives the fields of
+
+    def field_rows(self) -> Iterator[tuple[str, tuple[Any, ...]]]:
+        """Per measured metric, its `RunningStat`'s fields in their order, without building
+        it (the profile file writes every statistic of every call: ~200,000 at 10,000)."""
+        counts, means, stds, mins, maxs, lasts, medians = self._row_values()
+        for i, metric in enumerate(METRICS):
+            if counts[i]:
+                yield metric, (counts[i], means[i], stds[i], mins[i], maxs[i], lasts[i], medians[i])
 
     def __iter__(self) -> Iterator[str]:
         counts = self._row_values()[0]

@@ -68,9 +68,14 @@ def encoder(tp: Any) -> Callable[[Any], Any]:
         item = encoder(item_type)
         if item_type is float:
             item = _float  # (non-nullable: no None check per item)
+        rows = _record_encoder(item_type, from_fields=True) if is_record(item_type) else None
 
         def enc(value: Any) -> Any:
             if isinstance(value, Mapping):
+                if rows is not None and getattr(value, "row_type", None) is item_type:
+                    # a mapping that holds its records as field values (`ColumnMetrics`)
+                    field_rows = value.field_rows  # type: ignore[attr-defined]
+                    return {key: rows(row) for key, row in field_rows()}
                 return {key: item(v) for key, v in value.items()}
             return [item(v) for v in value]
 
@@ -90,27 +95,28 @@ def encoder(tp: Any) -> Callable[[Any], Any]:
     return encode_nullable
 
 
-def _record_encoder(record: type) -> Callable[[Any], Any]:
-    """One generated function per record type (see the module docstring). The field
-    encoders are looked up at the first call: records may refer to themselves."""
+def _record_encoder(record: type, from_fields: bool = False) -> Callable[[Any], Any]:
+    """One generated function per record type (see the module docstring); `from_fields`:
+    one that takes the record's field values as a tuple, in order, instead of the record.
+    The field encoders are looked up at the first call: records may refer to themselves."""
     generated: list[Callable[[Any], Any]] = []
 
     def first_call(value: Any) -> Any:
         if not generated:
-            generated.append(_generate(record))
+            generated.append(_generate(record, from_fields))
         return generated[0](value)
 
     return first_call
 
 
-def _generate(record: type) -> Callable[[Any], Any]:
+def _generate(record: type, from_fields: bool) -> Callable[[Any], Any]:
     namespace: dict[str, Any] = {
         "_isfinite": math.isfinite, "_f": float, "_repr": repr, "_missing": _missing,
     }  # fmt: skip
     items = []
     for i, field in enumerate(fields(record)):
         inner, nullable = optional(hints(record)[field.name])
-        read = f"value.{field.name}"
+        read = f"value[{i}]" if from_fields else f"value.{field.name}"
         where = f"{record.__name__}.{field.name}"
         if inner is float:
             # (a float field: the walrus keeps it to one conversion and one read)
