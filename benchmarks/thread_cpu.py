@@ -2,7 +2,7 @@
 
 Run (about a minute per model on 2 CPU cores):
 
-    .venv/bin/python benchmarks/thread_cpu.py [--models nested-10000,moe-8x64x2] [--cycles 6]
+    .venv/bin/python benchmarks/thread_cpu.py [--models nested-10000,gpt2-12,...] [--cycles 6]
 
 Per model, in one process, one torch thread, an offline W&B run:
 
@@ -26,8 +26,12 @@ Each model is measured with the compiled node hooks (``capture/backward/native_s
 built before the first measurement) and with the Python node hooks (``MODPROF_NATIVE=0``), in
 the same process, one after the other.
 
-Models: ``nested-N`` (``scale.py``'s tree of Linear -> ReLU -> Linear blocks) and ``moe-LxExK``
-(``_moe.py``: L layers, E experts, top-K routing, 64 tokens).
+Models: ``nested-N`` (``scale.py``'s tree of Linear -> ReLU -> Linear blocks), ``gpt2-L``
+(``scale.py``: GPT-2 from a config, L layers), ``moe-LxExK`` (``_moe.py``: L layers, E
+experts, top-K routing, the same 64 tokens every step) and ``moe-LxExK-rT`` (T new random
+tokens every step, so the experts called change from step to step). Default: nested-10000,
+moe-8x64x2 (tiny experts), moe-18x128x8 (nearly every expert called), moe-8x64x2-r16,
+gpt2-12.
 """
 
 from __future__ import annotations
@@ -46,13 +50,17 @@ import torch
 from _peers import wandb_runs
 from _report import emit, revision
 from hook_floor import Floor, floor_us_per_call
-from scale import Case, moe, nested
+from scale import Case, gpt2, moe, nested
 from torch import nn
 
 import wandb_modprof
 from wandb_modprof.capture.backward import native_build
 
 FREQ = 4  # log_freq of the watched model
+# the 10,000-call tree; a MoE of tiny experts; one of 18 layers x 128 experts, top-8 of 64
+# tokens (nearly every expert called); the tiny one fed 16 new tokens a step (top-k routing
+# changes the experts called); GPT-2 (12 layers)
+DEFAULT_MODELS = "nested-10000,moe-8x64x2,moe-18x128x8,moe-8x64x2-r16,gpt2-12"
 THREAD_X, ALL_IN_X, UNWATCH_S = 1.5, 3.0, 2.0  # targets: x the floor, x the floor, seconds
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -150,11 +158,35 @@ def _measure(case: Case, cycles: int, new_run: Callable[[str], Any], hooks: str)
     return result
 
 
+def routed(shape: str, tokens: int) -> Case:
+    """`moe(shape)` fed `tokens` new random tokens every step: top-k routing then calls other
+    experts from step to step, as a real MoE does (a new call sequence, a structure pass
+    over what changed, after a sample shows one)."""
+    base = moe(shape)
+    steps = [0]
+
+    def forward(model: nn.Module) -> torch.Tensor:
+        steps[0] += 1
+        ids = torch.randint(0, 256, (1, tokens), generator=torch.Generator().manual_seed(steps[0]))
+        return model(input_ids=ids, labels=ids).loss  # type: ignore[no-any-return]
+
+    return Case(f"{base.name}-r{tokens}", base.build, forward)
+
+
 def _cases(names: str) -> list[Case]:
+    """`nested-N`, `gpt2-L`, `moe-LxExK`, `moe-LxExK-rT` (`routed`)."""
     out = []
     for name in names.split(","):
         kind, _, shape = name.partition("-")
-        out.append(nested(int(shape)) if kind == "nested" else moe(shape))
+        if kind == "nested":
+            out.append(nested(int(shape)))
+        elif kind == "gpt2":
+            out.append(gpt2(int(shape)))
+        elif "-r" in shape:
+            shape, _, tokens = shape.partition("-r")
+            out.append(routed(shape, int(tokens)))
+        else:
+            out.append(moe(shape))
     return out
 
 
@@ -195,7 +227,7 @@ def table(results: list[Result], judged: bool) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="nested-10000,moe-8x64x2", help="comma-separated")
+    parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated")
     parser.add_argument("--cycles", type=int, default=6, help="logged samples measured")
     parser.add_argument("--quick", action="store_true", help="CI smoke run: a small model")
     parser.add_argument("--out", metavar="PATH", help="also write the markdown report to PATH")
