@@ -91,8 +91,42 @@ def _shape(value: Any) -> Any:
     return value
 
 
+def _mm(a: torch.Tensor, b: torch.Tensor, *_: Any, **__: Any) -> int:
+    return 2 * a.shape[0] * a.shape[1] * b.shape[1]
+
+
+def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *_: Any, **__: Any) -> int:
+    return 2 * a.shape[0] * a.shape[1] * b.shape[1]
+
+
+def _bmm(a: torch.Tensor, b: torch.Tensor, *_: Any, **__: Any) -> int:
+    return 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+
+
+def _baddbmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *_: Any, **__: Any) -> int:
+    return 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+
+
+# The matrix products, most of a model's formula ops, written out as `flop_counter` states
+# them (2 x M x N x K, times the batch): its addmm / baddbmm formulas call the mm / bmm ones
+# through their pytree-walking wrapper again (`test_flop_formulas` checks they agree).
+_PRODUCTS: dict[Any, Any] = {
+    formula: own
+    for packet, own in (
+        (torch.ops.aten.mm, _mm),
+        (torch.ops.aten.addmm, _addmm),
+        (torch.ops.aten.bmm, _bmm),
+        (torch.ops.aten.baddbmm, _baddbmm),
+    )
+    if (formula := FORMULAS.get(packet)) is not None
+}
+
+
 def flops_of(formula: Any, args: Any, kwargs: Mapping[str, Any], out: Any) -> int:
     """The formula's FLOPs for one op (the registry's own call, without its pytree walk)."""
+    product = _PRODUCTS.get(formula)
+    if product is not None:
+        return int(product(*args))
     on_shapes = _ON_SHAPES.get(formula)
     if on_shapes is None:
         return int(formula(*args, **kwargs, out_val=out))

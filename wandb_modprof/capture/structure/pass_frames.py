@@ -96,12 +96,10 @@ class Frame:
     ) -> None:
         """Record where the tensors an op produced or wrote into came from."""
         written = kwargs.get("out")
-        inputs: tuple[Any, ...]
-        if written is not None:
-            inputs = (args, {k: v for k, v in kwargs.items() if k != "out"})
-        else:
-            inputs = (args, kwargs)
-        found = self.sources_of(tensors_in(inputs))
+        inputs = _op_tensors(args)
+        if kwargs:
+            inputs += _op_tensors(tuple(v for k, v in kwargs.items() if k != "out"))
+        found = self.sources_of(inputs)
         if not found:
             return
         name = getattr(func, "__name__", "")
@@ -122,6 +120,26 @@ class Frame:
     def add(self, t: torch.Tensor, found: set[str], replace: bool = False) -> None:
         old = None if replace else self.sources.get(t)
         self.sources[t] = found | old if old else set(found)
+
+
+def _op_tensors(values: tuple[Any, ...]) -> list[torch.Tensor]:
+    """The tensors among an op's arguments, as `tensors_in` finds them, with the usual shapes
+    (tensors, and lists or tuples of them) read without a generator per value: every op of
+    the pass's forward asks."""
+    found: list[torch.Tensor] = []
+    tensor = torch.Tensor
+    for value in values:
+        if isinstance(value, tensor):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, tensor):
+                    found.append(item)
+                elif not isinstance(item, (int, float, bool, str, type(None))):
+                    found.extend(tensors_in(item, 2))
+        elif not isinstance(value, (int, float, bool, str, type(None))):
+            found.extend(tensors_in(value, 1))
+    return found
 
 
 class CallBuilder:
