@@ -168,3 +168,27 @@ def test_a_known_call_runs_without_our_modes_while_the_pass_is_still_seen() -> N
     assert seen[1] == (1, True) and seen[3] == (0, True)
     assert seen[0] == seen[2] == (0, False)  # sampled steps
     assert not _get_current_function_mode_stack()
+
+
+def test_the_budget_counts_calls_no_pass_followed_yet() -> None:
+    torch.manual_seed(0)
+    model = MoEModel()
+    twin = copy.deepcopy(model)
+    first, second = routed_input((0, 1), 1), routed_input((2, 3), 2)
+    handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
+    driver = handle._capture.structures
+    driver.budget = 3
+    # 12 calls: the first graph over 4 passes of 3 new calls each (steps 2-5); step 6 shows a
+    # new routing, and from step 7 on the passes follow the routing block (known, not counted)
+    # and the new experts' 8 calls, 3 a pass
+    for x in (first,) * 5 + (second,) * 5:
+        step(model, x)
+    records = driver.records
+    prof = handle.unwatch()
+    assert [(r.followed, r.complete) for r in records] == [
+        (3, False), (3, False), (3, False), (3, True),
+        (4, False), (4, False), (3, True),
+    ]  # fmt: skip
+    for x in (first, second):
+        truth = full_pass(twin, x)
+        assert stored(prof, truth.signature) == truth

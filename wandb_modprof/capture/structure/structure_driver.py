@@ -296,15 +296,15 @@ class StructureDriver:
             )
         )
         known = self.known[structure.training]
-        learnt = structure.learnt()
-        for key, call in learnt:
+        before = len(known.calls)
+        for key, call in structure.learnt():
             known.learn(key, call)
         known.dynamic.update(structure.changed)
         if not structure.complete():
             # Known calls that called others than before, or new calls beyond the budget:
             # the next pass follows them (it is due at once: it starts where this one ended).
-            if learnt or structure.changed:
-                self.spent -= 1  # progress: not counted against the limit
+            if len(known.calls) > before or structure.changed:
+                self.spent -= 1  # progress (new calls, or calls now known to vary): not counted
             self.due = self.spent < MAX_PASSES
             self._count_backward(structure, None, result)
             return

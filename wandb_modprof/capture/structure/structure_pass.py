@@ -100,13 +100,14 @@ class StructurePass:
         self.root = root
         self.training = training
         # Calls earlier passes followed (`known_calls`): a call found there runs with the
-        # modes off. `budget`: calls this pass follows at most; beyond it, unknown calls
+        # modes off. `budget`: unknown calls this pass follows at most; beyond it, they
         # are left to the next pass (`partial`).
         self._known = known
         self._budget = budget
         self._backward = torch.is_grad_enabled()  # a backward may come, and be counted
         self._suspended = False  # the modes are off for the innermost (not followed) call
         self.followed = 0
+        self.new_calls = 0  # of those, calls no earlier pass followed (`budget` counts these)
         self.partial = False  # some call was neither followed nor known
         self.changed: list[str] = []  # known calls that made other calls than before
         # Compiled code runs eagerly during the pass: dynamo guards on the mode stack, so
@@ -284,11 +285,11 @@ class StructurePass:
         self._stack.append(frame)
 
     def _beyond_budget(self, key: str) -> bool:
-        """An unknown call met once this pass followed its budget of calls."""
+        """An unknown call met once this pass followed its budget of unknown calls."""
         return (
             self._known is not None
             and self._budget is not None
-            and self.followed >= self._budget
+            and self.new_calls >= self._budget
             and key not in self._known.calls
             and self._modes_for(False)
         )
@@ -297,11 +298,16 @@ class StructurePass:
         """Follow this call, or take its own results from an earlier pass (`known_calls`)
         and run it with the modes off; an unknown call beyond the budget is left to the
         next pass (`partial`)."""
+        new = False
         if self._known is not None:
             call.meta = call_meta(slots)
             known = self._known.usable(call.key, call.meta, self._backward)
-            budget_left = self._budget is None or self.followed < self._budget
-            if (known is not None or not budget_left) and self._modes_for(False):
+            new = call.key not in self._known.calls
+            # (the budget is for calls no pass followed yet: a known call whose input
+            # changed is followed whatever the count, so that a pass after a routing
+            # change gives the new sequence's graph at once)
+            beyond = new and self._budget is not None and self.new_calls >= self._budget
+            if (known is not None or beyond) and self._modes_for(False):
                 call.followed = False
                 call.known = known
                 self.partial = self.partial or known is None
@@ -309,6 +315,7 @@ class StructurePass:
         if not self._modes_for(True):  # (cannot fail: pushing is always possible)
             raise RuntimeError("the structure pass could not turn its modes back on")
         self.followed += 1
+        self.new_calls += new
         return True
 
     def exit(self, module: torch.nn.Module, result: Any) -> None:
