@@ -130,6 +130,10 @@ def _measure(case: Case, cycles: int, new_run: Callable[[str], Any], hooks: str)
         result.first_step_plain = first / plain_step
         for _ in range(FREQ - 1):
             _step(watched, case)
+        for _ in range(FREQ * 10):  # a large model's first graph takes a few passes
+            if not handle._capture.structures.due:
+                break
+            _step(watched, case)
         for cycle in range(cycles + 1):
             thread = process = control = 0.0
             worker0 = _worker_cpu_s(handle)
