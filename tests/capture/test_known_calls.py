@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import warnings
+from typing import Any
 
 import torch
 from helpers import disabled_run
@@ -20,7 +21,6 @@ from torch.overrides import _get_current_function_mode_stack
 import wandb_modprof
 from wandb_modprof import Structure
 from wandb_modprof.capture.structure.structure_pass import structure_pass_active
-from wandb_modprof.records.calls import call_signature
 
 
 def full_pass(model: nn.Module, x: torch.Tensor) -> Structure:
@@ -43,16 +43,18 @@ def stored(prof: wandb_modprof.Profile, signature: str) -> Structure:
     return dataclasses.replace(structure, roofline=None)
 
 
-def signature_of(structure: Structure) -> str:
-    return call_signature(c.key for c in structure.calls)
-
-
-def test_a_routing_change_costs_a_pass_over_what_changed_with_the_full_pass_graph() -> None:
+def watched_moe() -> tuple[MoEModel, MoEModel, torch.Tensor, torch.Tensor, Any]:
+    """A watched routed MoE (log_freq=1), its unwatched twin, and inputs routed to experts
+    (0, 1) and (2, 3)."""
     torch.manual_seed(0)
     model = MoEModel()
     twin = copy.deepcopy(model)
-    first, second = routed_input((0, 1), 1), routed_input((2, 3), 2)
     handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
+    return model, twin, routed_input((0, 1), 1), routed_input((2, 3), 2), handle
+
+
+def test_a_routing_change_costs_a_pass_over_what_changed_with_the_full_pass_graph() -> None:
+    model, twin, first, second, handle = watched_moe()
     # 1: sampled, derives a graph; 2: the pass; 3: sampled, a new sequence; 4: the next pass
     for x in (first, first, second, second):
         step(model, x)
@@ -171,11 +173,7 @@ def test_a_known_call_runs_without_our_modes_while_the_pass_is_still_seen() -> N
 
 
 def test_the_budget_counts_calls_no_pass_followed_yet() -> None:
-    torch.manual_seed(0)
-    model = MoEModel()
-    twin = copy.deepcopy(model)
-    first, second = routed_input((0, 1), 1), routed_input((2, 3), 2)
-    handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
+    model, twin, first, second, handle = watched_moe()
     driver = handle._capture.structures
     driver.budget = 3
     # 12 calls: the first graph over 4 passes of 3 new calls each (steps 2-5); step 6 shows a

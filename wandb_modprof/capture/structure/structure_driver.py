@@ -290,7 +290,7 @@ class StructureDriver:
         self.records.append(
             PassRecord(
                 structure.followed,
-                len(structure.followed_calls()),
+                len(structure.followed_calls()),  # (once a pass: the calls met)
                 structure.complete(),
                 time.perf_counter() - self._started,
             )

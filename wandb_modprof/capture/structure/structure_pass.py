@@ -329,10 +329,8 @@ class StructurePass:
         call.seq = (call.seq[0], ap.sequence_nr())
         parent = self._stack[-1] if self._stack else None
         if not frame.followed and call.known is None and (parent is None or not parent.followed):
-            if parent is not None:  # (see `enter`: left to a later pass)
-                self._modes_for(False)
-            else:
-                self.forward_done = True
+            # left to a later pass (`enter`), inside a call not followed: the modes stay off
+            self.forward_done = parent is None
             return
         slots = output_slots(result)
         call.outputs = tuple(slot for slot, _ in slots)
