@@ -7,6 +7,10 @@ from __future__ import annotations
 import copy
 import io
 import pickle
+import pickletools
+import subprocess
+import sys
+import zipfile
 
 import pytest
 import torch
@@ -96,6 +100,57 @@ def test_copies_of_a_watched_model_are_plain_models():
     assert handle.profile().num_samples == 1
     model(torch.randn(2, 8)).sum().backward()  # the original is still watched
     assert handle.unwatch().num_samples == 2
+
+
+def _globals_in(raw: bytes) -> set[str]:
+    """The classes and functions a pickle names (its GLOBAL / STACK_GLOBAL opcodes)."""
+    names: set[str] = set()
+    strings: list[str] = []
+    for op, arg, _ in pickletools.genops(raw):
+        if op.name == "GLOBAL":
+            names.add(str(arg).replace(" ", "."))
+        elif op.name == "STACK_GLOBAL":
+            names.add(".".join(strings[-2:]))
+        if isinstance(arg, str):
+            strings.append(arg)
+    return names
+
+
+def test_a_saved_watched_model_holds_nothing_of_ours_and_loads_without_the_package(tmp_path):
+    model = _mlp()
+    handle = wandb_modprof.watch(model, log_freq=1, structure=False, run=disabled_run())
+    model(torch.randn(2, 8)).sum().backward()
+    path = tmp_path / "model.pt"
+    torch.save(model, path)
+    with zipfile.ZipFile(path) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith("data.pkl")]
+        named = _globals_in(archive.read(name))
+    assert named and not [n for n in named if n.startswith("wandb_modprof")], named
+    clone = copy.deepcopy(model)
+    ours = [
+        hook
+        for module in clone.modules()
+        for hooks in (module._forward_pre_hooks, module._forward_hooks)
+        for hook in hooks.values()
+        if type(hook).__module__.startswith("wandb_modprof")
+    ]
+    assert not ours
+    handle.unwatch()
+    # Where wandb_modprof cannot be imported, the file loads and the model trains.
+    script = (
+        "import sys; sys.modules['wandb_modprof'] = None\n"
+        "import torch\n"
+        f"m = torch.load({str(path)!r}, weights_only=False)\n"
+        "y = m(torch.ones(2, 8)); y.sum().backward()\n"
+        "print('loaded', tuple(y.shape))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "loaded (2, 1)" in done.stdout
+    expected = model(torch.ones(2, 8))
+    assert torch.equal(torch.load(path, weights_only=False)(torch.ones(2, 8)), expected)
 
 
 def test_forward_inside_an_except_block_is_measured():

@@ -2,11 +2,16 @@
 
 `copy.deepcopy(model)` (EMA, SWA's AveragedModel) and `torch.save(model)` copy a module's
 hook dicts. Bound methods would drag the whole capture (and its lock) along and fail; a copy
-of a watched model is simply not watched.
+of a watched model is simply not watched. The copy holds nothing of this package, so that a
+saved model loads where wandb_modprof is not installed: `COPIED_HOOK`, the standard library's
+`sys.audit` with a fixed event name (a no-op returning None unless the process installed
+an audit hook, which then sees the event "modprof.copied_hook").
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -39,18 +44,23 @@ class InertHook:
             return
         fn(*args)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> InertHook:
-        return _INERT_HOOK
+    def __deepcopy__(self, memo: dict[int, Any]) -> Callable[..., None]:
+        return COPIED_HOOK
 
-    def __reduce__(self) -> tuple[Callable[[], InertHook], tuple[()]]:
-        return inert_hook, ()
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return functools.partial, (sys.audit, COPIED_EVENT)
 
 
+COPIED_EVENT = "modprof.copied_hook"
+# What a copied or pickled hook of ours becomes: `hook(module, *args)` returns None and does
+# nothing. Hooks must return None (a value would replace the module's input or output).
+COPIED_HOOK: Callable[..., None] = functools.partial(sys.audit, COPIED_EVENT)
 _INERT_HOOK = InertHook(None)
 
 
 def inert_hook() -> InertHook:
-    """What a copied hook becomes (also what unpickling one returns)."""
+    """What unpickling a hook saved by wandb_modprof 0.1-0.x returns (files that name this
+    function or `wandb_modprof._capture._inert_hook` still load)."""
     return _INERT_HOOK
 
 
