@@ -15,12 +15,18 @@ Messages are followed through the patterns the package uses:
 - a wrapper that warns with its parameter inside a fixed frame (`self.warn(why)`,
   `self._warn_once(key, what)`, `self._fail(what, error)`): the frame's own text is one
   message and every literal a caller passes for that parameter is one more.
+
+The page, and every other page of docs/ (and the README), also state facts of the code that
+must not drift: the command line's exit statuses (the `EXIT_*` constants of
+`wandb_modprof_cli.py`) and the profile file versions the loader reads (`VERSION` and
+`SUPPORTED_VERSIONS` of `wandb_modprof/sinks/profile_file.py`), both read with `ast` too.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -329,3 +335,101 @@ def test_no_logging_calls_outside_the_warning_helpers() -> None:
             ):
                 offenders.append(f"{module.path.relative_to(ROOT).as_posix()}:{node.lineno}")
     assert not offenders, offenders
+
+
+# ---- facts of the code the pages state -----------------------------------------------------
+CLI = ROOT / "wandb_modprof_cli.py"
+PROFILE_FILE = ROOT / "wandb_modprof" / "sinks" / "profile_file.py"
+PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+
+
+def _constants(path: Path) -> dict[str, object]:
+    """The module-level `NAME = <literal>` assignments of a source file."""
+    found: dict[str, object] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                try:
+                    found[target.id] = ast.literal_eval(node.value)
+                except ValueError:
+                    continue  # not a literal
+    return found
+
+
+def _exit_statuses() -> set[int]:
+    """What the command line can exit with: its `EXIT_*` constants."""
+    statuses = {v for k, v in _constants(CLI).items() if k.startswith("EXIT_")}
+    assert statuses and all(type(v) is int for v in statuses), statuses
+    return statuses  # type: ignore[return-value]
+
+
+def _versions() -> tuple[int, tuple[int, ...]]:
+    """The profile file version written, and those read."""
+    constants = _constants(PROFILE_FILE)
+    written, read = constants["VERSION"], constants["SUPPORTED_VERSIONS"]
+    assert type(written) is int and isinstance(read, tuple) and written == max(read), read
+    return written, read
+
+
+def _section(text: str, heading: str) -> str:
+    """The lines under a markdown heading, up to the next heading of any level."""
+    start = text.index(f"\n{heading}\n") + len(heading) + 2
+    end = re.search(r"^#", text[start:], re.MULTILINE)
+    return text[start : start + end.start()] if end else text[start:]
+
+
+def test_the_command_line_help_lists_exactly_its_exit_statuses() -> None:
+    epilog = _constants(CLI)["EPILOG"]
+    assert isinstance(epilog, str)
+    assert {int(s) for s in re.findall(r"^  (\d+) ", epilog, re.MULTILINE)} == _exit_statuses()
+
+
+def test_the_page_lists_exactly_the_exit_statuses_of_the_command_line() -> None:
+    text = PAGE.read_text(encoding="utf-8")
+    table = _section(text, "### Error format and exit status")
+    rows = [int(s) for s in re.findall(r"^\| *(\d+) *\|", table, re.MULTILINE)]
+    assert sorted(rows) == sorted(_exit_statuses()), rows
+    named = {int(s) for s in re.findall(r"Exit status (\d+)", text)}
+    assert named and named <= _exit_statuses(), named
+
+
+def test_every_page_names_only_exit_statuses_of_the_command_line() -> None:
+    """`exit 2`, `Exit status 3`, `exits 1` anywhere in the docs, and the list of statuses in
+    the command line's section of docs/reports.md."""
+    statuses = _exit_statuses()
+    wrong = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for match in re.finditer(r"\bexit(?:s| status| code)? (\d+)\b", text, re.IGNORECASE):
+            if int(match.group(1)) not in statuses:
+                wrong.append(f"{page.relative_to(ROOT)}: {match.group(0)!r}")
+    assert not wrong, f"exit statuses the command line does not use ({sorted(statuses)}): {wrong}"
+    reports = (ROOT / "docs" / "reports.md").read_text(encoding="utf-8")
+    listed = reports.split("\nExit status:\n", 1)[1].split("\n\n", 1)[0]
+    assert {int(s) for s in re.findall(r"^- `(\d+)`", listed, re.MULTILINE)} == statuses, listed
+
+
+def test_the_pages_name_the_profile_file_versions_the_loader_reads() -> None:
+    written, read = _versions()
+    page = _page_text()
+    (reads,) = re.findall(r"reads version ([\d, ]+);", page)
+    assert tuple(int(v) for v in reads.split(",")) == read, reads
+    formats = " ".join((ROOT / "docs" / "formats.md").read_text(encoding="utf-8").split())
+    assert re.findall(r'`"version": (\d+)`', formats) == [str(written)]
+    assert re.findall(r"saved again it is version (\d+)", formats) == [str(written)]
+    # what each version added: every version after the first, once, in order
+    added = [int(v) for v in re.findall(r"- version (\d+):", formats)]
+    assert added == list(read[1:]), added
+    wrong = []
+    for path in PAGES:
+        text = " ".join(path.read_text(encoding="utf-8").split())
+        for match in re.finditer(r"\b[Vv]ersions? (\d+)(?:-(\d+))?\b|\b[Vv]ersion-(\d+)\b", text):
+            numbers = [int(n) for n in match.groups() if n is not None]
+            if match.group(0).lower().startswith("version ") and re.match(
+                r"\.\d", text[match.end() :]
+            ):
+                continue  # a dotted version number (a package's), not a file version
+            if not set(numbers) <= set(read):
+                wrong.append(f"{path.relative_to(ROOT)}: {match.group(0)!r}")
+    assert not wrong, f"file versions the loader does not read ({read}): {wrong}"

@@ -58,6 +58,12 @@ def check_run(run: Any) -> Any:
         raise ModProfError(
             f"run must be a wandb Run (from wandb.init()) or None; got {type(run).__qualname__}"
         )
+    if run is not None and getattr(run, "_is_finished", False) is True:
+        # (W&B's own flag: its first log would fail with "Run ... is finished")
+        raise ModProfError(
+            f"run expected an active wandb Run; got run {getattr(run, 'id', '?')!r}, which is "
+            "finished: pass a run from a new wandb.init(), or call watch() before run.finish()"
+        )
     return run
 
 

@@ -138,6 +138,19 @@ def test_run_and_flag_arguments_are_validated():
         run.finish()
 
 
+def test_watch_refuses_a_finished_run(tmp_path):
+    import wandb
+
+    # (a disabled run logs nothing, finished or not: it is accepted either way)
+    run = wandb.init(mode="offline", project="modprof-test", dir=str(tmp_path))
+    run.finish()
+    model = TinyGPT()
+    with pytest.raises(ModProfError, match=r"run expected an active wandb Run; .* is finished"):
+        wandb_modprof.watch(model, run=run, structure=False)
+    handle = wandb_modprof.watch(model, structure=False, run=wandb.init(mode="disabled"))
+    handle.unwatch()  # the refusal left nothing behind: the model can be watched
+
+
 def test_options_switch_measurements_off():
     model = TinyGPT()
     with wandb_modprof.profile(model, activations=False, norms=False, structure=False) as prof:

@@ -138,13 +138,17 @@ def test_a_killed_worker_loses_only_the_samples_in_flight(tmp_path):
     train_step(model, x)  # sample 5
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
-    with pytest.warns(RuntimeWarning, match="ended .*lost, later samples are kept") as caught:
+    with pytest.warns(RuntimeWarning, match=r"ended \(killed by SIGKILL\); \d+ sample") as caught:
         for _ in range(3):
             train_step(model, x)
         prof = handle.unwatch()
     assert len([w for w in caught if "wandb_modprof" in str(w.message)]) == 1
     assert handoff._worker is None or handoff._worker.proc is not first
-    # samples 1-3 were saved; 4 and 5 were handed over or still pending when it died
+    # samples 1-3 were saved; 4 and 5 were handed over or still pending when it died: each
+    # either kept or counted lost, and the warning named the count
+    overhead = handle.overhead
+    assert overhead.samples == 8 and prof.num_samples + overhead.lost == 8
+    assert f"; {overhead.lost} sample(s) handed" in str(caught[0].message)
     assert 6 <= prof.num_samples <= 8
 
 

@@ -31,6 +31,7 @@ from torch import nn
 
 import wandb_modprof
 from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.submodule_hooks import under_transform_text
 
 pytestmark = pytest.mark.usefixtures("isolate_saved_tensor_hooks")
 
@@ -334,11 +335,12 @@ def test_internal_error_that_keeps_raising_warns_once(where, monkeypatch):
 
 
 @pytest.mark.parametrize("how", ["watch", "profile"])
-def test_functorch_transforms_pass_through_quietly_and_are_not_sampled(how: str) -> None:
+def test_functorch_transforms_pass_through_with_one_warning_and_are_not_sampled(how: str) -> None:
     """`vmap(grad(functional_call(model, ...)))` (per-sample gradients) runs the forward on
     functorch wrapper tensors without storage: it used to warn "internal error ... Cannot access
     data pointer of Tensor that doesn't have storage". Now such a step is passed through
-    unmeasured, results bitwise unchanged, and the ordinary steps after it are measured."""
+    unmeasured, results bitwise unchanged, and the ordinary steps after it are measured; the
+    first one says so, once, at the user's line (`capture/model/transforms.py`)."""
     from torch.func import functional_call, grad, vmap
 
     torch.manual_seed(0)
@@ -365,7 +367,9 @@ def test_functorch_transforms_pass_through_quietly_and_are_not_sampled(how: str)
                 got = [per_sample(params, x) for _ in range(3)]
                 for _ in range(3):
                     train_step(model, x)
-    assert [str(w.message) for w in ours(caught)] == []
+    warned = ours(caught)
+    assert [str(w.message) for w in warned] == [under_transform_text("Sequential")]
+    assert warned[0].filename == __file__
     for out in got:
         assert all(torch.equal(out[k], expected[k]) for k in expected)
     # the structure pass waited for an ordinary step; the ones after it are measured

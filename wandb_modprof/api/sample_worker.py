@@ -14,7 +14,10 @@ one crashed continues from there and only the samples in flight are lost.
 
 Messages are pickled tuples (see `handle`). A failure while handling one is answered with
 ("error", serial, text) and the worker carries on; it exits when the socket closes (the
-training process ended) or on ("stop",).
+training process ended) or on ("stop",). A thread of its own sends a beat every
+`worker_process.BEAT_S`, so the training process can tell a busy worker from a stuck one.
+It ignores SIGINT: Ctrl-C in a terminal reaches the whole process group, and the training
+process decides what happens to its samples (`api.sample_handoff`).
 """
 
 from __future__ import annotations
@@ -22,12 +25,15 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
+from wandb_modprof.api.worker_process import BEAT, BEAT_S, read_checkpoint, write_checkpoint
 from wandb_modprof.capture.memory.gradient_readings import GradientReading, GradientState
 from wandb_modprof.capture.memory.static_memory import (
     Members,
@@ -79,9 +85,9 @@ class Worker:
         self.acc = ProfileAccumulator(model_name)
         self.max_rows, self.full_detail, self.mode, self.scale = max_rows, full_detail, mode, scale
         self.target = target
-        if os.path.exists(self.checkpoint):
-            with open(self.checkpoint, "rb") as file:
-                self.acc.restore_state(pickle.load(file))
+        saved = read_checkpoint(self.checkpoint)
+        if saved is not None:
+            self.acc.restore_state(saved[1])
             self.saved = self.acc.num_samples
 
     def add(
@@ -107,10 +113,7 @@ class Worker:
         self.acc.resolve_pending(force=True)
         if self.acc.num_samples == self.saved:
             return
-        aside = f"{self.checkpoint}.part"
-        with paused_gc(), open(aside, "wb") as file:
-            pickle.dump(self.acc.saved_state(), file, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(aside, self.checkpoint)
+        write_checkpoint(self.checkpoint, self.acc.num_samples, self.acc.saved_state())
         self.saved = self.acc.num_samples
 
     def _attach(self) -> AttachedRun | None:
@@ -173,8 +176,10 @@ class Worker:
         return self.acc.snapshot()
 
 
-def serve(conn: Connection, worker: Worker) -> None:
-    """Answer messages until the socket closes or ("stop",) arrives."""
+def serve(conn: Connection, worker: Worker, lock: threading.Lock | None = None) -> None:
+    """Answer messages until the socket closes or ("stop",) arrives (`lock`: held while
+    sending, shared with the beat)."""
+    lock = lock if lock is not None else threading.Lock()
     while True:
         try:
             batch = [conn.recv_bytes()]
@@ -194,10 +199,23 @@ def serve(conn: Connection, worker: Worker) -> None:
             try:
                 reply = handle(worker, message, skip=i in outdated)
             except Exception:
-                reply = ("error", serial, traceback.format_exc(limit=8), worker.saved)
+                text = traceback.format_exc(limit=8)
+                reply = ("error", serial, text, message[0], worker.saved)
             if reply is not None:
                 with paused_gc():
-                    conn.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+                    raw = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+                with lock:
+                    conn.send_bytes(raw)
+
+
+def _beat(conn: Connection, lock: threading.Lock, done: threading.Event) -> None:
+    """A sign of life every `BEAT_S`, until the connection closes."""
+    while not done.wait(BEAT_S):
+        try:
+            with lock:
+                conn.send_bytes(BEAT)
+        except OSError:
+            return
 
 
 def _set_tables(worker: Worker, members: Members, static: StaticTable) -> None:
@@ -253,13 +271,17 @@ def handle(worker: Worker, message: tuple[Any, ...], skip: bool) -> tuple[Any, .
 
 def main(argv: list[str]) -> int:
     fd, checkpoint = int(argv[0]), argv[1]
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the training process decides (docstring)
     with contextlib.suppress(OSError):
         os.nice(10)  # the training process comes first when the cores are busy
-    conn = Connection(fd)
+    conn, lock, done = Connection(fd), threading.Lock(), threading.Event()
+    threading.Thread(target=_beat, args=(conn, lock, done), name="beat", daemon=True).start()
     try:
-        serve(conn, Worker(checkpoint))
+        serve(conn, Worker(checkpoint), lock)
     finally:
-        conn.close()
+        done.set()
+        with lock:
+            conn.close()
     return 0
 
 

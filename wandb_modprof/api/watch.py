@@ -112,8 +112,10 @@ class WatchHandle:
     def overhead(self) -> Overhead:
         """What sampling has cost this run's training thread so far (`api.overhead`), with
         the structure passes that ran."""
-        passes = self._capture.structures.totals()
-        return dataclasses.replace(self._counter.meter.overhead(), **passes)
+        facts: dict[str, Any] = dict(self._capture.structures.totals())
+        if self._handoff is not None:
+            facts.update(lost=self._handoff.lost, dropped=self._handoff.dropped)
+        return dataclasses.replace(self._counter.meter.overhead(), **facts)
 
     def _log_samples(self, force: bool = False, final: bool = False) -> bool:
         """Called at the root forward after a sample (and by `unwatch`): rank 0 (or a run
@@ -174,7 +176,7 @@ class WatchHandle:
             self._log_samples(force=True, final=True)
             if self._handoff is not None:
                 self._handoff.close(self._acc)
-            if self._acc.num_samples == 0:
+            if self._acc.num_samples == 0 and not self._capture.transformed_steps:
                 warn_at_user(_no_sample_text(self, entry_point()), UserWarning)
         return self._profile
 

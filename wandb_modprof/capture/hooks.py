@@ -27,6 +27,7 @@ from wandb_modprof.capture.memory.device_memory import AcceleratorMemory, Device
 from wandb_modprof.capture.memory.gradient_readings import gradient_state
 from wandb_modprof.capture.memory.static_memory import ROOT_NAME, StaticReader
 from wandb_modprof.capture.model.compiled import Removable, hook_calls
+from wandb_modprof.capture.model.transforms import refuse_meta_model
 from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.capture.options import Options
 from wandb_modprof.capture.session import StepSession
@@ -86,6 +87,7 @@ class Capture(SubmoduleHooks):
         if options.nvtx:
             check_available()
         device = model_device(model)
+        refuse_meta_model(type_name(model), device)  # (an ensemble's base)
         self.clock = make_clock(options, device)
         if isinstance(self.clock, CpuClock):
             self.clock.cost = hook_cost.measured()
@@ -181,10 +183,7 @@ class Capture(SubmoduleHooks):
                 self.structures.between_steps()
             step = self._should_sample(module)
             if (step is not None or self.structures.due) and ap.functorch_active():
-                # `torch.func.vmap(grad(functional_call(model, ...)))`: wrapper tensors without
-                # storage. A step, counted, but neither sampled nor a structure pass (still due).
-                if self.children_hooked:
-                    self._maybe_detach_children()
+                self._skip_transformed_step()  # (a step, counted, but not measured)
                 return
             # A model with compiled code: its graph is traced on fake tensors, before this step.
             if self.structures.due:  # (an unsampled step with no graph due: attribute reads)
@@ -214,10 +213,12 @@ class Capture(SubmoduleHooks):
                 return
             self._root_depth = max(0, self._root_depth - 1)
             if self.structures.current is not None:
-                self.structures.exit(module, result)
+                self._exit_pass(module, result)
                 return
             if session is None:
                 return
+            if self._materialised_now():
+                session.failed = True  # dropped quietly at the root's exit, as below
             session.exit(id(module), result)
             if not session.forward_done:
                 return  # the root was re-entered; its outer call is still open

@@ -6,6 +6,10 @@ a checkpoint recompute (`watch`), or the whole `with profile(...)` block. Unhook
 take `nn.Module._call_impl`'s fast path, and every hook added raises the recursion limit by
 the frames it costs (`step.stack_room`).
 
+Two ways the model's steps escape the index: a forward that materialises lazy modules (its
+sample or structure pass is dropped; `_materialised_now`), and a step run under a `torch.func`
+transform (not measured, warned once; `_skip_transformed_step`, `model/transforms.py`).
+
 The base class of `hooks.Capture`, not an object it holds: the hook bodies read `_names` and
 `_forward` in one attribute read, as before this was split from `hooks.py`. It is also the
 side of the capture the structure driver sees (`structure_driver.HookOwner`, with `warn_once`).
@@ -20,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from wandb_modprof._warn import warn_at_user
 from wandb_modprof.capture.inert_hook import skip_hook_frames
 from wandb_modprof.capture.memory.static_memory import ModelIndex, build_index
 from wandb_modprof.capture.model.compiled import Removable, hook_calls
@@ -53,6 +58,8 @@ class SubmoduleHooks:
         self._index: ModelIndex | None = None
         self._hooked_index: ModelIndex | None = None
         self._index_checked = False  # `_index` matched the model in the forward running now
+        # steps that were to be measured but ran under a torch.func transform: not measured
+        self.transformed_steps = 0
 
     def _pre(self, module: nn.Module, args: object, kwargs: object) -> None:
         raise NotImplementedError  # Capture's forward pre-hook of every submodule
@@ -71,6 +78,41 @@ class SubmoduleHooks:
             }
         self._index_checked = self._root_depth > 0  # valid until this forward's root returns
         return self._index
+
+    def _materialised_now(self) -> bool:
+        """The forward ending now (the root's outermost call) materialised lazy parameters or
+        buffers (`nn.LazyLinear` and other `LazyModuleMixin` modules, at their first forward):
+        its sample timed their initialisation and saw them without the bytes, gradients and
+        norms they have from then on, and a structure pass saw their initialisation's work. So
+        either is dropped, quietly; the next step measures them (its index counts them)."""
+        index = self._index
+        return (
+            self._root_depth == 0
+            and index is not None
+            and index.lazy
+            and not index.current(self.model)
+        )
+
+    def _exit_pass(self, module: nn.Module, result: object) -> None:
+        """The root's exit during a structure pass. A pass whose forward materialised lazy
+        modules is ended without keeping anything and not counted against the passes' limit:
+        the next step where a pass may run runs another."""
+        if not self._materialised_now():
+            self.structures.exit(module, result)
+            return
+        self.structures.end()
+        self.structures.spent -= 1
+        self.structures.due = self.structures.enabled
+
+    def _skip_transformed_step(self) -> None:
+        """A sampled step (or one due for a structure pass) called under a `torch.func`
+        transform (`vmap`, `grad`, ...: `transforms`): counted, neither measured nor a pass
+        (one stays due); the first one warns."""
+        self.transformed_steps += 1
+        if self.transformed_steps == 1:
+            warn_at_user(under_transform_text(type_name(self.model)), UserWarning)
+        if self._children_on:
+            self._maybe_detach_children()
 
     def _attach_children(self) -> None:
         if self._children_on:
@@ -128,6 +170,19 @@ class SubmoduleHooks:
         if any(not s.closed and (s.bwd_started or not s.superseded) for s in self._sessions):
             return
         self._detach_children()
+
+
+def under_transform_text(model_type: str) -> str:
+    """The warning given once per watch or profile block when a step that was to be measured
+    ran under a `torch.func` transform (`capture/model/transforms.py`)."""
+    return (
+        f"wandb_modprof: {model_type} was called under torch.func transforms (vmap, grad, "
+        "jacrev, jvp, functionalize), e.g. a torch.func.stack_module_state ensemble or "
+        "per-sample gradients; calls under these transforms are not profiled: they run on "
+        "functorch's wrapper tensors, which have no storage to measure and no autograd graph of "
+        "their own. Those steps are not sampled; calls of the model outside a transform "
+        "(torch.func.functional_call on its own included) are profiled as usual."
+    )
 
 
 # A module's hook dicts, by the attribute `nn.Module.__init__` keeps each in.

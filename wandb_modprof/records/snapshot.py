@@ -33,6 +33,10 @@ class Overhead:
     passes: int = 0
     partial_passes: int = 0
     pass_s: float = 0.0
+    # samples taken but not in the profile: handed to a worker process that ended before it
+    # saved them (`lost`), or that a worker could not add (`dropped`, an error said once)
+    lost: int = 0
+    dropped: int = 0
 
     @property
     def share(self) -> float:

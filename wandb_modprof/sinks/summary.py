@@ -49,6 +49,11 @@ def overhead_line(overhead: Overhead) -> str:
             f"; {overhead.passes} structure {passes} ({overhead.partial_passes} over part of "
             f"the model), their forwards {format_value('ms', 1e3 * overhead.pass_s)}"
         )
+    if overhead.lost or overhead.dropped:
+        line += (
+            f"; {overhead.lost} sample(s) lost when the worker process ended, "
+            f"{overhead.dropped} dropped by an error"
+        )
     return line
 
 

@@ -7,15 +7,21 @@ full figures on every invocation: the memory is shared, not split.
 
 What does not change between samples (which parameters belong to which module, their bytes)
 lives in a `ModelIndex` that is rebuilt only when the model's modules or parameters change.
+
+A lazy module's (`nn.LazyLinear`, any `LazyModuleMixin`) parameters and buffers hold no data
+until its first forward materialises them (same objects, new data): until then they are left
+out (no bytes, no norms), and the index says so (`ModelIndex.lazy`), so that the capture can
+tell the forward that materialised them (`hooks.Capture`) and the next index counts them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from wandb_modprof.capture.memory.storage import StorageKey, extents, storages
 from wandb_modprof.capture.model.compiled import compiled_in_place, is_compiled_wrapper
@@ -85,13 +91,18 @@ def _fingerprint(model: nn.Module) -> tuple[object, ...]:
             if param is not None:
                 held = sharded.get((id(module), pname), param) if sharded else param
                 parts.append(id(held))
-                parts.append(local_tensor(held).data_ptr())
+                parts.append(_NO_DATA if is_lazy(held) else local_tensor(held).data_ptr())
         for buffer in module._buffers.values():
             if buffer is not None:
                 parts.append(id(buffer))
-                parts.append(local_tensor(buffer).data_ptr())
+                parts.append(_NO_DATA if is_lazy(buffer) else local_tensor(buffer).data_ptr())
         parts.append(0)  # end of this module's tensors
     return tuple(parts)
+
+
+# An uninitialised lazy tensor's place in the fingerprint (it has no data pointer: reading one
+# raises): materialising it in place gives it one, so the fingerprint changes.
+_NO_DATA = -1
 
 
 def _is_fsdp2(module: nn.Module) -> bool:
@@ -154,6 +165,9 @@ class ModelIndex:
     members: dict[str, list[int]]
     static: dict[str, tuple[int, int, int]]  # name -> (param bytes, param count, buffer bytes)
     excluded: set[StorageKey]  # storages of parameters and buffers: never activations
+    # Some parameter or buffer was an uninitialised lazy one, left out: the forward that
+    # materialises it makes this index out of date (`current`).
+    lazy: bool = False
 
     def current(self, model: nn.Module) -> bool:
         return _fingerprint(model) == self.fingerprint
@@ -161,7 +175,8 @@ class ModelIndex:
 
 def build_index(model: nn.Module) -> ModelIndex:
     """FSDP2 models: each parameter is its sharded DTensor, whose bytes, gradient bytes and
-    norms are those of this rank's shard (its count is the full parameter's)."""
+    norms are those of this rank's shard (its count is the full parameter's). Uninitialised
+    lazy parameters and buffers are left out until materialised."""
     modules = hookable_modules(model)
     sharded: dict[tuple[int, str], nn.Parameter] = {}
     for module in model.modules():
@@ -172,9 +187,13 @@ def build_index(model: nn.Module) -> ModelIndex:
     param_storages: list[list[tuple[StorageKey, int]]] = []
     members: dict[str, list[int]] = {}
     static: dict[str, tuple[int, int, int]] = {}
+    lazy = False
     for name, module in modules.values():
         own: list[int] = []
         for p in _parameters(module, sharded):
+            if is_lazy(p):
+                lazy = True
+                continue
             if id(p) not in index:
                 index[id(p)] = len(params)
                 params.append(p)
@@ -184,13 +203,20 @@ def build_index(model: nn.Module) -> ModelIndex:
         static[name] = (
             dedup_bytes(kv for i in own for kv in param_storages[i]),
             sum(params[i].numel() for i in own),
-            dedup_bytes(kv for b in module.buffers() for kv in extents(local_tensor(b))),
+            dedup_bytes(kv for b in _data(module.buffers()) for kv in extents(local_tensor(b))),
         )
     # Saved tensors are matched by whole storage: a parameter's storage is never an activation.
     excluded = {key for p in params for key, _ in storages(local_tensor(p))}
-    excluded |= {key for p in model.parameters() for key, _ in storages(local_tensor(p))}
-    excluded |= {key for b in model.buffers() for key, _ in storages(local_tensor(b))}
-    return ModelIndex(_fingerprint(model), modules, params, members, static, excluded)
+    excluded |= {key for p in _data(model.parameters()) for key, _ in storages(local_tensor(p))}
+    buffers = list(model.buffers())
+    excluded |= {key for b in _data(buffers) for key, _ in storages(local_tensor(b))}
+    lazy = lazy or any(is_lazy(b) for b in buffers)
+    return ModelIndex(_fingerprint(model), modules, params, members, static, excluded, lazy)
+
+
+def _data(tensors: Iterable[torch.Tensor]) -> Iterator[torch.Tensor]:
+    """The tensors that hold data: uninitialised lazy ones left out."""
+    return (t for t in tensors if not is_lazy(t))
 
 
 def optim_bytes(index: ModelIndex, optimizer: torch.optim.Optimizer | None) -> list[int] | None:

@@ -8,6 +8,7 @@ model's root hooks hold its capture, which holds the owner.
 
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Any
 
@@ -49,6 +50,9 @@ _ATTACHED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def attach_capture(capture: Any) -> None:
+    if not _FORK_HANDLER and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_quiet_in_child)
+        _FORK_HANDLER.append(_quiet_in_child)
     _ATTACHED.add(capture)
 
 
@@ -83,3 +87,37 @@ def cold_model(model: nn.Module) -> bool:
     return not any(
         int(b) > 0 for name, b in model.named_buffers() if name.endswith("num_batches_tracked")
     )
+
+
+# ---- a process forked while models are watched -----------------------------------------------
+# `os.fork` (data-loader workers on Linux): the child shares its parent's worker process
+# (socket and folder, `api.sample_handoff`) and W&B run; a sample sent, the folder removed at
+# the child's exit or a table logged from there would corrupt or lose the parent's. So in the
+# child only, each attached capture samples nothing, draws no graph, delivers nothing and
+# counts as detached (`unwatch()` there does nothing; the root hooks stay, inert), and its
+# accumulator's remote forgets its worker without touching it (`forked()`). Only attributes
+# are set: the child runs only the thread that forked, and a lock another thread held at the
+# fork would stay held forever.
+_FORK_HANDLER: list[Any] = []  # the handler, once registered (once per process)
+
+
+def _never(module: Any) -> None:
+    return None
+
+
+def _nothing() -> None:
+    return None
+
+
+def _quiet_in_child() -> None:
+    for capture in list(_ATTACHED):
+        capture._should_sample = _never
+        capture.structures.enabled = capture.structures.due = False
+        capture.sample_due = False
+        capture._deliver_fn = _nothing
+        capture._sessions = []
+        capture.attached = False
+        _ATTACHED.discard(capture)
+        forked = getattr(getattr(capture.sink, "remote", None), "forked", None)
+        if forked is not None:
+            forked()

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from wandb_modprof.records.roofline import Roofline
 
@@ -44,7 +45,8 @@ def model_device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
     """Where the model's parameters live and their most common floating dtype."""
     counts: dict[tuple[torch.device, torch.dtype], int] = {}
     for p in model.parameters():
-        if p.is_floating_point() and p.device.type != "meta":
+        # (an uninitialised lazy parameter has a dtype but no size yet: left out)
+        if p.is_floating_point() and p.device.type != "meta" and not is_lazy(p):
             key = (p.device, p.dtype)
             counts[key] = counts.get(key, 0) + p.numel()
     if not counts:

@@ -309,6 +309,15 @@ class StructureDriver:
             self._count_backward(structure, None, result)
             return
         finished = structure.finish()
+        if (
+            not self.sink.has_structure(finished.signature)
+            and self.sink.num_structures() >= MAX_STRUCTURES
+        ):
+            # A pass asked for to refine a derived graph may meet yet another new sequence
+            # (routing changes every step) after that graph filled the last place: not kept.
+            self.warn(f"the model called more than {MAX_STRUCTURES} different sequences of modules")
+            self._count_backward(structure, None, result)
+            return
         self._derived.discard(finished.signature)
         stored = self._with_roofline(finished, module)
         self.sink.add_structure(stored)
