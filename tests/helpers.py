@@ -88,9 +88,11 @@ def logged_cells(
 
 
 def without_overhead(rows: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
-    """Logged (packed) or full rows without the `overhead_pct` meta row: a watched run's
-    measured overhead goes on after a table is logged, the rest of a table does not."""
-    return [r for r in rows if not (r[0] == "meta" and "overhead_pct" in r[:6])]
+    """Logged (packed) or full rows without the `overhead_pct` / `overhead_long_pct` meta
+    rows: a watched run's measured overhead goes on after a table is logged, the rest of a
+    table does not."""
+    keys = ("overhead_pct", "overhead_long_pct")
+    return [r for r in rows if not (r[0] == "meta" and any(k in r[:6] for k in keys))]
 
 
 def check_logged_tables(files: Sequence[Path], columns: Sequence[str]) -> None:

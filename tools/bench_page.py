@@ -166,6 +166,24 @@ thread's figure); GPT-2 with 12 layers. Targets: thread <= 1.5x the floor, all-i
 """,
     ),
     Benchmark(
+        "meter",
+        "The overhead a run reports, against an unwatched twin",
+        (),
+        """\
+Whether the overhead `watch` reports (`handle.overhead`, the summary, the panel) is what the
+run costs. Per model, a watched copy and an unwatched twin (same weights, optimizer, seed and
+batch) train side by side, one step each in turn, one torch thread, a disabled W&B run.
+Realised: the watched steps' total time less the twin's; reported: `handle.overhead.cost_s`.
+Target: within 1.25x, or 1 percentage point of the twin's training time, whichever is larger.
+Each model runs with a fixed `log_freq` (the floor on every step, the samples, the one-time
+structure pass) and with `log_freq="auto", overhead=0.01` (the budget: the realised share
+beside the 1 %; the structure pass on step 1 runs whatever the budget and is shown as `once`),
+beside an A/A control (two unwatched copies). Models: a 1-layer and a 3-layer MLP, the test
+zoo's small transformer and ResNet, GPT-2 with 12 layers from a config, the nested tree of
+about 10,000 calls (its samples go to the worker process).
+""",
+    ),
+    Benchmark(
         "hook_floor",
         "The floor: torch's own hooks",
         (),

@@ -134,7 +134,7 @@ def test_fit_logs_every_log_freq_th_optimizer_step_to_the_wandb_logger_run(tmp_p
     # equal but for the run's measured overhead, which went on after that sample was logged
     logged = strict_json(newest.read_text())["data"]
     assert without_overhead(logged) == without_overhead(logged_cells(table.columns, table.rows)[1])
-    assert len(logged) - len(without_overhead(logged)) == 1
+    assert len(logged) - len(without_overhead(logged)) == 2  # (the share, and at log_freq=100)
     (report,) = (run_dir / "files/media/html/modprof/LitGPT").glob("report_*.html")
     assert "LitGPT" in report.read_text()  # the final report, logged at unwatch
 

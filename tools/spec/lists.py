@@ -348,8 +348,10 @@ def _totals() -> list[Data]:
         "isValid(tot.num_samples) ? format(tot.num_samples, 'd') + (tot.num_samples === 1 ? "
         "' sample  ·  ' : ' samples  ·  ') + format(tot.invocations, 'd') + "
         "(tot.invocations === 1 ? ' call' : ' calls') + (isValid(tot.overhead_pct) ? '  ·  ' + "
-        "format(tot.overhead_pct, '.2~f') + ' % overhead' : '') : ''"
-    )  # (overhead_pct: a watched run's measured cost of sampling, `api.overhead`)
+        "format(tot.overhead_pct, '.2~f') + ' % overhead' + (isValid(tot.overhead_long_pct) ? "
+        "' (' + format(tot.overhead_long_pct, '.2~f') + ' % at log_freq=100)' : '') : '') : ''"
+    )  # (overhead_pct: a watched run's measured cost of sampling so far, `api.overhead`;
+    # overhead_long_pct: what a long run sampled every 100 steps pays, its one-time cost aside)
     joined.append("cold_text")  # the model's first step: left out, or the only sample
     # compiled regions (meta `compiled_region`): the calls inside have FLOPs only, so they are
     # absent from the time and memory top lists; this line says where they went

@@ -10,7 +10,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from wandb_modprof._warn import warn_safely
 from wandb_modprof.api.overhead import OverheadMeter
+from wandb_modprof.capture.step import hook_cost
 
 
 class StepCounter:
@@ -30,6 +32,8 @@ class StepCounter:
         self.budget = budget  # log_freq="auto": the share of training time sampling may take
         self.meter = OverheadMeter()
         self.passes: Callable[[], int] = lambda: 0  # structure passes so far (the capture's)
+        self.hook_s: Callable[[], float] | None = None  # the root hooks' own seconds so far
+        self._floor_told = False
         self._passes = 0
         self.forwards = 0
         self.optimizer_steps = 0
@@ -37,6 +41,14 @@ class StepCounter:
         self._handle = None
         if optimizer is not None:
             self._handle = optimizer.register_step_post_hook(self._on_optimizer_step)
+
+    def follow(self, capture: Any) -> None:
+        """Read `capture`'s structure passes and its root hooks' clock (`Capture.root_hook_s`),
+        with the interpreter's cost to reach them (`capture.step.hook_cost`): the floor."""
+        structures = capture.structures
+        self.passes = lambda: structures.passes
+        self.hook_s = lambda: capture.root_hook_s
+        self.meter.reach_s = hook_cost.measured().call_ns * 1e-9
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.optimizer_steps += 1
@@ -60,7 +72,7 @@ class StepCounter:
         if passes != self._passes:  # the step that just ended was a structure pass
             self._passes = passes
             self.meter.mark("structure")
-        self.meter.step()
+        self.meter.step(hooks_s=self.hook_s() if self.hook_s is not None else None)
         self.forwards += 1
         step = self.optimizer_steps + 1 if self._handle is not None else self.forwards
         if step == self._last_sampled:
@@ -69,10 +81,23 @@ class StepCounter:
             if step % self.log_freq:
                 return None
         elif step < 2 or not self.meter.due(self.budget):  # step 1: warm-up or structure pass
+            if self.meter.floor_over is not None and not self._floor_told:
+                self._tell_floor(module, *self.meter.floor_over)
             return None
         self._last_sampled = step
         self.meter.mark("sampled")
         return step
+
+    def _tell_floor(self, module: nn.Module, floor: float, typical: float) -> None:
+        self._floor_told = True
+        warn_safely(
+            f"wandb_modprof: watching {type(module).__name__} costs {1e6 * floor:.1f} us of each "
+            f"{1e6 * typical:.0f} us training step ({100 * floor / typical:.2f} %) before any "
+            f"sample, at or above overhead={self.budget:g}: log_freq='auto' samples nothing "
+            "while that holds. Pass a larger overhead= or a fixed log_freq to sample this model. "
+            "Training is not affected.",
+            RuntimeWarning,
+        )
 
     def remove(self) -> None:
         if self._handle is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 from typing import Any
@@ -24,7 +23,7 @@ from wandb_modprof._validate import (
 )
 from wandb_modprof._warn import entry_point, warn_at_user
 from wandb_modprof.api.distributed import RankChannel, open_channel, rank_info
-from wandb_modprof.api.overhead import DEFAULT_OVERHEAD
+from wandb_modprof.api.overhead import DEFAULT_OVERHEAD, run_overhead
 from wandb_modprof.api.profile import Profile
 from wandb_modprof.api.sample_handoff import SampleHandoff
 from wandb_modprof.api.step_counter import StepCounter
@@ -81,8 +80,7 @@ class WatchHandle:
             raise
         self._capture.owner = self
         self._capture.set_after_sample(self._timed_log)
-        structures = self._capture.structures
-        self._counter.passes = lambda: structures.passes
+        self._counter.follow(self._capture)  # its passes and the root hooks' clock
         self._handoff: SampleHandoff | None = None  # set by `watch` when samples may move
 
     def _offload(self, setting: str, log: WandbLog, mode: str, scale: str) -> None:
@@ -112,10 +110,7 @@ class WatchHandle:
     def overhead(self) -> Overhead:
         """What sampling has cost this run's training thread so far (`api.overhead`), with
         the structure passes that ran."""
-        facts: dict[str, Any] = dict(self._capture.structures.totals())
-        if self._handoff is not None:
-            facts.update(lost=self._handoff.lost, dropped=self._handoff.dropped)
-        return dataclasses.replace(self._counter.meter.overhead(), **facts)
+        return run_overhead(self._counter.meter, self._capture.structures.totals(), self._handoff)
 
     def _log_samples(self, force: bool = False, final: bool = False) -> bool:
         """Called at the root forward after a sample (and by `unwatch`): rank 0 (or a run

@@ -64,6 +64,7 @@ class WorkerProcess:
         self.started = time.monotonic()
         self.last_seen: float | None = None  # a message or beat arrived (monotonic seconds)
         self._cpu: tuple[int, float] | None = None  # (ticks, when they last grew)
+        self.last_cpu_s = 0.0  # its CPU seconds when last read (`cpu_s`)
         self._threads = [
             threading.Thread(target=self._send, name="modprof-send", daemon=True),
             threading.Thread(target=self._receive, name="modprof-receive", daemon=True),
@@ -114,6 +115,13 @@ class WorkerProcess:
         state = " (stopped)" if _stopped(self.pid) else ""
         return f"it showed no sign of life for {now - last:.0f} s{state}"
 
+    def cpu_s(self) -> float:
+        """The process's CPU seconds so far (0 where `/proc` is missing or it was reaped)."""
+        ticks = _cpu_ticks(self.pid) if self.proc.returncode is None else None
+        if ticks is not None:
+            self.last_cpu_s = ticks / _TICKS_PER_S
+        return self.last_cpu_s
+
     def ended(self) -> str:
         """How the process ended, in words."""
         code = self.proc.poll()
@@ -137,6 +145,9 @@ class WorkerProcess:
         # SIGKILL ends a stopped process too; the wait reaps it (no zombie left behind)
         self.proc.wait()
         self.conn.close()
+
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _proc_stat(pid: int) -> list[str] | None:

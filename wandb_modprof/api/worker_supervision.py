@@ -59,6 +59,7 @@ class WorkerSupervisor:
         self._shipped = 0  # samples handed over (and in the checkpoint a new worker reads)
         self._requested = 0  # samples covered by the newest log request
         self.lost = 0  # samples handed to a worker that ended before it saved them
+        self._ended_cpu_s = 0.0  # the CPU seconds of the workers that ended
         self.dropped = 0  # samples a worker could not add (an error of ours, said once)
         self._lost_told = 0  # the lost samples a warning named
         self._told: set[str] = set()  # the kinds of warning given (each once)
@@ -73,9 +74,16 @@ class WorkerSupervisor:
         # resolve (the detach's) only hands over what is pending.
         self.closing = False
 
+    def cpu_s(self) -> float:
+        """The CPU seconds of every worker of this run so far (`api.overhead`)."""
+        worker = self._worker
+        return self._ended_cpu_s + (worker.cpu_s() if worker is not None else 0.0)
+
     def end(self, kept: int) -> None:
         """Stop the worker (the run's profile holds `kept` samples); say once more how many
         samples were lost where more were than the first warning named."""
+        if self._worker is not None:
+            self._worker.cpu_s()  # (read before it is reaped)
         if self._finalizer is not None:
             self._finalizer()
         if self.lost > self._lost_told:
@@ -165,6 +173,7 @@ class WorkerSupervisor:
         not in its checkpoint are lost: counted, and returned."""
         old = self._worker
         if old is not None:
+            self._ended_cpu_s += old.cpu_s()  # (read before it is reaped)
             old.stop(wait_s=0.0 if old.alive() else 1.0)
         saved = checkpoint_count(self._checkpoint) if self._folder else 0
         lost = max(0, self._shipped - saved)
@@ -204,6 +213,8 @@ class WorkerSupervisor:
         saved = read_checkpoint(self._checkpoint) if self._folder else None
         if saved is not None:
             acc.restore_state(saved[1])
+        if self._worker is not None:
+            self._ended_cpu_s += self._worker.cpu_s()
         if self._finalizer is not None:
             self._finalizer()
         self._worker = None

@@ -11,6 +11,7 @@ submodules, and only while they are hooked (`model/scripted.py`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 import torch
@@ -36,6 +37,7 @@ from wandb_modprof.capture.step import autograd_private as ap
 from wandb_modprof.capture.step import gc_pause, hook_cost
 from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.capture.step.clock import CpuClock, make_clock, model_device
+from wandb_modprof.capture.step.warmup import after_warmup
 from wandb_modprof.capture.step_queue import backward_running, prune_sessions
 from wandb_modprof.capture.structure.step_dataflow import StepDataflow
 from wandb_modprof.capture.structure.structure_driver import StructureDriver
@@ -43,25 +45,6 @@ from wandb_modprof.capture.structure.structure_pass import structure_pass_active
 from wandb_modprof.capture.submodule_hooks import SubmoduleHooks
 
 _MAX_PENDING = 4
-
-
-def after_warmup(
-    should_sample: Callable[[nn.Module], int | None], warmup: int
-) -> Callable[[nn.Module], int | None]:
-    """`should_sample` with its first `warmup` steps counted but never sampled (`warmup=`);
-    itself without a warm-up, so the unsampled path does not change."""
-    if not warmup:
-        return should_sample
-    left = [warmup]
-
-    def sample(module: nn.Module) -> int | None:
-        step = should_sample(module)  # (counted either way)
-        if left[0]:
-            left[0] -= 1
-            return None
-        return step
-
-    return sample
 
 
 class Capture(SubmoduleHooks):
@@ -117,6 +100,9 @@ class Capture(SubmoduleHooks):
         self._cold = not options.warmup and _registry.cold_model(model)
         self._cold_step = False  # the step now starting is that first step
         self._first_steps = 2  # counts down over the first two steps, then never read again
+        # the root hooks' own seconds so far, read with the clock inside them: the floor of
+        # `watch` that every step pays (`api.overhead`)
+        self.root_hook_s = 0.0
 
     # ---- attach / detach ---------------------------------------------------------------
     def attach(self) -> None:
@@ -149,6 +135,7 @@ class Capture(SubmoduleHooks):
 
     # ---- hooks -------------------------------------------------------------------------
     def _root_pre(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+        start = perf_counter()
         try:
             # The unsampled path: a counter, a few attribute reads and one C call.
             if ap.in_backward():
@@ -204,8 +191,11 @@ class Capture(SubmoduleHooks):
             self._start(step, module, args, kwargs, derive)
         except Exception as error:
             self._internal_error(ROOT_NAME, error)
+        finally:
+            self.root_hook_s += perf_counter() - start
 
     def _root_post(self, module: nn.Module, args: Any, kwargs: Any, result: Any) -> None:
+        start = perf_counter()
         session = self._forward
         try:
             if ap.in_backward():
@@ -242,6 +232,7 @@ class Capture(SubmoduleHooks):
             # the model may change between forwards; within this one (the graph check above
             # included) one walk of it sufficed
             self._index_checked = False
+            self.root_hook_s += perf_counter() - start
 
     def _end_failed_forward(self, session: StepSession) -> None:
         session.end_forward_after_error()

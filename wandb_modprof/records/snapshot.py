@@ -37,6 +37,24 @@ class Overhead:
     # saved them (`lost`), or that a worker could not add (`dropped`, an error said once)
     lost: int = 0
     dropped: int = 0
+    # in `cost_s`: the floor of `watch` per step (its root hooks and the interpreter's cost to
+    # reach them, paid by every step, sampled or not) and the worker process's CPU seconds
+    # that competed with training for its cores
+    floor_s: float = 0.0
+    worker_s: float = 0.0
+    # what the share is made of: the typical plain step, the cost per sample (its step's
+    # extra, the work it left to the next step, its hand-off and log) and the one-time cost
+    # (the structure passes' extra: the graph, FLOPs, the roofline's calibration)
+    step_s: float = 0.0
+    sample_s: float = 0.0
+    once_s: float = 0.0
+
+    def at_log_freq(self, log_freq: int) -> float:
+        """The share one sample every `log_freq` steps costs in a long run (the floor and the
+        samples; the one-time cost amortised away): the figure to choose `log_freq` by."""
+        if self.step_s <= 0:
+            return 0.0
+        return (self.floor_s + self.sample_s / log_freq) / self.step_s
 
     @property
     def share(self) -> float:

@@ -40,9 +40,22 @@ def overhead_line(overhead: Overhead) -> str:
     """What sampling cost the run, as measured on its training thread (`api.overhead`)."""
     cost, wall = (format_value("ms", 1e3 * s) for s in (overhead.cost_s, overhead.wall_s))
     line = (
-        f"sampling overhead: {100 * overhead.share:.2f} % of training time ({cost} of {wall} "
-        f"over {overhead.steps} steps, {overhead.samples} sampled; measured)"
+        f"watch overhead: {100 * overhead.share:.2f} % of this run's training time ({cost} of "
+        f"{wall} over {overhead.steps} steps, {overhead.samples} sampled; measured)"
     )
+    if overhead.step_s > 0:
+        floor_pct = 100 * overhead.floor_s / overhead.step_s
+        line += (
+            f": {format_value('ms', 1e3 * overhead.floor_s)} per step on every step "
+            f"({floor_pct:.2f} % of a {format_value('ms', 1e3 * overhead.step_s)} step)"
+        )
+        if overhead.sample_s > 0:
+            line += f", {format_value('ms', 1e3 * overhead.sample_s)} per sample"
+        if overhead.once_s > 0:
+            line += f", {format_value('ms', 1e3 * overhead.once_s)} once (the structure pass)"
+        if overhead.worker_s > 0:
+            line += f", the worker's CPU {format_value('ms', 1e3 * overhead.worker_s)}"
+        line += f"; in a long run at log_freq=100 about {100 * overhead.at_log_freq(100):.2f} %"
     if overhead.passes:
         passes = "pass" if overhead.passes == 1 else "passes"
         line += (

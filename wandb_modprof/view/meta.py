@@ -58,6 +58,8 @@ def profile_meta(
     meta.append(("total_fwd_flops", "", flops))
     if prof.overhead is not None:  # `watch`: what sampling cost the run, in % of its time
         meta.append(("overhead_pct", "", 100.0 * prof.overhead.share))
+        if prof.overhead.step_s > 0:  # and what a long run at log_freq=100 would pay
+            meta.append(("overhead_long_pct", "", 100.0 * prof.overhead.at_log_freq(100)))
     meta.extend(roofline_meta(roofline))
     meta.extend(cold_meta(prof))
     meta.extend(rank_meta(prof.ranks))
