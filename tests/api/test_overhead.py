@@ -166,3 +166,33 @@ def test_overhead_must_be_a_share(overhead):
 def test_log_freq_is_an_int_or_auto(log_freq):
     with pytest.raises(ModProfError, match="log_freq must be an int >= 1"):
         wandb_modprof.watch(TinyGPT(), run=wandb.init(mode="disabled"), log_freq=log_freq)
+
+
+def test_auto_runs_the_structure_pass_when_the_budget_allows_it():
+    meter = OverheadMeter()
+    assert not meter.pass_due(0.1, calibrating=False, now=0.0)  # no plain step timed yet
+    _run(meter, [("plain", 1.0)] * 90, own={}, hooks=0.0)
+    # a pass is taken to cost PASS_STEPS (8) plain steps, and the roofline's calibration
+    # (CALIBRATION_S, 0.3 s) where the process has not calibrated yet
+    assert not meter.pass_due(0.1, calibrating=False, now=79.0)
+    assert meter.pass_due(0.1, calibrating=False, now=80.0)
+    assert not meter.pass_due(0.1, calibrating=True, now=82.0)
+    assert meter.pass_due(0.1, calibrating=True, now=83.0)
+
+
+def test_auto_defers_the_structure_pass_to_the_budget():
+    model, x = TinyGPT(), gpt_input()
+    tight = wandb_modprof.watch(model, log_freq="auto", overhead=1e-4, run=RecordingRun())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(12):
+            train_step(model, x)
+        assert tight.overhead.passes == 0  # a pass would cost far more than 0.01 % of 12 steps
+        tight.unwatch()
+    loose = wandb_modprof.watch(model, log_freq="auto", overhead=0.99, run=RecordingRun())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(12):
+            train_step(model, x)
+        assert loose.overhead.passes >= 1  # once 8 plain steps were timed
+        loose.unwatch()

@@ -13,6 +13,7 @@ from torch import nn
 from wandb_modprof._warn import warn_safely
 from wandb_modprof.api.overhead import OverheadMeter
 from wandb_modprof.capture.step import hook_cost
+from wandb_modprof.capture.structure import calibration
 
 
 class StepCounter:
@@ -64,6 +65,15 @@ class StepCounter:
     @staticmethod
     def is_training_forward(module: nn.Module) -> bool:
         return module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+
+    def pass_allowed(self, module: nn.Module) -> bool:
+        """Whether a structure pass may take this forward: a training one and, with
+        `log_freq="auto"`, one the budget allows (`OverheadMeter.pass_due`)."""
+        if not self.is_training_forward(module):
+            return False
+        if isinstance(self.log_freq, int):
+            return True
+        return self.meter.pass_due(self.budget, calibrating=not calibration.calibrated())
 
     def __call__(self, module: nn.Module) -> int | None:
         if not self.is_training_forward(module):

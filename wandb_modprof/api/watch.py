@@ -72,7 +72,7 @@ class WatchHandle:
                 optimizer,
                 self._counter,
                 hooks_only_when_sampling=True,
-                structure_eligible=self._counter.is_training_forward,
+                structure_eligible=self._counter.pass_allowed,
                 sink=self._acc,
             )
         except BaseException:
@@ -277,11 +277,11 @@ def watch(
         activations: measure bytes saved for backward (saved-tensor hooks on sampled steps).
         norms: measure parameter and gradient norms per module.
         structure: capture the module graph (dataflow between calls) and FLOPs on the first
-            training step, and again after a sampled step that called a new sequence of
-            modules. That step is never timed (if it was due for sampling, it is skipped),
-            except when the first sampled step comes before any graph (`log_freq=1`): that
-            step is timed and derives the graph (no FLOPs) from its own forward, and the
-            structure pass takes the next step.
+            training step (with `log_freq="auto"`: once the budget allows it), and again after
+            a sampled step that called a new sequence of modules. That step is never timed
+            (if it was due for sampling, it is skipped), except when the first sampled step
+            comes before any graph: that step is timed and derives the graph (no FLOPs) from
+            its own forward, and the structure pass takes a later step.
         nvtx: on sampled steps, emit NVTX ranges `<module>.forward` / `<module>.backward` for
             Nsight Systems (needs a CUDA build of torch).
         warmup: the model's first `warmup` training steps run untimed (counted, never

@@ -4,7 +4,7 @@ does the file I/O and the header; `profile_schema.py` turns the records into JSO
 
 The file is one JSON object (UTF-8, in fact pure ASCII):
 
-    {"format": "wandb_modprof.profile", "version": 6, "wandb_modprof_version": "0.1.0",
+    {"format": "wandb_modprof.profile", "version": 7, "wandb_modprof_version": "0.1.0",
      "model_name": ..., "num_samples": ..., "stats": {key: ModuleStats},
      "last_sample": Sample | null, "structures": [Structure], "cold_left_out": int}
 

@@ -72,6 +72,11 @@ def roofline_of(
     )
 
 
+def calibrated() -> bool:
+    """Whether this process has calibrated a roofline already (a pass's first does)."""
+    return measured_roofline.cache_info().currsize > 0
+
+
 @functools.cache
 def measured_roofline(device_name: str, dtype_name: str) -> Roofline:
     """The calibration, once per process, device and dtype (cached)."""
