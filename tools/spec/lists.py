@@ -348,10 +348,14 @@ def _totals() -> list[Data]:
         "isValid(tot.num_samples) ? format(tot.num_samples, 'd') + (tot.num_samples === 1 ? "
         "' sample  ·  ' : ' samples  ·  ') + format(tot.invocations, 'd') + "
         "(tot.invocations === 1 ? ' call' : ' calls') + (isValid(tot.overhead_pct) ? '  ·  ' + "
-        "format(tot.overhead_pct, '.2~f') + ' % overhead' + (isValid(tot.overhead_long_pct) ? "
-        "' (' + format(tot.overhead_long_pct, '.2~f') + ' % at log_freq=100)' : '') : '') : ''"
-    )  # (overhead_pct: a watched run's measured cost of sampling so far, `api.overhead`;
-    # overhead_long_pct: what a long run sampled every 100 steps pays, its one-time cost aside)
+        "format(tot.overhead_pct, '.2~f') + ' % overhead' : '') : ''"
+    )  # (overhead_pct: a watched run's measured cost of watching so far, `api.overhead`)
+    # what a long run sampled every 100 steps pays, its one-time cost aside: a line of its own
+    # (it does not fit beside the sample count in the sidebar's width)
+    joined.append(
+        "isValid(tot.overhead_long_pct) ? 'a long run at log_freq=100: ' + "
+        "format(tot.overhead_long_pct, '.2~f') + ' % overhead' : ''"
+    )
     joined.append("cold_text")  # the model's first step: left out, or the only sample
     # compiled regions (meta `compiled_region`): the calls inside have FLOPs only, so they are
     # absent from the time and memory top lists; this line says where they went
