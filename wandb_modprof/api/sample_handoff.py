@@ -73,9 +73,6 @@ class SampleHandoff(WorkerSupervisor):
         self.decided = None if setting != "off" else False
         self._serial = 0
         self._newest: tuple[Any, ...] | None = None  # the newest table received, not logged
-        # Why the worker cannot log to the run itself ("" where it can; `watch` sets it): told
-        # once, when a worker first starts.
-        self.attach_note = ""
 
     # ---- the Remote protocol -------------------------------------------------------------
     def resolve(self, acc: ProfileAccumulator, force: bool) -> None:

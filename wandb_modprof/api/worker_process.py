@@ -59,8 +59,6 @@ class WorkerProcess:
         self.outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self.inbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
         self.broken = False
-        self.pid = self.proc.pid  # (the creating process's: `os.fork` children leave it alone)
-        self.owner_pid = os.getpid()
         self.started = time.monotonic()
         self.last_seen: float | None = None  # a message or beat arrived (monotonic seconds)
         self._cpu: tuple[int, float] | None = None  # (ticks, when they last grew)
@@ -89,6 +87,10 @@ class WorkerProcess:
                     self.inbox.put(raw)
         except (EOFError, OSError):
             self.inbox.put(DEAD)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
 
     def send(self, message: tuple[Any, ...]) -> None:
         with paused_gc():

@@ -69,7 +69,9 @@ class WorkerSupervisor:
         # the model index whose tables the worker holds (`index_message`): sent again only
         # when the model changed
         self._sent_index: weakref.ref[ModelIndex] | None = None
-        self.attach_note = ""  # (`SampleHandoff`)
+        # Why the worker cannot log to the run itself ("" where it can; `watch` sets it): told
+        # once, when a worker first starts.
+        self.attach_note = ""
         # Set by `unwatch()` before it detaches: the final log loads the profile, so a forced
         # resolve (the detach's) only hands over what is pending.
         self.closing = False
@@ -98,7 +100,6 @@ class WorkerSupervisor:
     def forked(self) -> None:
         """In a child forked from this process: forget the worker without touching it (its
         process, pipes and folder are the parent's) and resolve in-process from now on."""
-        self._forked = True
         if self._finalizer is not None:
             self._finalizer.detach()
         self._finalizer = None
