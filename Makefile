@@ -89,10 +89,11 @@ pictures: $(VENV)/.installed
 spec: $(VENV)/.installed
 	$(PY) tools/build_spec.py
 
-# Vega 5 for the panel's browser tests (tests/sinks/test_spec_browser.py): W&B's panel runs vega ^5.24.
+# Vega 5 for the panel's browser tests (tests/sinks/test_spec_browser.py): W&B's panel runs vega ^5.24.0,
+# which its lockfile (wandb/weave weave-js/yarn.lock) resolves to 5.25.0: the version tested here.
 # npm checks the tarball against the registry's integrity hash; the sha256 pins the file itself.
-VEGA_VERSION := 5.33.0
-VEGA_SHA256 := a71f14828abacac82fbe8adb07ce65cbb82561d8eef188053c4a1c09e0164dcb
+VEGA_VERSION := 5.25.0
+VEGA_SHA256 := 9dadae3edfad50f57b19156973efdecd08fe946c258c8bce2627e49a0f1fddab
 VEGA_JS := tests/.vendor/vega-$(VEGA_VERSION).min.js
 
 .PHONY: vendor

@@ -1,8 +1,9 @@
 """Real Vega 5 in real Chromium, fed the way W&B's custom-chart panel feeds it.
 
-W&B's panel (vega ^5.24, through react-vega) takes the spec, applies its patches and only then
-parses it; rows arrive later, as the dataset `wandb`, after a first render without them. This
-harness does the same, so a spec that passes here has met the panel's actual conditions:
+W&B's panel (vega ^5.24.0, which W&B's lockfile pins to 5.25.0, the version used here; through
+react-vega) takes the spec, applies its patches and only then parses it; rows arrive later, as
+the dataset `wandb`, after a first render without them. This harness does the same, so a spec
+that passes here has met the panel's actual conditions:
 
 - every JSON `null` becomes `{}` (W&B's `deepMapArraysAndValues`), then any `"scale"` whose
   value is empty becomes `null` again (W&B's `patchScaleToNull`);
@@ -37,7 +38,7 @@ from typing import Any
 
 from wandb_modprof.view.columns import RESOLVED_COLUMNS
 
-VEGA_VERSION = "5.33.0"
+VEGA_VERSION = "5.25.0"
 VEGA_JS = Path(__file__).parent / ".vendor" / f"vega-{VEGA_VERSION}.min.js"
 CHROMIUM = Path(os.environ.get("MODPROF_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = (

@@ -67,6 +67,33 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
+class ResNet18(nn.Module):
+    """torchvision's resnet18 laid out as torchvision does (a 7x7 stem with max-pool, four
+    stages of two `BasicBlock`s, widths 64 to 512), with a dropout before the classifier as
+    fine-tuning code adds: 13 top-level nodes with the input and output."""
+
+    def __init__(self, num_classes: int = 10, dropout: float = 0.2) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        inplanes = 64
+        for i, planes in enumerate((64, 128, 256, 512)):
+            stride = 1 if i == 0 else 2
+            stage = nn.Sequential(BasicBlock(inplanes, planes, stride), BasicBlock(planes, planes))
+            setattr(self, f"layer{i + 1}", stage)
+            inplanes = planes
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.dropout = nn.Dropout(dropout)
+        self.fc = nn.Linear(512, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(self.dropout(torch.flatten(self.avgpool(x), 1)))
+
+
 def resnet_input(batch: int = 8, size: int = 32) -> torch.Tensor:
     return torch.randn(batch, 3, size, size)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -160,3 +161,56 @@ def marks(scene: dict[str, Any], name: str) -> list[dict[str, Any]]:
 
 def texts(scene: dict[str, Any], name: str) -> list[str]:
     return [str(item.get("text", "")) for item in marks(scene, name)]
+
+
+# ---- the ranked list's names -----------------------------------------------------------------
+def ranked_names(entries: Sequence[tuple[str, str]], chars: int = 16) -> list[str]:
+    """The names the ranked list shows for its `entries` ((module name, node key), in rank
+    order), computed here as `tools/spec/lists.py` (`_top`) describes them: the end of the
+    name within `chars` characters, cut at a dot, where that tells the entry apart from the
+    others listed; else its shortest unique dotted suffix (an index with its container's name
+    before it), up to `chars + 4` characters, a longer one keeping the part that differs and
+    the name's end; entries of one module (called twice) get their call ("enc #1")."""
+    most = chars + 4
+
+    def cut(tail: str) -> str:
+        dot = tail.find(".")
+        return tail[dot + 1 :] if 0 <= dot < len(tail) - 1 else tail
+
+    splits = [name.split(".") for name, _ in entries]
+    count = Counter(".".join(p[-d:]) for p in splits for d in range(1, len(p) + 1))
+    out = []
+    for (name, key), parts in zip(entries, splits, strict=True):
+        n = len(parts)
+        suffixes = {d: ".".join(parts[-d:]) for d in range(1, n + 1)}
+        fit = max(
+            (d for d, s in suffixes.items() if len(s) < chars or (d == n and len(name) <= chars)),
+            default=0,
+        )
+        uniq = min((d for d, s in suffixes.items() if count[s] == 1), default=n)
+        need = uniq + 1 if uniq < n and re.fullmatch("[0-9]+", parts[n - uniq]) else uniq
+        lead = "…" if need < n else ""
+        head, rest = ".".join(parts[n - need : n - uniq + 1]), ".".join(parts[n - uniq + 1 :])
+        room = most - len(head) - 1
+        rest_tail = rest[-max(1, room) :]
+        end = (
+            rest
+            if len(rest) <= room
+            else cut(rest_tail)
+            if 2 * len(cut(rest_tail)) >= room
+            else rest_tail
+        )
+        if len(name) <= chars:
+            shown = name
+        elif need <= fit or (fit == 0 and need == 1):
+            shown = "…" + cut(name[-chars:])
+        elif len(suffixes[need]) <= most:
+            shown = lead + suffixes[need]
+        elif rest == "":
+            shown = "…" + head[-(most - 1) :]
+        elif room >= 3:
+            shown = lead + head + "…" + end
+        else:
+            shown = "…" + head[-(most - 2) :] + "…"
+        out.append(shown + (" #" + key.rsplit("#", 1)[1] if count[name] > 1 else ""))
+    return out

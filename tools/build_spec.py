@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tools.spec.card import card, card_data, card_signals  # noqa: E402
 from tools.spec.data import data, packed_columns, unpack  # noqa: E402
 from tools.spec.graph import graph  # noqa: E402
 from tools.spec.lists import lists  # noqa: E402
@@ -31,7 +32,7 @@ from tools.spec.scales import scales  # noqa: E402
 from tools.spec.sidebar import sidebar  # noqa: E402
 from tools.spec.signals import extra_signals, signals  # noqa: E402
 from tools.spec.strip import lanes_data, strip, strip_data, strip_signals  # noqa: E402
-from tools.spec.top_bar import top_bar  # noqa: E402
+from tools.spec.top_bar import top_bar, top_bar_signals  # noqa: E402
 from wandb_modprof.sinks.packed import PACKED  # noqa: E402
 from wandb_modprof.sinks.spec import SPEC_FILE, SPEC_VERSION  # noqa: E402
 
@@ -63,10 +64,14 @@ def _sections() -> dict[str, Any]:
         "height": 600,
         "padding": 4,
         "background": "#ffffff",
-        "signals": signals() + extra_signals() + strip_signals(),
-        "data": data() + lists() + strip_data() + [lanes_data()],
+        "signals": signals()
+        + extra_signals()
+        + strip_signals()
+        + card_signals()
+        + top_bar_signals(),
+        "data": data() + lists() + strip_data() + [lanes_data()] + card_data(),
         "scales": scales(),
-        "marks": [sidebar(), graph(), strip(), *top_bar()],
+        "marks": [sidebar(), graph(), strip(), *top_bar(), card()],
     }
 
 

@@ -19,8 +19,13 @@ of only 620 x 590 CSS px, the graph zoomed to 1 (node labels 12 px, `HERO_ZOOM`)
 so that blocks h.0 to ln_f stand left of the hover card, captured at 2 device pixels per
 CSS pixel (sharp on HiDPI screens; the markup gives its width, not the file's).
 
-`--only NAME` renders one model's pictures (`hero`: the hero picture only). Needs `make vendor`
-and Debian's chromium (as the browser tests do).
+`panel_size_<model>_<w>x<h>.png` (`gpt2`, `resnet18`: `tests/models.py`'s torchvision-shaped
+ResNet-18, `moe`) show what a panel says before anyone touches it at the sizes W&B gives it:
+640x400 (a custom chart in a workspace section, W&B's default), 1100x640 (opened full width)
+and 1600x900 (full screen), in the default mode, as it opens.
+
+`--only NAME` renders one model's pictures (`hero`: the hero picture only; `sizes`: the size
+pictures only). Needs `make vendor` and Debian's chromium (as the browser tests do).
 """
 
 from __future__ import annotations
@@ -113,6 +118,36 @@ def screenshot(
     panel.close()
 
 
+SIZES = ((640, 400), (1100, 640), (1600, 900))
+
+
+def resnet18_profile() -> Any:
+    from models import ResNet18
+
+    torch.manual_seed(0)
+    model = ResNet18()
+    return _train(model, torch.randn(8, 3, 64, 64), lambda m, x: m(x).square().mean())
+
+
+def size_screenshots(browser: Any, out: Path) -> None:
+    """The panel as it opens, untouched, at each of `SIZES`, for three models."""
+    for name, make in (
+        ("gpt2", gpt2_profile),
+        ("resnet18", resnet18_profile),
+        ("moe", moe_profile),
+    ):
+        table = make().table()
+        rows = [dict(zip(table.columns, row, strict=True)) for row in table.rows]
+        for width, height in SIZES:
+            panel = browser.open_panel(_spec.filled({}), rows, width=width, height=height)
+            if panel.errors():
+                raise SystemExit(f"the panel reported errors: {panel.errors()}")
+            path = out / f"panel_size_{name}_{width}x{height}.png"
+            panel.screenshot(path)
+            panel.close()
+            print(f"wrote {path}")
+
+
 def hero_screenshot(browser: Any, prof: Any, path: Path) -> None:
     """The GPT-2 panel at `HERO_WIDTH` x `HERO_HEIGHT`, opened at `transformer`, fwd + bwd, the
     graph zoomed to `HERO_ZOOM` and panned so that blocks h.0 ... ln_f stand left of the hover
@@ -173,19 +208,23 @@ def report_screenshot(browser: Any, prof: Any, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="docs/images", type=Path)
-    parser.add_argument("--only", choices=("gpt2", "resnet", "moe", "hero"), default=None)
+    parser.add_argument("--only", choices=("gpt2", "resnet", "moe", "hero", "sizes"), default=None)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     from browser import launch
 
     with launch() as browser:
+        if args.only in (None, "sizes"):
+            size_screenshots(browser, args.out)
         for name, make, opens in (
             ("gpt2", gpt2_profile, ["transformer"]),
             ("resnet", resnet_profile, ["layer2", "0"]),
             ("moe", moe_profile, ["layers.0"]),
         ):
-            if args.only not in (None, name) and not (args.only == "hero" and name == "gpt2"):
+            if args.only == "sizes" or (
+                args.only not in (None, name) and not (args.only == "hero" and name == "gpt2")
+            ):
                 continue
             prof = make()
             if name == "gpt2":

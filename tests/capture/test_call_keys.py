@@ -220,7 +220,7 @@ def test_calls_seen_only_on_sampled_steps_get_their_edges() -> None:
     assert all(f"moe.experts.{e}#0" in stats for e in range(EXPERTS))
     # experts 2 and 3 never ran on a structure pass's step: sampled steps derived their graph
     assert unlinked_modules(prof) == set()
-    derived = [s for s in prof.structures() if not any(c.flops_known for c in s.calls)]
+    derived = [s for s in prof.structures() if not all(c.flops_known for c in s.calls)]
     assert derived
     assert "unseen_calls" not in meta_of(prof)
 

@@ -20,6 +20,7 @@ from panel import (
     gpt_table,
     marks,
     normalised,
+    ranked_names,
     records,
     resnet_table,
     texts,
@@ -327,18 +328,8 @@ def test_ranked_list_is_sorted_by_the_mode(resnet: ProfileTable) -> None:
         key=lambda x: (-x[0], x[1]),
     )
     assert listed
-    assert listed == [
-        f"{i + 1}. {_short(name)}" for i, (_, _, name) in enumerate(ranked[: len(listed)])
-    ]
-
-
-def _short(name: str, chars: int = 16) -> str:
-    """A ranked entry's name as the panel writes it: a long one keeps its end, cut at a dot."""
-    if len(name) <= chars:
-        return name
-    tail = name[-chars:]
-    dot = tail.find(".")
-    return "…" + (tail[dot + 1 :] if 0 <= dot < len(tail) - 1 else tail)
+    names = ranked_names([(name, key) for _, key, name in ranked[: len(listed)]])
+    assert listed == [f"{i + 1}. {name}" for i, name in enumerate(names)]
 
 
 def test_ranked_list_leaves_out_a_merged_group() -> None:

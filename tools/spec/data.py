@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.spec.expressions import missing, rank_expr, resolve_ref, value_expr
+from tools.spec.expressions import colour_field, missing, rank_expr, resolve_ref, value_expr
 from tools.spec.theme import NO_VALUE_FILL, PORT_FILL
 from wandb_modprof.records.modes import MODES
 from wandb_modprof.sinks.packed import ESC, PACKED, SEP, UNPACKED
@@ -175,6 +175,7 @@ def _meta() -> list[Data]:
                 ("format", "table_format"),
                 ("statistic", "statistic"),
                 ("unseen", "unseen_calls"),
+                ("flops_unknown", "flops_unknown"),
                 ("cold", "cold_start"),  # the model's first step: left out, or the only one
                 # the timeline (`strip.py`): the curve's source and step, its peak
                 ("timeline", "timeline"),
@@ -284,7 +285,7 @@ def _nodes() -> list[Data]:
             "source": "nodes_every",
             "transform": [
                 _filter("cmp && datum.run === baseline && datum.view_key === view_now"),
-                _formula("bv", "datum['v_' + mode]"),
+                _formula("bv", colour_field()),
             ],
         },
         {
@@ -292,7 +293,11 @@ def _nodes() -> list[Data]:
             "source": "nodes_all",
             "transform": [
                 _filter("datum.view_key === view_now"),
-                _formula("v", "datum['v_' + mode]"),
+                # what the node is coloured by (`Mode.colour_value`): its value, or what the
+                # mode ranks by (the efficiency modes: the time lost, so the hottest node is
+                # the one with the most time to win; compare mode: the ratio of that); a call
+                # without work has none, so it is grey and outside the extents
+                _formula("v", colour_field()),
                 lookup,
                 _formula("lr", ratio),
             ],

@@ -34,6 +34,14 @@ def rank_expr(m: Mode, d: str = "datum") -> str:
     return f"({gone}) ? NaN : ({' + '.join(f'{d}.{c}' for c in m.rank_by)})"
 
 
+def colour_field(d: str = "datum") -> str:
+    """What a node row of `nodes_every` is coloured by in the current mode (`Mode.colour_value`):
+    the `r_` field of a mode ranked by something else (`Mode.rank_by`: the efficiency modes'
+    time lost), the `v_` field of the others."""
+    ranked = [m.key for m in MODES if m.rank_by]
+    return f"(indexof({ranked}, mode) >= 0 ? {d}['r_' + mode] : {d}['v_' + mode])"
+
+
 # ---- unit formatters (one per Unit; `fmt` dispatches on a unit expression) -------------------
 def fmt_ms(v: str) -> str:
     return (

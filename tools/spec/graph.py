@@ -1,5 +1,5 @@
 """The graph area's marks: background (drag to pan, wheel to zoom), edges, node boxes with
-their labels, the hover card and the messages."""
+their labels and the messages (the hover card is drawn above everything: `card.py`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ from typing import Any
 
 from tools.spec.marks import encode, text, text_mark
 from tools.spec.theme import (
-    CARD_LINE_PX,
-    CARD_W,
     GX0,
     GY0,
     MIN_TEXT_PX,
@@ -23,6 +21,14 @@ Mark = dict[str, Any]
 PORT = "datum.node_kind === 'input' || datum.node_kind === 'output'"
 BLOCK = "(datum.node_kind === 'block')"
 BLOCK_FILL = "#f3f5f9"
+LABEL_PX = f"max({MIN_TEXT_PX}, {NODE_FONT_PX} * k)"
+# Below the zoom that shows every label (`show_text`), a node still shows its label where the
+# whole label fits its box at 9 px (0.6 em a character, the layout's estimate): a fitted view of
+# a deep model keeps the names of its wider boxes.
+LABEL_FITS = (
+    f"(k * datum.h_px >= {LABEL_PX} + 2 && "
+    f"length(datum.label) * 0.6 * {LABEL_PX} <= k * datum.w_px - 4)"
+)
 
 
 def graph() -> Mark:
@@ -65,7 +71,7 @@ def graph() -> Mark:
                 "encode": encode(edges),
             },
             *_nodes(),
-            *_card(),
+            *_message(),
         ],
     }
 
@@ -106,10 +112,10 @@ def _nodes() -> list[Mark]:
             "datum.sy + k * datum.h_px * 0.42"
         },
         text={
-            "signal": "show_text ? "
+            "signal": f"show_text || (!{BLOCK} && {LABEL_FITS}) ? "
             f"({BLOCK} ? datum.label + ' · ' + datum.sublabel : datum.label) : ''"
         },
-        fontSize={"signal": f"max({MIN_TEXT_PX}, {NODE_FONT_PX} * k)"},
+        fontSize={"signal": LABEL_PX},
         **inside,
         **fit,
     )
@@ -130,8 +136,9 @@ def _nodes() -> list[Mark]:
         x={"signal": "datum.sx + k * datum.w_px - 3 * k"},
         y={"signal": "datum.sy + 9 * k"},
         align={"value": "right"},
-        # (where it would be under 9 px it is left out: the hover card says "Click to open")
-        text={"signal": f"datum.has_view && k * {TEXT_FONT_PX} >= {MIN_TEXT_PX} ? '+' : ''"},
+        # (where it would be under 9 px it is left out, `plus_on`: the hint then names the box's
+        # dark edge, and the hover card says "Click to open")
+        text={"signal": "datum.has_view && plus_on ? '+' : ''"},
         fontSize={"signal": f"{TEXT_FONT_PX} * k"},
         **inside,
     )
@@ -152,24 +159,7 @@ def _nodes() -> list[Mark]:
     ]
 
 
-def _card() -> list[Mark]:
-    box = {
-        "x": {"signal": f"gw - {CARD_W + 8}"},
-        "y": {"value": 8},
-        "width": {"value": CARD_W},
-        "height": {"signal": f"datum.lines * {CARD_LINE_PX} + 10"},
-        "fill": {"value": "#ffffff"},
-        "fillOpacity": {"value": 0.95},
-        "stroke": {"value": "#999999"},
-        "cornerRadius": {"value": 4},
-    }
-    lines = {
-        "x": {"signal": f"gw - {CARD_W}"},
-        "y": {"signal": f"8 + datum.n * {CARD_LINE_PX}"},
-        "text": {"field": "line"},
-        "fontWeight": {"signal": "datum.n === 1 ? 'bold' : 'normal'"},
-        "limit": {"value": CARD_W - 12},
-    }
+def _message() -> list[Mark]:
     message = {
         "x": {"signal": "gw / 2"},
         "y": {"signal": "gh / 2"},
@@ -179,14 +169,4 @@ def _card() -> list[Mark]:
         "fill": {"value": "#555555"},
         "limit": {"signal": "gw - 20"},
     }
-    return [
-        {
-            "type": "rect",
-            "name": "card_bg",
-            "from": {"data": "card_box"},
-            "interactive": False,
-            "encode": encode(box),
-        },
-        text_mark("card_text", lines, "card"),
-        text_mark("message", message, "messages"),
-    ]
+    return [text_mark("message", message, "messages")]

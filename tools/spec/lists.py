@@ -17,9 +17,11 @@ from tools.spec.expressions import (
     mode_cell,
     share,
 )
-from tools.spec.theme import CRUMB_CHAR_W_PX, MAX_RUNS
+from tools.spec.theme import CRUMB_CHAR_W_PX, CRUMB_ELLIPSIS_PX, MAX_RUNS
 from wandb_modprof.records.modes import MODES, SCALES, Unit
+from wandb_modprof.records.roofline import BOUND_TEXT, BOUNDS
 from wandb_modprof.sinks.spec import SPEC_VERSION
+from wandb_modprof.view.columns import BOUND_CODES
 
 Data = dict[str, Any]
 N = len(MODES)
@@ -36,7 +38,7 @@ def _numbered() -> dict[str, Any]:
 def lists() -> list[Data]:
     return [
         _card(),
-        _crumbs(),
+        *_crumbs(),
         _top(),
         *_legends(),
         *_totals(),
@@ -67,8 +69,13 @@ def _card_notes() -> list[str]:
     """The hover card's notes after the modes' values, one line each (empty: not shown)."""
     spread = "datum.samples > 0 && isValid(datum.fwd_ms_std) && datum.node_kind === 'module'"
     return [
-        "cmp ? (isValid(datum.bv) && datum.bv > 0 && isValid(datum.v) ? 'vs baseline: ' + "
-        f"({fmt_ratio('datum.v / datum.bv')}) : 'not in the baseline run') : ''",
+        # Compare mode: the ratio of what the node is coloured by (`vnodes`: the efficiency
+        # modes' time lost, which the mode's rank label names), where both are > 0
+        "cmp ? (isValid(datum.bv) && datum.bv > 0 && isValid(datum.v) && datum.v > 0 ? "
+        f"'vs baseline: ' + ({fmt_ratio('datum.v / datum.bv')}) + "
+        "(mode_rank_label ? ' ' + mode_rank_label : '') : "
+        "indata('base_nodes', 'node_key', datum.node_key) ? "
+        "'vs baseline: no ratio (0 or not measured)' : 'not in the baseline run') : ''",
         # The spread, split over two short lines: one line of it ("Forward spread: ... over 3
         # samples") did not fit the card and was cut. The values above are the medians
         # (`statistic`), so the mean is said here, beside the range.
@@ -108,20 +115,42 @@ def _card_notes() -> list[str]:
         "datum.node_key) && !indata('vedges', 'dst_key', datum.node_key) && "
         "!indata('vframed', 'member', datum.node_key) ? "
         "'No edges: appeared after the graph was drawn' : ''",
+        # a module call no structure pass ran has no FLOP count (meta `flops_unknown`)
+        "flops_text && datum.node_kind === 'module' && "
+        "indexof(split(datum.missing, ','), 'fwd_flops') >= 0 ? "
+        "'FLOPs not counted: no structure pass ran this call' : ''",
     ]
 
 
-def _bound_lines(way: str, name: str) -> tuple[str, str]:
-    """Two card lines of the forward's or backward's place under the roofline: "Fwd:
-    memory-bound, 1.2 ms lost", "4 MiB at 9 GB/s, 0.25 FLOP/B"."""
+def _bound_lines(way: str, name: str) -> tuple[str, str, str]:
+    """Three card lines of the forward's or backward's place under the roofline (classes:
+    `records.roofline.BOUNDS`): "Fwd: memory-bound, 1.2 ms lost", then "4 MiB at 9 GB/s,
+    0.25 FLOP/B"; a call faster than its roofline: "Fwd: above the roofline, capped at 100%",
+    its numbers, and why it can be ("reason: ..."); a call without work: "Fwd: no work: no
+    FLOPs, no bytes moved" alone."""
     bound, ms, nbytes, flops = (f"datum.{way}_{c}" for c in ("bound", "ms", "bytes", "flops"))
-    known = f"!{missing(f'{way}_bound')}"
+    none, over_c, over_m = (BOUND_CODES[b] for b in ("none", "above_compute", "above_memory"))
+    known = f"!{missing(f'{way}_bound')} && {bound} >= 1 && {bound} <= {len(BOUNDS)}"
+    above = f"({bound} === {over_c} || {bound} === {over_m})"
+    classes = str([BOUND_TEXT[b] for b in BOUNDS])
+    # why a call can beat its roofline: the bytes are logical (cache-resident data moves faster
+    # than the memory's peak), or the peak FLOP/s is below the machine's real one
+    reasons = {
+        over_m: "reason: cached data beat the memory peak",
+        over_c: "reason: peak FLOP/s below the real one",
+    }
+    lost = (
+        f"isValid(datum.{way}_lost_ms) ? ', ' + ({fmt_ms(f'datum.{way}_lost_ms')}) + ' lost' : ''"
+    )
     return (
-        f"{known} ? '{name}: ' + ({bound} === 1 ? 'compute' : {bound} === 2 ? 'memory' : "
-        f"'overhead') + '-bound, ' + ({fmt_ms(f'datum.{way}_lost_ms')}) + ' lost' : ''",
-        f"{known} && {ms} > 0 ? ({fmt_bytes(nbytes)}) + ' at ' + "
+        f"{known} ? '{name}: ' + ({bound} === {none} ? 'no work: no FLOPs, no bytes moved' : "
+        f"{above} ? 'above the roofline, capped at 100%' : {classes}[{bound} - 1] + ({lost})) "
+        ": ''",
+        f"{known} && {bound} !== {none} && {ms} > 0 ? ({fmt_bytes(nbytes)}) + ' at ' + "
         f"({fmt_decimal(f'{nbytes} / {ms} * 1000', BYTES_PER_S)}) + ({nbytes} > 0 ? ', ' + "
         f"format({flops} / {nbytes}, '.3~r') + ' FLOP/B' : '') : ''",
+        f"{known} && {bound} === {over_m} ? '{reasons[over_m]}' : "
+        f"{known} && {bound} === {over_c} ? '{reasons[over_c]}' : ''",
     )
 
 
@@ -207,36 +236,83 @@ def _card() -> Data:
     }
 
 
-def _crumbs() -> Data:
-    return {
-        "name": "crumbs",
-        # the current view and its ancestors: views are numbered depth first, so they are the
-        # views whose interval [view_id, view_last] holds the current view's id
-        "source": "cur_views",
-        "transform": [
-            _filter("datum.view_id <= view_now_id && view_now_id <= datum.view_last"),
-            _formula("key", "datum.view_key"),
-            _formula("text", "datum.label"),
-            {"type": "window", "sort": {"field": "view_id"}, "ops": ["row_number"], "as": ["n"]},
-            _formula("i", "datum.n - 1"),
-            _formula("w", f"length(datum.text) * {CRUMB_CHAR_W_PX} + 22"),
-            {
-                "type": "window",
-                "sort": {"field": "i"},
-                "ops": ["sum"],
-                "fields": ["w"],
-                "as": ["x_end"],
-            },
-            _formula("last", "datum.key === view_now"),
-            _formula("label", "(datum.i > 0 ? '› ' : '') + datum.text"),
-        ],
-    }
+def _crumbs() -> list[Data]:
+    """`crumbs_all`: the current view and its ancestors, each with its width; `crumbs`: those
+    drawn. Where they are wider than the room left of the Fit button (`crumb_room`), the root
+    stays and the views after it give way from the left, the first one kept starting with an
+    ellipsis."""
+    keep = (
+        "datum.i === 0 || crumbs_w <= crumb_room || "
+        f"datum.from_end <= crumb_room - crumb_w0 - {CRUMB_ELLIPSIS_PX}"
+    )
+    cut = "crumbs_w > crumb_room && datum.i > 0 && datum.n === 2"
+    return [
+        {
+            "name": "crumbs_all",
+            # the current view and its ancestors: views are numbered depth first, so they are
+            # the views whose interval [view_id, view_last] holds the current view's id
+            "source": "cur_views",
+            "transform": [
+                _filter("datum.view_id <= view_now_id && view_now_id <= datum.view_last"),
+                _formula("key", "datum.view_key"),
+                _formula("text", "datum.label"),
+                {
+                    "type": "window",
+                    "sort": {"field": "view_id"},
+                    "ops": ["row_number"],
+                    "as": ["n"],
+                },
+                _formula("i", "datum.n - 1"),
+                _formula("w", f"length(datum.text) * {CRUMB_CHAR_W_PX} + 22"),
+                {
+                    "type": "window",
+                    "sort": {"field": "i", "order": "descending"},
+                    "ops": ["sum"],
+                    "fields": ["w"],
+                    "as": ["from_end"],
+                },
+            ],
+        },
+        {
+            "name": "crumbs",
+            "source": "crumbs_all",
+            "transform": [
+                _filter(keep),
+                {
+                    "type": "window",
+                    "sort": {"field": "i"},
+                    "ops": ["row_number"],
+                    "as": ["n"],
+                },
+                _formula("w", f"datum.w + ({cut} ? {CRUMB_ELLIPSIS_PX} : 0)"),
+                {
+                    "type": "window",
+                    "sort": {"field": "i"},
+                    "ops": ["sum"],
+                    "fields": ["w"],
+                    "as": ["x_end"],
+                },
+                _formula("last", "datum.key === view_now"),
+                _formula(
+                    "label",
+                    f"({cut} ? '› … ' : '') + (datum.i > 0 ? '› ' : '') + datum.text",
+                ),
+            ],
+        },
+    ]
 
 
 TOP_NAME_CHARS = 16  # a ranked entry's name, at most (its column is 100 px)
 
 
 def _top() -> Data:
+    most = TOP_NAME_CHARS + 4  # a name made longer to tell it apart (the label gives way)
+
+    def _cut_at_dot(tail: str) -> str:
+        """`tail` from after its first dot (a whole dotted suffix), or whole if it has none."""
+        dot = f"indexof({tail}, '.')"
+        return f"({dot} >= 0 && {dot} < length({tail}) - 1 ? substring({tail}, {dot} + 1) : {tail})"
+
     return {
         "name": "top",
         "source": "nodes_all",
@@ -266,20 +342,89 @@ def _top() -> Data:
             # ranked by something else shows its value there ("23%" of the roofline)
             _formula(
                 "share_text",
-                f"mode_rank_label ? ({fmt('mode_unit', 'datum.v')}) : "
+                # (an efficiency under 1 % in a column 34 px wide: "<1%", the card has it exact)
+                f"mode_rank_label ? (mode_unit === 'percent' && datum.v < 1 ? '<1%' : "
+                f"({fmt('mode_unit', 'datum.v')})) : "
                 "isValid(tot[mode_total]) && tot[mode_total] > 0 ? format(datum.v / "
                 "tot[mode_total], datum.v >= 0.1 * tot[mode_total] ? '.0%' : '.1%') : ''",
             ),
             _formula("who", "datum.module_name || datum.label"),
-            # a long name keeps its end (the part that tells siblings apart), cut at a dot:
-            # "transformer.h.0.mlp.c_fc" -> "…h.0.mlp.c_fc"
+            # The name shown: what tells this entry apart from the others listed. Each listed
+            # entry is crossed with the depths of its dotted suffixes ("experts.1", then
+            # "0.experts.1", ...); a suffix no other entry has is unique, and the entry's
+            # shortest unique one (`uniq_d` parts) must show. Within `TOP_NAME_CHARS` the
+            # name keeps its end as before, cut at a dot ("transformer.h.0.mlp.c_fc" ->
+            # "…h.0.mlp.c_fc"); where that tail is not unique (MoE: "…experts.1" of every
+            # layer) the unique suffix shows, up to `most` characters, longer ones keeping the
+            # part that differs and the name's end: "layers.0…experts.1". The full name:
+            # the entry's tooltip (`sidebar_lists.py`) and, clicked, the card.
+            _formula("parts", "split(datum.who, '.')"),
+            _formula("np", "length(datum.parts)"),
+            _formula("depth", "sequence(1, datum.np + 1)"),
+            {"type": "flatten", "fields": ["depth"]},
+            _formula("suffix", "join(slice(datum.parts, -datum.depth), '.')"),
+            {"type": "joinaggregate", "groupby": ["suffix"], "ops": ["count"], "as": ["n_same"]},
+            # (the tail kept within TOP_NAME_CHARS: the whole name, or a suffix of at most
+            # one character less, for the "…" before it)
+            _formula(
+                "fit",
+                f"length(datum.suffix) <= {TOP_NAME_CHARS - 1} || (datum.depth === datum.np "
+                f"&& length(datum.who) <= {TOP_NAME_CHARS}) ? datum.depth : 0",
+            ),
+            _formula("uniq", "datum.n_same === 1 ? datum.depth : datum.np"),
+            {
+                "type": "joinaggregate",
+                "groupby": ["rank"],
+                "ops": ["max", "min"],
+                "fields": ["fit", "uniq"],
+                "as": ["fit_d", "uniq_d"],
+            },
+            _filter("datum.depth === datum.np"),  # one row per entry again: the whole name's
+            # a unique part that is an index ("0" of "layers.0.experts.1") says more with the
+            # name of its container before it: "layers.0"
+            _formula(
+                "need",
+                "datum.uniq_d < datum.np && test(regexp('^[0-9]+$'), "
+                "datum.parts[datum.np - datum.uniq_d]) ? datum.uniq_d + 1 : datum.uniq_d",
+            ),
             _formula("tail", f"slice(datum.who, -{TOP_NAME_CHARS})"),
+            _formula("kept", f"'…' + {_cut_at_dot('datum.tail')}"),
+            _formula("lead", "datum.need < datum.np ? '…' : ''"),
+            _formula("need_s", "join(slice(datum.parts, -datum.need), '.')"),
+            # the part that differs (with its container's name), and what follows it
+            _formula(
+                "head",
+                "join(slice(datum.parts, datum.np - datum.need, datum.np - datum.uniq_d + 1), '.')",
+            ),
+            _formula("rest", "join(slice(datum.parts, datum.np - datum.uniq_d + 1), '.')"),
+            _formula("room", f"{most} - length(datum.head) - 1"),
+            _formula("rest_tail", "slice(datum.rest, -max(1, datum.room))"),
+            # its end: whole parts, unless they leave most of the room unused (a long last
+            # part: its last characters then)
+            _formula("rest_cut", _cut_at_dot("datum.rest_tail")),
+            _formula(
+                "end",
+                "length(datum.rest) <= datum.room ? datum.rest : "
+                "2 * length(datum.rest_cut) >= datum.room ? datum.rest_cut : datum.rest_tail",
+            ),
             _formula(
                 "short_who",
-                f"length(datum.who) <= {TOP_NAME_CHARS} ? datum.who : '…' + "
-                "(indexof(datum.tail, '.') >= 0 && "
-                "indexof(datum.tail, '.') < length(datum.tail) - 1 "
-                "? substring(datum.tail, indexof(datum.tail, '.') + 1) : datum.tail)",
+                # the name fits, or its tail tells it apart (a last part too long for the
+                # column, unique: its end, as before)
+                f"length(datum.who) <= {TOP_NAME_CHARS} ? datum.who : "
+                "datum.need <= datum.fit_d || (datum.fit_d === 0 && datum.need === 1) ? "
+                "datum.kept : "
+                f"length(datum.need_s) <= {most} ? datum.lead + datum.need_s : "
+                "datum.rest === '' ? '…' + slice(datum.head, -" + str(most - 1) + ") : "
+                "datum.room >= 3 ? datum.lead + datum.head + '…' + datum.end : "
+                f"'…' + slice(datum.head, -{most - 2}) + '…'",
+            ),
+            # the same module called more than once: its entries differ by their call
+            # ("enc #1"; the node key ends in "#<call>")
+            _formula(
+                "short_who",
+                "datum.n_same > 1 ? datum.short_who + ' ' + "
+                "replace(datum.node_key, regexp('^.*#'), '#') : datum.short_who",
             ),
             _formula("rank_text", "datum.rank + '. ' + datum.short_who"),
         ],
@@ -424,12 +569,14 @@ def _messages() -> list[Data]:
             "name": "banner",
             "transform": [
                 _sequence(1),
-                _filter("reduced_text !== '' || unseen_text !== ''"),
+                _filter("reduced_text !== '' || unseen_text !== '' || flops_note !== ''"),
                 _formula(
                     "text",
                     "(reduced_text ? 'Reduced to fit the table: ' + reduced_text : '')"
                     " + (reduced_text && unseen_text ? ' · ' : '')"
-                    " + (unseen_text ? 'Graph: ' + unseen_text : '')",
+                    " + (unseen_text ? 'Graph: ' + unseen_text : '')"
+                    " + ((reduced_text || unseen_text) && flops_note ? ' · ' : '')"
+                    " + (flops_note ? 'FLOPs: ' + flops_note : '')",
                 ),
             ],
         },

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.spec.expressions import heading_rows, legend_rows
+from tools.spec.expressions import fmt, heading_rows, legend_rows
 from tools.spec.marks import HEADING, encode, text_mark
 from tools.spec.sidebar_lists import totals_and_top
 from tools.spec.theme import (
@@ -19,6 +19,7 @@ from tools.spec.theme import (
     SMALL_FONT_PX,
     TITLE_FONT_PX,
 )
+from wandb_modprof.records.modes import MODES
 
 Mark = dict[str, Any]
 MODES_Y = 40
@@ -136,9 +137,14 @@ def radio(
 
 
 def _colorbar(y: int) -> list[Mark]:
+    # What the colours stand for: the mode's value, or what a mode ranked by something else
+    # is coloured by (`Mode.colour_value`, `colour_label`: the efficiency modes' time lost),
+    # whose unit the labels then take (`bar_text` is in the mode's unit)
+    labels = [(m.colour_label or m.rank_label) if m.rank_by else "" for m in MODES]
+    coloured = f"(mode_i >= 0 && {labels}[mode_i] !== '')"
     title = (
-        "cmp ? 'Ratio to baseline, ' + mode_label : "
-        "mode_label + (scale_type === 'log' ? ' (log)' : '')"
+        f"cmp ? 'Ratio to baseline, ' + ({coloured} ? mode_rank_label : mode_label) : "
+        f"({coloured} ? {labels}[mode_i] : mode_label) + (scale_type === 'log' ? ' (log)' : '')"
     )
     bar = {
         "x": {"value": 0},
@@ -167,11 +173,12 @@ def _colorbar(y: int) -> list[Mark]:
         {"type": "rect", "name": "colorbar", "interactive": False, "encode": encode(bar)},
     ]
     for i, (key, (x, align)) in enumerate(anchors.items()):
+        text = f"!cmp && {coloured} ? ({fmt('mode_rank_unit', f'bar_{key}')}) : bar_text[{i}]"
         props = {
             "x": {"value": x},
             "y": {"value": y + 22},
             "align": {"value": align},
-            "text": {"signal": f"has_range || cmp ? bar_text[{i}] : ''"},
+            "text": {"signal": f"has_range || cmp ? ({text}) : ''"},
             "fontSize": {"value": SMALL_FONT_PX},
         }
         marks.append(text_mark(f"colorbar_{key}", props))

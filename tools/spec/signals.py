@@ -14,12 +14,14 @@ from tools.spec.theme import (
     MAX_RUNS,
     MIN_RATIO_SPAN,
     MIN_READABLE_PX,
+    MIN_TOP_ROWS,
     NODE_FONT_PX,
     ROW,
 )
-from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODES
+from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODES, Group
 
 Signal = dict[str, Any]
+COMPUTE_KEYS = [m.key for m in MODES if m.group is Group.COMPUTE]
 
 
 def signals() -> list[Signal]:
@@ -159,6 +161,9 @@ def _meta() -> list[Signal]:
         {"name": "statistic", "update": _first("m_statistic", "meta_value", "'mean'")},
         # calls no captured graph holds (`view.meta.unseen_meta`): drawn without edges
         {"name": "unseen_text", "update": _first("m_unseen", "meta_value", "''")},
+        # calls without FLOP counts (meta `flops_unknown`), said in the Compute modes only
+        {"name": "flops_text", "update": _first("m_flops_unknown", "meta_value", "''")},
+        {"name": "flops_note", "update": f"indexof({COMPUTE_KEYS}, mode) >= 0 ? flops_text : ''"},
         # the model's first step in its process (`view.meta.cold_meta`): what became of it
         {"name": "cold_text", "update": _first("m_cold", "meta_value", "''")},
         # the compiled region (`view.meta.region_meta`) the current view lies in: its root
@@ -167,7 +172,7 @@ def _meta() -> list[Signal]:
         {"name": "region_label", "update": _first("region_at", "rlabel", "''")},
         # how many regions, and the calls fused inside them all (the totals' last line)
         {"name": "regions_tot", "update": _first("regions_sum", "", "{'n': 0, 'fused': 0}")},
-        {"name": "banner_h", "update": "reduced_text || unseen_text ? 22 : 0"},
+        {"name": "banner_h", "update": "reduced_text || unseen_text || flops_note ? 22 : 0"},
         {"name": "gw", "update": f"max(60, width - {GX0})"},
         # the detail strip (`strip.py`) takes its height and a gap below the graph
         {
@@ -179,9 +184,11 @@ def _meta() -> list[Signal]:
             "update": "length(data('vnodes')) ? [max(1, data('vnodes')[0].view_w_px), "
             "max(1, data('vnodes')[0].view_h_px)] : [1, 1]",
         },
+        # The whole view fits the graph area at first, however small that makes it: node labels
+        # too small to read are left out (`show_text`) and the ranked list names the modules.
         {
             "name": "fit",
-            "update": "clamp(min((gw - 24) / vdim[0], (gh - 24) / vdim[1]), 0.45, 1.6)",
+            "update": "clamp(min((gw - 24) / vdim[0], (gh - 24) / vdim[1]), 0.02, 1.6)",
         },
     ]
 
@@ -274,6 +281,13 @@ def extra_signals() -> list[Signal]:
         {"name": "bar_text", "update": "pluck(data('bar_ticks'), 'text')"},
         {"name": "total_parts", "update": "pluck(data('totals_items'), 'text')"},
         {"name": "totals_y", "update": f"{bar_y} + 38 + ({runs_h})"},
-        {"name": "top_y", "update": f"totals_y + 18 + length(data('totals')) * {ROW - 1} + 10"},
-        {"name": "top_n", "update": f"clamp(floor((height - top_y - 20) / {ROW}), 0, 15)"},
+        {"name": "totals_h", "update": f"18 + length(data('totals')) * {ROW - 1} + 10"},
+        # In a low panel (W&B's default 640 x 400) the ranked list comes first: the totals are
+        # shown only where the list still gets `MIN_TOP_ROWS` entries below them.
+        {
+            "name": "totals_on",
+            "update": f"floor((height - totals_y - totals_h - 16) / {ROW}) >= {MIN_TOP_ROWS}",
+        },
+        {"name": "top_y", "update": "totals_y + (totals_on ? totals_h : 0)"},
+        {"name": "top_n", "update": f"clamp(floor((height - top_y - 16) / {ROW}), 0, 15)"},
     ]

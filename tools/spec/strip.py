@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from tools.spec.expressions import fmt_bytes, fmt_ms, resolve_ref
+from tools.spec.lanes import lanes_data, span_lane  # noqa: F401 (lanes_data: build_spec)
 from tools.spec.marks import encode, text, text_mark
 from tools.spec.theme import (
     GX0,
@@ -210,11 +211,8 @@ def strip() -> Mark:
         {
             "name": "lane",
             "type": "band",
-            "domain": {
-                "data": "time_spans",
-                "field": "node_key",
-                "sort": {"op": "min", "field": "t0_ms"},
-            },
+            # one band per lane (`lanes_data`: a node, or its folded siblings), by first start
+            "domain": {"data": "lanes", "field": "lane_key", "sort": {"op": "min", "field": "t0"}},
             "range": {"signal": f"[{HEAD_H}, {HEAD_H} + lane_h]"},
             "paddingInner": 0.15,
         },
@@ -243,7 +241,7 @@ def strip() -> Mark:
     span = {
         "x": {"scale": "tl_x", "field": "t0_ms"},
         "x2": {"signal": "max(scale('tl_x', datum.t1_ms), scale('tl_x', datum.t0_ms) + 1)"},
-        "y": {"scale": "lane", "field": "node_key"},
+        "y": {"signal": f"scale('lane', {span_lane('datum')})"},
         "height": {"signal": "max(1, bandwidth('lane'))"},
         "fill": {"field": "fill"},
         "fillOpacity": {"signal": "datum.span_phase === 'fwd' ? 1 : 0.55"},
@@ -253,12 +251,13 @@ def strip() -> Mark:
     }
     lane_label = {
         "x": {"value": 4},
-        "y": {"signal": "scale('lane', datum.node_key) + bandwidth('lane') / 2"},
+        "y": {"signal": "scale('lane', datum.lane_key) + bandwidth('lane') / 2"},
         "baseline": {"value": "middle"},
-        # lanes too thin for readable text: only the hovered node's lane is named
+        # one name per lane (a folded lane's: "experts", times 128); lanes too thin for readable
+        # text: only the hovered node's lane is named
         "text": {
-            "signal": f"bandwidth('lane') >= {MIN_TEXT_PX} || datum.node_key === card_key "
-            "? datum.lane : ''"
+            "signal": f"datum.lane_i === 1 && (bandwidth('lane') >= {MIN_TEXT_PX} || "
+            "datum.node_key === card_key) ? datum.lane_text : ''"
         },
         "fontSize": {"signal": f"min({SMALL_FONT_PX}, max({MIN_TEXT_PX}, bandwidth('lane')))"},
         "fontWeight": {"signal": "datum.node_key === card_key ? 'bold' : 'normal'"},
@@ -336,23 +335,6 @@ def strip() -> Mark:
                 "encode": encode(text(**lane_label)),
             },
             text_mark("strip_head", head, "strip_head"),
-        ],
-    }
-
-
-def lanes_data() -> dict[str, Any]:
-    """One row per lane (the first span of each node), for its label."""
-    return {
-        "name": "lanes",
-        "source": "time_spans",
-        "transform": [
-            {
-                "type": "aggregate",
-                "groupby": ["node_key", "lane"],
-                "fields": ["t0_ms"],
-                "ops": ["min"],
-                "as": ["t0"],
-            },
         ],
     }
 

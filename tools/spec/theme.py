@@ -17,6 +17,8 @@ SMALL_FONT_PX = 10  # headings, colour bar labels, hint
 TITLE_FONT_PX = 13  # model name, messages
 CRUMB_FONT_PX = 12
 CRUMB_CHAR_W_PX = 7.2  # breadcrumb width per character (+ 22 px of padding and separator)
+CRUMB_ELLIPSIS_PX = 22  # the ellipsis standing for the breadcrumbs left out
+HINT_CHAR_W_PX = 5.6  # the hint's width per character (10 px text)
 MIN_READABLE_PX = 6  # a node whose label would be smaller than this at the zoom shows no text
 MIN_TEXT_PX = 9  # no text is drawn smaller: a node's text grows to it, or is hidden
 CARD_W = 250
@@ -27,6 +29,7 @@ DISABLED = "#aaaaaa"
 ACTIVE_FILL = "#e8eefc"
 NO_VALUE_FILL = "#e3e3e3"  # a module whose value in this mode was not measured
 PORT_FILL = "#ffffff"  # input / output nodes carry no measurements
+MIN_TOP_ROWS = 5  # ranked entries a panel shows before it shows the totals
 MAX_RUNS = 10  # run entries listed; more are counted, not drawn
 # Compare mode: log2(ratio) is normalised by max(|log2 ratio|) over the view, but never by less
 # than log2(1.25), so run-to-run noise of a few percent stays pale instead of saturating, and

@@ -76,19 +76,45 @@ class Mode:
     combine: Combine  # how `columns` fold into one value
     total: str  # meta row whose meta_number is the model total ("" = no share shown)
     # The ranked list's order where it is not the value's: the sum of these columns, shown in
-    # `rank_unit` and named by `rank_label` ("" = ranked by the value itself).
+    # `rank_unit` and named by `rank_label` ("" = ranked by the value itself). The nodes are
+    # coloured by it too (`colour_value`), so the hottest node is the list's first, and the
+    # colour bar's title says what it is: `colour_label`.
     rank_by: tuple[str, ...] = ()
     rank_unit: Unit = Unit.MS
     rank_label: str = ""
     bound_by: str = ""  # the column of the roofline class (`records.roofline`), for the list
+    colour_label: str = ""  # the colour bar's title where the colour is `rank_by`'s
 
     def value(self, row: Mapping[str, object]) -> float | None:
-        """The node's value in this mode, or None where the table says it was not measured."""
-        missing = str(row.get("missing", ""))
-        if missing == "*" or any(c in missing.split(",") or c not in row for c in self.columns):
-            return None  # (a table from before a column existed has no such cell)
-        values = [float(row[c]) for c in self.columns]  # type: ignore[arg-type]
-        return sum(values) if self.combine is Combine.SUM else max(values)
+        """The node's value in this mode (its card line, its ranked list entry), or None where
+        the table says it was not measured."""
+        found = _read(row, self.columns)
+        if found is None:
+            return None
+        return sum(found) if self.combine is Combine.SUM else max(found)
+
+    def rank_value(self, row: Mapping[str, object]) -> float | None:
+        """What the ranked list orders the node by: the sum of `rank_by` (None where one is not
+        measured), or its value where the mode has no `rank_by`."""
+        if not self.rank_by:
+            return self.value(row)
+        found = _read(row, self.rank_by)
+        return None if found is None else sum(found)
+
+    def colour_value(self, row: Mapping[str, object]) -> float | None:
+        """What the node is coloured by (None: not measured, drawn grey; the spec's
+        `tools/spec/expressions.colour_field`): what the ranked list orders by, so the hottest
+        node is the one it lists first (the efficiency modes: the time lost to the roofline,
+        not the share reached, which would make the calls with nothing to win the hottest)."""
+        return self.rank_value(row)
+
+
+def _read(row: Mapping[str, object], columns: tuple[str, ...]) -> list[float] | None:
+    """The row's `columns` as floats, None where the table says one was not measured."""
+    missing = str(row.get("missing", ""))
+    if missing == "*" or any(c in missing.split(",") or c not in row for c in columns):
+        return None  # (a table from before a column existed has no such cell)
+    return [float(row[c]) for c in columns]  # type: ignore[arg-type]
 
 
 _T, _M, _H, _C, _R = Group.TIME, Group.MEMORY, Group.HEALTH, Group.COMPUTE, Group.RANKS
@@ -126,8 +152,9 @@ MODES: tuple[Mode, ...] = (
     Mode("flops", "FLOPs (fwd)", _C, Unit.FLOPS, ("fwd_flops",), _SUM, "total_fwd_flops"),
     Mode("flop_s", "FLOP/s (fwd)", _C, Unit.FLOP_S, ("fwd_flop_per_s",), _SUM, ""),
     # The forward's / backward's share of the machine's roofline (`records.roofline`); ranked
-    # by the time lost against it, so the list answers "where is most time wasted", not "what
-    # is best".
+    # and coloured by the time lost against it, so the list and the hottest colour answer
+    # "where is most time wasted", not "what is best". Calls without work (no FLOPs, no bytes)
+    # have neither: grey, unlisted.
     Mode(
         "eff",
         "Efficiency (fwd)",
@@ -139,6 +166,7 @@ MODES: tuple[Mode, ...] = (
         rank_by=("fwd_lost_ms",),
         rank_label="time lost (fwd)",
         bound_by="fwd_bound",
+        colour_label="Time lost vs roofline (fwd)",
     ),
     Mode(
         "eff_bwd",
@@ -151,6 +179,7 @@ MODES: tuple[Mode, ...] = (
         rank_by=("bwd_lost_ms",),
         rank_label="time lost (bwd)",
         bound_by="bwd_bound",
+        colour_label="Time lost vs roofline (bwd)",
     ),
     # max / mean over ranks of the call's fwd + bwd time (distributed runs only): stragglers
     Mode("imbalance", "Rank imbalance", _R, Unit.RATIO, ("rank_imbalance",), _SUM, ""),

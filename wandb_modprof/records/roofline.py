@@ -14,6 +14,18 @@ take longer at peak than the bytes, "memory"-bound where the bytes do, and "over
 where the fixed cost of its ops (`ops x op_overhead_ms`: launch, dispatch, Python) is larger
 than both: such a call cannot get near its roofline by faster kernels, only by fewer ops.
 
+Two more classes say where the share means nothing:
+
+- "none": no work, a call without FLOPs and without bytes moved (an `nn.Identity`, a dropout
+  in eval mode, a wrapper whose own code only calls its children): its roofline is 0, so
+  every call would be at 0 % with all its time lost; it has neither share nor time lost;
+- "above_compute" / "above_memory": faster than its roofline (the FLOPs' or the bytes' side,
+  whichever is longer at peak). A roofline is an upper bound, so the measurement is off:
+  the bytes are logical, and data that was cache-resident moved at cache speed, not at the
+  memory's peak; or a peak is below the machine's real one (a kernel faster than the
+  calibration's, a call too short for `raised`, timer noise). Its share is capped at 100 %
+  and its time lost at 0: never above 100 %, never a negative time lost.
+
 >>> line = Roofline("cpu", peak_flops=1e11, peak_bytes_per_s=1e10, op_overhead_ms=0.005,
 ...                 source="measured")
 >>> e = efficiency(flops=2e9, nbytes=1.2e7, ops=1, ms=25.0, roofline=line)
@@ -23,6 +35,10 @@ than both: such a call cannot get near its roofline by faster kernels, only by f
 'memory'
 >>> efficiency(flops=0, nbytes=4e3, ops=40, ms=0.3, roofline=line).bound
 'overhead'
+>>> efficiency(flops=0, nbytes=0, ops=0, ms=0.01, roofline=line)
+Efficiency(pct=None, bound='none', lost_ms=None)
+>>> efficiency(flops=0, nbytes=4e8, ops=1, ms=20.0, roofline=line)   # 40 ms at peak GB/s
+Efficiency(pct=100.0, bound='above_memory', lost_ms=0.0)
 """
 
 from __future__ import annotations
@@ -33,7 +49,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-BOUNDS = ("compute", "memory", "overhead")
+# The classes, in the order of their codes in the table (`view.columns.BOUND_CODES`: 1, 2, ...):
+# new ones go at the end, so a table's codes keep their meaning.
+BOUNDS = ("compute", "memory", "overhead", "none", "above_compute", "above_memory")
+BOUND_TEXT = {
+    "compute": "compute-bound",
+    "memory": "memory-bound",
+    "overhead": "overhead-bound",
+    "none": "no work",
+    "above_compute": "above the roofline (compute)",
+    "above_memory": "above the roofline (memory)",
+}
+"""Each class as people read it (the summary's notes; the panel's card writes its own)."""
+# A call is above its roofline where t_roof exceeds its time by more than this share: the
+# fastest call sets a raised peak (`raised`), and reaches it up to a rounding error.
+ABOVE_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -75,9 +105,14 @@ class Roofline:
 class Efficiency:
     """Where one call's forward stands under the roofline (see the module docstring)."""
 
-    pct: float  # 100 x t_roof / ms: the share of the roofline reached
+    pct: float | None  # 100 x t_roof / ms, at most 100: the share of the roofline reached
     bound: str  # one of BOUNDS
-    lost_ms: float  # ms - t_roof: what the call loses against its roofline
+    lost_ms: float | None  # ms - t_roof, at least 0: what the call loses against its roofline
+
+    @property
+    def above(self) -> bool:
+        """Faster than its roofline (share capped at 100 %, time lost at 0)."""
+        return self.bound.startswith("above_")
 
 
 def latest_roofline(structures: Iterable[Any]) -> Roofline | None:
@@ -108,17 +143,25 @@ def raised(line: Roofline, rates: Iterable[float]) -> Roofline:
 def efficiency(
     flops: float, nbytes: float, ops: float, ms: float | None, roofline: Roofline
 ) -> Efficiency | None:
-    """`None` where the time is not measured or not > 0, or a count is not finite."""
+    """Where the call stands under `roofline` (the module docstring): `pct` and `lost_ms` are
+    None for a call without work (class "none"); `None` where the time is not measured or not
+    > 0, or a count is not finite."""
     if ms is None or not (math.isfinite(ms) and ms > 0):
         return None
     if not all(math.isfinite(v) and v >= 0 for v in (flops, nbytes, ops)):
         return None
+    if flops == 0 and nbytes == 0:
+        return Efficiency(pct=None, bound="none", lost_ms=None)
     compute_ms = 1e3 * flops / roofline.peak_flops
     memory_ms = 1e3 * nbytes / roofline.peak_bytes_per_s
     overhead_ms = ops * roofline.op_overhead_ms
     roof_ms = max(compute_ms, memory_ms)
-    if overhead_ms > roof_ms:
+    side = "compute" if compute_ms >= memory_ms else "memory"
+    if roof_ms > ms * (1.0 + ABOVE_TOLERANCE):
+        bound = f"above_{side}"
+    elif overhead_ms > roof_ms:
         bound = "overhead"
     else:
-        bound = "compute" if compute_ms >= memory_ms else "memory"
-    return Efficiency(pct=100.0 * roof_ms / ms, bound=bound, lost_ms=ms - roof_ms)
+        bound = side
+    pct = min(100.0, 100.0 * roof_ms / ms)
+    return Efficiency(pct=pct, bound=bound, lost_ms=max(0.0, ms - roof_ms))

@@ -5,10 +5,11 @@
 >>> print(format_comparison(c, top=10))                                # doctest: +SKIP
 
 Calls are matched by call key (`layer1.0.conv1#0`), the values are the ones the panel colours
-nodes by (`values.mode_values`). As in the panel's compare mode, a ratio exists only where
-both values are measured and > 0; the ranking is by |log ratio|, so 2x slower and 2x faster
-rank together. `wandb-modprof compare A B` prints it; `--html` writes the report in compare
-mode with A as the baseline.
+nodes by (`values.ModeValues.colour`: the efficiency modes compare the time lost to the
+roofline, so a ratio above 1 means more time lost than in A, not a better share). As in the
+panel's compare mode, a ratio exists only where both values are measured and > 0; the
+ranking is by |log ratio|, so 2x slower and 2x faster rank together. `wandb-modprof compare
+A B` prints it; `--html` writes the report in compare mode with A as the baseline.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class ComparedModule:
-    """One call key present in both profiles, with its value in each."""
+    """One call key present in both profiles, with what the panel colours it by in each
+    (`ModeValues.colour`)."""
 
     key: str
     module_type: str
@@ -86,7 +88,7 @@ def compare_values(va: ModeValues, vb: ModeValues, label_a: str, label_b: str) -
     in_b = {v.key: v for v in vb.modules}
     in_a = {v.key for v in va.modules}
     matched = [
-        ComparedModule(v.key, v.module_type, v.value, in_b[v.key].value)
+        ComparedModule(v.key, v.module_type, va.colour(v), vb.colour(in_b[v.key]))
         for v in va.modules
         if v.key in in_b
     ]
@@ -112,13 +114,15 @@ def format_comparison(c: Comparison, top: int) -> str:
     """The comparison as a terminal table: totals, the `top` calls that changed most, then
     the calls found in one profile only (at most `top` each). Names and labels are escaped
     (`escape.escape_text`), as in the summaries."""
-    unit = c.mode.unit
+    # a mode ranked by something else compares that (`ModeValues.colour`), in its unit
+    unit = c.mode.rank_unit if c.mode.rank_by else c.mode.unit
+    of = f" of {c.mode.rank_label}" if c.mode.rank_by else ""
     label_a, label_b, model_a, model_b = map(
         escape_text, (c.label_a, c.label_b, c.model_a, c.model_b)
     )
     lines = [
         f"wandb_modprof compare, mode {c.mode.key} ({c.mode.label}): "
-        f"A = {label_a} ({model_a}), B = {label_b} ({model_b}); ratio = B / A"
+        f"A = {label_a} ({model_a}), B = {label_b} ({model_b}); ratio = B / A{of}"
     ]
     if c.model_a != c.model_b:
         lines.append(
@@ -156,7 +160,10 @@ def format_comparison(c: Comparison, top: int) -> str:
         if not only:
             continue
         lines.append(f"only in {label} ({len(only)} module calls):")
-        rows = [[v.key, v.module_type, format_value(unit, v.value)] for v in only[:top]]
+        rows = [
+            [v.key, v.module_type, format_value(unit, v.rank if c.mode.rank_by else v.value)]
+            for v in only[:top]
+        ]
         lines += render_columns(["module", "type", label], rows, {2})
         if len(only) > top:
             lines.append(f"  ... and {len(only) - top} more")

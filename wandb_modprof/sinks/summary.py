@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from wandb_modprof.records.roofline import BOUND_TEXT
 from wandb_modprof.sinks.escape import escape_text
 from wandb_modprof.sinks.units import format_value
 from wandb_modprof.view.regions import Region, note
@@ -17,7 +18,7 @@ from wandb_modprof.view.regions import Region, note
 if TYPE_CHECKING:
     from wandb_modprof.records.sample import ModuleStats, Sample
     from wandb_modprof.records.snapshot import Overhead, ProfileData
-    from wandb_modprof.sinks.values import ModeValues
+    from wandb_modprof.sinks.values import ModeValues, ModuleValue
 
 
 def _section(
@@ -236,6 +237,43 @@ def mode_summary(data: ProfileData, mode_key: str, n: int) -> str:
     return format_mode_summary(mode_values(data, mode_key), n, notes)
 
 
+def bound_cell(bound: str) -> str:
+    """A call's class under the roofline as the summary's `bound` column writes it: "compute",
+    "memory", "overhead", "no work", "above the roofline (memory)" (`BOUND_TEXT`)."""
+    return BOUND_TEXT.get(bound, bound).removesuffix("-bound")
+
+
+def roofline_notes(modules: Sequence[ModuleValue], shown: Sequence[ModuleValue]) -> list[str]:
+    """What the efficiency modes' numbers mean where the panel's card says it (`records.
+    roofline`): the time lost is never below 0 and the share never above 100 %, a call faster
+    than its roofline says why it can be; calls without work are not ranked."""
+    lines = [
+        "(time lost = time - time at the roofline, at least 0: the panel colours nodes by it, "
+        "the hottest has the most to win)"
+    ]
+    above = {v.bound for v in shown if v.bound.startswith("above_")}
+    if above:
+        why = []
+        if "above_memory" in above:
+            why.append(
+                "memory: cache-resident data (the bytes are logical; the peak is the memory's)"
+            )
+        if "above_compute" in above:
+            why.append("compute: a peak FLOP/s below the machine's real one")
+        lines.append(
+            "(above the roofline: faster than the peaks allow, so the share is capped at 100 % "
+            f"and the time lost at 0; {'; '.join(why)})"
+        )
+    idle = sum(1 for v in modules if v.bound == "none")
+    if idle:
+        calls = "call" if idle == 1 else "calls"
+        lines.append(
+            f"({idle} module {calls} did no work: no FLOPs, no bytes moved: no share, no time "
+            "lost, not ranked)"
+        )
+    return lines
+
+
 def format_mode_summary(values: ModeValues, n: int, notes: Sequence[str] = ()) -> str:
     """The top `n` module calls of one analysis mode as a terminal table; `notes` (the
     per-step line, what became of the first step) follow its first line.
@@ -286,11 +324,13 @@ def format_mode_summary(values: ModeValues, n: int, notes: Sequence[str] = ()) -
             counted.add(v.module_name)
             cells.append("(same)" if repeat else format_percent(values.share(v.value)))
         if m.rank_by:
-            cells += [format_value(m.rank_unit, v.rank), v.bound]
+            cells += [format_value(m.rank_unit, v.rank), bound_cell(v.bound)]
         rows.append(cells)
     kind = "means" if values.statistic == "mean" else "medians"
     by = f", by {m.rank_label}" if m.rank_by else ""
     lines = [head, f"top {len(shown)} of {len(measured)} module calls{by} ({kind} over samples)"]
+    if m.bound_by:
+        lines += roofline_notes(values.modules, shown)
     held = [v for v in shown if v.gc_samples]
     if held:
         calls = ", ".join(

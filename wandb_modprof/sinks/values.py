@@ -51,7 +51,9 @@ class ModuleValue:
     gc_samples: int | None = None
     # what the mode ranks by where not the value (`Mode.rank_by`), None where not measured
     rank: float | None = None
-    # the call's class under the roofline ("compute", "memory", "overhead"), where known
+    # the call's class under the roofline (`records.roofline.BOUNDS`: "compute", "memory",
+    # "overhead", "none" for a call without work, "above_compute" / "above_memory" for one
+    # faster than its roofline), where known
     bound: str = ""
 
 
@@ -79,6 +81,12 @@ class ModeValues:
         measured = [v for v in self.modules if getattr(v, key) is not None]
         measured.sort(key=lambda v: getattr(v, key) or 0.0, reverse=True)
         return measured
+
+    def colour(self, v: ModuleValue) -> float | None:
+        """What the panel colours `v`'s node by (`Mode.colour_value`), and what compare mode
+        takes the ratio of: what the mode ranks by, else the value (the efficiency modes: the
+        time lost to the roofline)."""
+        return v.rank if self.mode.rank_by else v.value
 
     def share(self, value: float | None) -> float | None:
         """`value` as a fraction of the model total, where the mode has one."""

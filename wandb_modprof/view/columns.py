@@ -35,8 +35,12 @@ FLOP_COLUMNS = ("fwd_flops", "fwd_self_flops", "fwd_flop_per_s")
 # What the structure pass counted of a call besides its forward FLOPs (`CallInfo`): its
 # backward's FLOPs, the bytes its forward's and its backward's ops moved, their ATen ops; then
 # where its forward and its backward stand under the machine's roofline (`records.roofline`):
-# the share reached (%), the time lost to it (ms), and the class as a code (`BOUND_CODES`:
-# 1 compute-, 2 memory-, 3 overhead-bound).
+# the share reached (%, at most 100), the time lost to it (ms, at least 0), and the class as a
+# code (`BOUND_CODES`: 1 compute-, 2 memory-, 3 overhead-bound, 4 no work, 5 / 6 above the
+# roofline on the FLOPs' / the bytes' side: share capped at 100, time lost at 0). A call
+# without work (4) has its class only: its share and time lost are missing, so it takes no
+# colour and no place in the ranked list. Codes 4-6 are new in the same table version: a
+# panel that predates them calls them overhead-bound.
 WORK_COLUMNS = ("bwd_flops", "fwd_bytes", "fwd_ops", "bwd_bytes", "bwd_ops")
 EFFICIENCY_COLUMNS = (
     "fwd_roofline_pct",

@@ -64,6 +64,7 @@ def profile_meta(
     meta.extend(cold_meta(prof))
     meta.extend(rank_meta(prof.ranks))
     meta.extend(unseen_meta(prof))
+    meta.extend(flops_meta(tree))
     meta.extend(region_meta(tree))
     return meta
 
@@ -124,6 +125,21 @@ def unseen_meta(prof: ProfileData) -> list[MetaRow]:
         "(no structure pass or sampled step captured them): drawn without edges"
     )
     return [("unseen_calls", text, float(unseen))]
+
+
+def flops_meta(tree: CallTree) -> list[MetaRow]:
+    """`flops_unknown`, only when some calls have FLOP counts and others not (number: how many
+    not; text: the note the panel shows in its Compute modes): calls no structure pass ran, such
+    as experts a router chose on sampled steps only. No row where every call was counted, or
+    none was (capture without structure passes: the FLOP modes are then not measured at all)."""
+    unknown = sum(not c.flops_known for c in tree.calls)
+    if not unknown or unknown == len(tree.calls):
+        return []
+    text = (
+        f"{unknown} call{'s' if unknown > 1 else ''} without FLOPs: no structure pass ran "
+        f"{'them' if unknown > 1 else 'it'} (grey; not in the totals)"
+    )
+    return [("flops_unknown", text, float(unknown))]
 
 
 # The rows `reduction_meta` adds after the reduction: `reduced`, `views` and `open_view`.

@@ -150,7 +150,8 @@ def counted_values(call: CallInfo, own: bool = False) -> dict[str, float]:
 def derived_values(out: dict[str, float], roofline: Roofline | None) -> None:
     """The columns derived from the others: FLOP/s, and the roofline's (`EFFICIENCY_COLUMNS`)
     of the forward and of the backward, each where its time, its work and the machine's
-    roofline are all known."""
+    roofline are all known (`records.roofline.efficiency`: the share capped at 100 %, the time
+    lost at 0; a call without work gets its class only)."""
     fwd_ms = out.get("fwd_ms")
     if "fwd_flops" in out and fwd_ms is not None and math.isfinite(fwd_ms) and fwd_ms > 0:
         out["fwd_flop_per_s"] = out["fwd_flops"] / (fwd_ms / 1000.0)
@@ -161,10 +162,12 @@ def derived_values(out: dict[str, float], roofline: Roofline | None) -> None:
         if any(c not in out for c in (flops, nbytes, ops, ms)):
             continue
         found = efficiency(out[flops], out[nbytes], out[ops], out[ms], roofline)
-        if found is not None:
+        if found is None:
+            continue
+        out[f"{way}_bound"] = float(BOUND_CODES[found.bound])
+        if found.pct is not None and found.lost_ms is not None:  # (not for a call without work)
             out[f"{way}_roofline_pct"] = found.pct
             out[f"{way}_lost_ms"] = found.lost_ms
-            out[f"{way}_bound"] = float(BOUND_CODES[found.bound])
 
 
 def module_values(

@@ -77,6 +77,9 @@ class KnownCalls:
         self.calls: dict[str, KnownCall] = {}
         # calls seen to make different calls on different steps: always followed
         self.dynamic: set[str] = set()
+        # keys learnt (forward or backward) since `kept_counts` last filled graphs from here:
+        # a graph holding none of them would be filled as before
+        self.fresh: set[str] = set()
 
     def usable(self, key: str, meta: Meta, backward: bool) -> KnownCall | None:
         """The known results of `key` if a pass may use them instead of following the call:
@@ -107,6 +110,7 @@ class KnownCalls:
 
     def learn(self, key: str, known: KnownCall) -> None:
         self.calls[key] = known
+        self.fresh.add(key)
 
     def learn_backward(self, key: str, meta: Meta, nbytes: int, ops: int) -> None:
         """The counted backward of a call a pass followed (`meta`: that pass's input meta;
@@ -114,3 +118,4 @@ class KnownCalls:
         known = self.calls.get(key)
         if known is not None and known.meta == meta:
             self.calls[key] = dataclasses.replace(known, bwd_bytes=nbytes, bwd_ops=ops)
+            self.fresh.add(key)

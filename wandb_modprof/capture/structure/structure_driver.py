@@ -4,8 +4,9 @@ The pass (`structure_pass.StructurePass`) is one untimed forward with two torch 
 This driver decides when one is due (the first eligible forward; again when a timed step's
 call sequence is new, up to `MAX_STRUCTURES` sequences and `MAX_PASSES` attempts), starts it
 from the root's pre-hook, ends it at the root's exit and hands the finished `Structure` to the
-sink. The capture (`hooks.Capture`) owns the module hooks; the driver reaches them only through
-the small `HookOwner` interface below.
+sink, as every graph, through `kept_counts.KeptCounts` (what earlier passes counted, filled in
+where a graph lacks it). The capture (`hooks.Capture`) owns the module hooks; the driver
+reaches them only through the small `HookOwner` interface below.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.capture.structure.backward_work import BackwardWork, count_pass_backward
 from wandb_modprof.capture.structure.calibration import roofline_of
 from wandb_modprof.capture.structure.fake_structure import fake_structure
+from wandb_modprof.capture.structure.kept_counts import KeptCounts
 from wandb_modprof.capture.structure.known_calls import KnownCalls, PassRecord
 from wandb_modprof.capture.structure.structure_pass import (
     StructurePass,
@@ -99,7 +101,8 @@ class StructureDriver:
         peaks: tuple[float | None, float | None] = (None, None),
     ) -> None:
         self.owner = owner
-        self.sink = sink
+        self.known = {True: KnownCalls(), False: KnownCalls()}  # what passes learnt, per mode
+        self.sink = KeptCounts(sink, self.known)  # gets graphs with the counts passes kept
         self.enabled = enabled
         self.eligible = eligible
         self.peaks = peaks  # `watch(peak_flops=, peak_bw=)`: None = found by `calibration`
@@ -111,8 +114,6 @@ class StructureDriver:
         self.spent = 0
         self.records: list[PassRecord] = []
         self._started = 0.0
-        # what the passes learnt about each call, per training mode (`known_calls`)
-        self.known = {True: KnownCalls(), False: KnownCalls()}
         self.budget: int | None = FOLLOW_BUDGET
         self.reuse = True  # False: every pass follows every call (a benchmark's baseline)
         self._derived: set[str] = set()  # signatures whose graph no pass has refined yet
@@ -267,6 +268,7 @@ class StructureDriver:
         gc_pause.hold(id(structure))
         try:
             self._exit(structure, module, result)
+            self.sink.refresh()  # what the pass learnt fills graphs that lacked it
         finally:
             gc_pause.release(id(structure))
 
@@ -287,14 +289,9 @@ class StructureDriver:
             error = structure.error or RuntimeError("forward hooks fired out of order")
             self.owner.warn_once("<structure pass>", error)
             return
-        self.records.append(
-            PassRecord(
-                structure.followed,
-                len(structure.followed_calls()),  # (once a pass: the calls met)
-                structure.complete(),
-                time.perf_counter() - self._started,
-            )
-        )
+        seconds = time.perf_counter() - self._started
+        calls = len(structure.followed_calls())  # (once a pass: the calls met)
+        self.records.append(PassRecord(structure.followed, calls, structure.complete(), seconds))
         known = self.known[structure.training]
         before = len(known.calls)
         for key, call in structure.learnt():
@@ -340,6 +337,7 @@ class StructureDriver:
         work, self.backward = self.backward, None
         if work is not None:
             work.close()
+            self.sink.refresh()  # (the backward counts it learnt)
 
     def end(self) -> None:
         structure, self.current = self.current, None
@@ -385,7 +383,8 @@ class StructureDriver:
         self._warned = True
         warn_safely(
             f"wandb_modprof: {why}; the graph shows the structures captured so far (module "
-            "statistics still cover every module, drawn without edges where no pass saw them).",
+            "statistics still cover every module, drawn without edges or FLOPs where no pass saw "
+            "them; `Profile.flops_unknown` counts the calls without FLOPs).",
             RuntimeWarning,
             stacklevel=5,
         )
