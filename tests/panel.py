@@ -166,7 +166,7 @@ def texts(scene: dict[str, Any], name: str) -> list[str]:
 # ---- the ranked list's names -----------------------------------------------------------------
 def ranked_names(entries: Sequence[tuple[str, str]], chars: int = 16) -> list[str]:
     """The names the ranked list shows for its `entries` ((module name, node key), in rank
-    order), computed here as `tools/spec/lists.py` (`_top`) describes them: the end of the
+    order), computed here as `tools/spec/ranked.py` (`top`) describes them: the end of the
     name within `chars` characters, cut at a dot, where that tells the entry apart from the
     others listed; else its shortest unique dotted suffix (an index with its container's name
     before it), up to `chars + 4` characters, a longer one keeping the part that differs and

@@ -9,12 +9,18 @@ cost is the watched steps' total time less the twin's; the run reports
 within 1 percentage point of the twin's training time, whichever is larger (a few
 microseconds per step cannot be told from the two copies' own difference on a small model).
 Sampled with a fixed `log_freq`, so both the floor (every step) and the samples are in it.
+
+Judged on the median of `TRIALS` independent runs (fresh copies, a fresh `watch` each): on a busy
+2-core machine one run's twin difference alone swings by a third (the same code read 0.76x and
+1.39x of its twin on tinygpt in two runs), so a single run would test the machine's bursts; the
+median tests what a run reports typically, and each trial's figures are in the message.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
+import statistics
 import time
 from collections.abc import Callable
 
@@ -53,8 +59,11 @@ def _loss(out: object) -> torch.Tensor:
     return logits.float().pow(2).mean()
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_the_reported_overhead_is_what_an_unwatched_twin_shows(name):
+TRIALS = 5
+
+
+def _trial(name: str) -> tuple[float, float, float]:
+    """One run: (reported cost, the twin's difference, the twin's training time), in seconds."""
     make, batch, steps = CASES[name]
     torch.manual_seed(0)
     base, x = make(), batch()
@@ -77,12 +86,19 @@ def test_the_reported_overhead_is_what_an_unwatched_twin_shows(name):
     over = handle.overhead
     prof = handle.unwatch()
     assert prof.num_samples >= steps // 25 - 2
-    truth = spent[0] - spent[1]
-    reported = over.cost_s
-    share_gap = abs(reported - truth) / spent[1]
-    assert truth > 0, f"{name}: the watched copy was not slower ({truth * 1e3:.1f} ms)"
-    within = 1 / 1.25 <= reported / truth <= 1.25 or share_gap <= 0.01
+    return over.cost_s, spent[0] - spent[1], spent[1]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_reported_overhead_is_what_an_unwatched_twin_shows(name):
+    trials = [_trial(name) for _ in range(TRIALS)]
+    text = "; ".join(f"{r * 1e3:.1f} vs {t * 1e3:.1f} ms of {s:.2f} s" for r, t, s in trials)
+    truth = statistics.median(t for _, t, _ in trials)
+    assert truth > 0, f"{name}: the watched copy was not slower ({text})"
+    ratio = statistics.median(r / t if t > 0 else float("inf") for r, t, _ in trials)
+    share_gap = statistics.median(abs(r - t) / s for r, t, s in trials)
+    within = 1 / 1.25 <= ratio <= 1.25 or share_gap <= 0.01
     assert within, (
-        f"{name}: reported {reported * 1e3:.1f} ms, the twin shows {truth * 1e3:.1f} ms "
-        f"({reported / truth:.2f}x, {100 * share_gap:.2f} points of {spent[1]:.2f} s)"
+        f"{name}: reported / twin {ratio:.2f}x in the median, {100 * share_gap:.2f} points "
+        f"of the twin's time ({text})"
     )

@@ -168,8 +168,8 @@ def _caller_is(name: str, stack_len: Callable[[int], bool] | None = None) -> Cal
 
 def _inject(where: str, trigger: Trigger, monkeypatch: pytest.MonkeyPatch) -> None:
     import wandb_modprof.capture.backward.node_stamps as node_stamps_mod
-    import wandb_modprof.capture.hooks as capture_mod
     import wandb_modprof.capture.memory.activations as activations_mod
+    import wandb_modprof.capture.session_hooks as capture_mod
     import wandb_modprof.capture.step.clock as clock_mod
     from wandb_modprof.capture.backward import native_build
 

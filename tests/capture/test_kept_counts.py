@@ -21,7 +21,7 @@ from helpers import disabled_run
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof.capture.structure.structure_driver import MAX_STRUCTURES
+from wandb_modprof.capture.structure.pass_schedule import MAX_STRUCTURES
 from wandb_modprof.records.calls import CallInfo
 from wandb_modprof.view.graphs import merge
 

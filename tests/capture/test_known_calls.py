@@ -20,7 +20,7 @@ from torch.overrides import _get_current_function_mode_stack
 
 import wandb_modprof
 from wandb_modprof import Structure
-from wandb_modprof.capture.structure.structure_pass import structure_pass_active
+from wandb_modprof.capture.structure.pass_modes import structure_pass_active
 
 
 def full_pass(model: nn.Module, x: torch.Tensor) -> Structure:

@@ -1,4 +1,4 @@
-"""The cap on the module graphs kept (`structure_driver.MAX_STRUCTURES`): a model that calls a
+"""The cap on the module graphs kept (`pass_schedule.MAX_STRUCTURES`): a model that calls a
 new sequence of modules at every step keeps exactly as many graphs as docs/measurement.md says
 ("at most 8 variants"), with one warning, under `watch` and under `profile`. A new sequence at
 every step is the hard case: a sampled step derives a graph into the last place and asks for a
@@ -17,7 +17,7 @@ from helpers import disabled_run
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof.capture.structure.structure_driver import MAX_STRUCTURES
+from wandb_modprof.capture.structure.pass_schedule import MAX_STRUCTURES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "measurement.md"
 STEPS = 40

@@ -462,16 +462,16 @@ def test_a_failing_flop_formula_warns_once_and_training_goes_on(monkeypatch) -> 
 
 def test_failed_passes_are_retried_a_bounded_number_of_times(monkeypatch) -> None:
     from wandb_modprof.capture.structure import flops as _flops
-    from wandb_modprof.capture.structure import structure_driver as _driver
+    from wandb_modprof.capture.structure import pass_schedule as _schedule
 
     monkeypatch.setattr(_flops, "FORMULAS", {torch.ops.aten.addmm: lambda *a, **k: 1 // 0})
     model = Reused()
     handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())
     with pytest.warns(RuntimeWarning):
-        for _ in range(3 * _driver.MAX_PASSES):
+        for _ in range(3 * _schedule.MAX_PASSES):
             model(torch.randn(2, 32)).sum().backward()
     capture = handle._capture
-    assert capture.structures.passes == _driver.MAX_PASSES
+    assert capture.structures.passes == _schedule.MAX_PASSES
     assert not capture.structures.due
     handle.unwatch()
 
@@ -646,7 +646,7 @@ def test_structure_variants_are_capped_with_one_warning() -> None:
                 x = self.lin(x)
             return x
 
-    from wandb_modprof.capture.structure.structure_driver import MAX_STRUCTURES
+    from wandb_modprof.capture.structure.pass_schedule import MAX_STRUCTURES
 
     model = Varying()
     handle = wandb_modprof.watch(model, log_freq=1, run=disabled_run())

@@ -1,4 +1,4 @@
-"""The ranked list's names (`tools/spec/lists.py`, `_top`) rendered by Vega (vl-convert): each
+"""The ranked list's names (`tools/spec/ranked.py`, `top`) rendered by Vega (vl-convert): each
 entry reads differently from every other one listed (an MoE's "…experts.1" of every layer
 did not), as `panel.ranked_names` computes them."""
 

@@ -1,6 +1,6 @@
 """A later sample's table reuses what did not change (`view/rows.py` fixed rows,
 `view/reduce.py` merged views, `records/stat_columns.py` value columns; the curve downsampled
-as arrays in `view/timeline.py`) and is equal, row for row, to the same profile's table built
+as arrays in `view/memory_curve.py`) and is equal, row for row, to the same profile's table built
 with nothing kept."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from wandb_modprof.records.sample import MemoryCurve
 from wandb_modprof.records.stat_columns import ColumnMetrics
 from wandb_modprof.view import graphs, layout, reduce, rows
 from wandb_modprof.view.columns import SPREAD_METRICS
-from wandb_modprof.view.timeline import _downsample, _downsample_loop
+from wandb_modprof.view.memory_curve import _downsample_loop, downsample
 
 
 def _wide() -> nn.Module:
@@ -97,5 +97,5 @@ def test_the_vectorised_curve_keeps_the_same_points_as_the_loop() -> None:
         buckets = max(points // 2, 1)
         width = (t[-1] - t[0]) / buckets or 1.0
         want = _downsample_loop(list(zip(t, live, strict=True)), buckets, t[0], width)
-        assert _downsample(curve, points) == want
+        assert downsample(curve, points) == want
         assert max(live) in [b for _, b in want]  # the peak is kept

@@ -14,12 +14,9 @@ from models import ResNet, gpt2_from_config, resnet_input
 import wandb_modprof
 from wandb_modprof.records.graph import GraphNode, ViewGraph
 from wandb_modprof.records.sample import BackwardRun, MemoryCurve
-from wandb_modprof.view.timeline import (
-    CURVE_POINTS,
-    SPANS_PER_VIEW,
-    build_timeline,
-    running_at,
-)
+from wandb_modprof.view.call_times import running_at
+from wandb_modprof.view.spans import SPANS_PER_VIEW
+from wandb_modprof.view.timeline import CURVE_POINTS, build_timeline
 
 
 @pytest.fixture(scope="module")

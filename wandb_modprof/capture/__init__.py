@@ -15,8 +15,10 @@ One sub-package per thing captured, lowest first; each imports only those before
 * `backward/`: autograd node stamps, checkpoint recomputes, NVTX ranges.
 
 At the top, the sampled step put together and handed over, above every sub-package:
-`hooks.Capture` (its hook bodies; which submodules carry hooks: `submodule_hooks`), `session`,
-`step_queue`, `delivery`, `resolve` with `memory_curve`, and `sink`. Two leaves any module may
+`hooks.Capture` (its step boundaries at the root: `root_hooks`; the hooks feeding a sampled
+step's session: `session_hooks`; which submodules carry hooks: `submodule_hooks`), `session`,
+`step_queue`, `delivery`, `resolve` with `memory_curve`, the backward charged to its calls
+`backward_charges` and as runs for traces `backward_runs`, and `sink`. Two leaves any module may
 import: `options` and `inert_hook` (the path pickles of watched models name). `static_memory`
 here only forwards two records to the statistics stage under their old path.
 """

@@ -16,7 +16,7 @@ from typing import Protocol
 import torch
 
 from wandb_modprof.capture.step import registry as _registry
-from wandb_modprof.capture.structure.structure_pass import structure_pass_active
+from wandb_modprof.capture.structure.pass_modes import structure_pass_active
 
 
 class Deliverer(Protocol):

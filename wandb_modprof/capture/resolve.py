@@ -2,29 +2,26 @@
 
 Runs after the step: on an accelerator only once the step's timing events have completed, so
 nothing here can stall training.
+
+Here: the forward times, the sums up the call tree and the records themselves. The backward
+charged to its calls is `backward_charges`, the backward's runs for traces `backward_runs`,
+the memory curve and the CPU peaks read from it `memory_curve`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 
 from wandb_modprof._warn import warn_safely
 from wandb_modprof.capture import memory_curve
-from wandb_modprof.capture.backward.recompute import roll_up_recomputes
+from wandb_modprof.capture.backward_charges import BackwardTimes, NodeMemory, backward_times
+from wandb_modprof.capture.backward_runs import backward_runs
 from wandb_modprof.capture.memory.gradient_readings import GradientState
 from wandb_modprof.capture.memory.static_memory import StaticMemory
 from wandb_modprof.capture.session import StepSession
 from wandb_modprof.capture.step.clock import CpuClock
 from wandb_modprof.records.frozen import frozen
-from wandb_modprof.records.sample import (
-    BackwardRun,
-    InvocationRecord,
-    MemoryCurve,
-    Sample,
-    StepTotals,
-)
+from wandb_modprof.records.sample import InvocationRecord, MemoryCurve, Sample, StepTotals
 
 
 def last_stamp_ready(session: StepSession) -> bool:
@@ -35,35 +32,6 @@ def last_stamp_ready(session: StepSession) -> bool:
 def wait(session: StepSession) -> None:
     last = session.bwd_t_end if session.bwd_t_end is not None else session.invocations[0].t1
     session.clock.wait(last)
-
-
-def _finite(value: float) -> bool:
-    return not math.isnan(value)
-
-
-@dataclass
-class _Backward:
-    """Per invocation (indexed as `session.invocations`): its own backward work, then, after
-    `_roll_up`, with its descendants'. Node and recompute offsets are kept for the trace."""
-
-    bwd_self: list[float]
-    recompute: list[float]
-    recomputed: list[bool]
-    nodes_run: list[int]
-    first: list[float]  # start of its first node (inf: none ran)
-    last: list[float]  # end of its last node (-inf: none ran)
-    first_alloc: list[int | None]  # accelerators: allocated bytes as its first node started
-    peak: list[int | None]  # accelerators: allocator peak over its nodes
-    t0: list[float]
-    t1: list[float]
-    r_off: list[float]
-
-    @classmethod
-    def empty(cls, n: int) -> _Backward:
-        return cls(
-            [0.0] * n, [0.0] * n, [False] * n, [0] * n, [math.inf] * n, [-math.inf] * n,
-            [None] * n, [None] * n, [], [], [],
-        )  # fmt: skip
 
 
 def resolve(
@@ -79,7 +47,9 @@ def resolve(
     invs = session.invocations
     fwd_start, fwd, fwd_self, fwd_wall = _forward_times(session)
     curve, fwd_peak, node_mem = _memory(session, static, gradients)
-    back = _backward_times(session, node_mem) if session.bwd_started else _Backward.empty(len(invs))
+    back = (
+        backward_times(session, node_mem) if session.bwd_started else BackwardTimes.empty(len(invs))
+    )
     act_self: list[int | None] = [None] * len(invs)
     if session.activations is not None:
         counts = session.activations.bytes_by_invocation
@@ -110,21 +80,18 @@ def resolve(
         invocations=tuple(records),
         totals=totals,
         forward_thread_id=session.forward_thread,
-        runs=_runs(session, back.t0, back.t1, back.r_off) if session.bwd_started else (),
+        runs=backward_runs(session, back.t0, back.t1, back.r_off) if session.bwd_started else (),
         host_origin_ns=ref if isinstance(clock, CpuClock) else None,
         memory=curve,
         cold_start=session.cold_start,
     )
 
 
-_NodeMemory = tuple[list[int | None], list[int | None]]
-
-
 def _memory(
     session: StepSession,
     static: Mapping[str, StaticMemory],
     gradients: GradientState | None,
-) -> tuple[MemoryCurve | None, list[int | None] | None, _NodeMemory | None]:
+) -> tuple[MemoryCurve | None, list[int | None] | None, NodeMemory | None]:
     """The step's memory curve; on CPU also the per-call forward peaks and per-node levels read
     from it (on an accelerator those come from the allocator's peak counter, in the session).
     A failure here loses the curve, never the sample."""
@@ -175,76 +142,8 @@ def _forward_times(
     return fwd_start, fwd, fwd_self, wall
 
 
-def _backward_times(session: StepSession, node_mem: _NodeMemory | None = None) -> _Backward:
-    """Exclusive node times (nested nodes and recomputes taken out) charged to their owners;
-    `node_mem`: per node the live bytes as it started and the most live while it ran, read
-    from the CPU curve (default: the allocator's, from the session)."""
-    clock, ref = session.clock, session.ref_stamp
-    back = _Backward.empty(len(session.invocations))
-    nodes = session.nodes
-    back.t0 = t0 = clock.offsets_ms(ref, nodes.t0)
-    back.t1 = t1 = clock.offsets_ms(ref, nodes.t1)
-    ran = [_finite(a) and _finite(b) for a, b in zip(t0, t1, strict=True)]
-    # less our own time inside the node (saved-tensor unpack hooks, nested recomputes' hooks)
-    own = [(b - a) / 1e6 for a, b in zip(nodes.own0, nodes.own1, strict=True)]
-    dur = [t1[j] - t0[j] - own[j] if ran[j] else 0.0 for j in range(len(ran))]
-    excl = list(dur)
-    for j, outer in enumerate(nodes.enclosing):
-        if ran[j] and outer >= 0:
-            excl[outer] -= dur[j]
-    _charge_recomputes(session, back, excl)
-    alloc0, peaks = node_mem if node_mem is not None else (nodes.alloc0, nodes.peak)
-    for j, owner in enumerate(nodes.owner):
-        if not ran[j]:
-            continue
-        back.bwd_self[owner] += excl[j]
-        back.nodes_run[owner] += 1
-        if t0[j] < back.first[owner]:
-            back.first[owner] = t0[j]
-            back.first_alloc[owner] = alloc0[j]
-        back.last[owner] = max(back.last[owner], t1[j])
-        p = peaks[j]
-        if p is not None:
-            q = back.peak[owner]
-            back.peak[owner] = p if q is None else max(q, p)
-    return back
-
-
-def _charge_recomputes(session: StepSession, back: _Backward, excl: list[float]) -> None:
-    """A recompute's time goes to the call it repeats (its `recompute_ms`, and its backward
-    self time), and out of the node it ran inside."""
-    recs = session.recomputes
-    back.r_off = r_off = session.clock.offsets_ms(
-        session.ref_stamp, [t for r in recs for t in (r.t0, r.t1)]
-    )
-    r_dur = [
-        r_off[2 * k + 1] - r_off[2 * k] - (r.own1 - r.own0) / 1e6
-        if _finite(r_off[2 * k + 1])
-        else 0.0
-        for k, r in enumerate(recs)
-    ]
-    r_self = list(r_dur)
-    for k, r in enumerate(recs):
-        if r.parent >= 0:
-            r_self[r.parent] -= r_dur[k]
-    for k, r in enumerate(recs):
-        owner = r.orig
-        up = r.parent
-        while owner < 0 and up >= 0:  # an unmatched nested call: charge the nearest match
-            owner, up = recs[up].orig, recs[up].parent
-        if owner < 0:
-            continue  # unmatched top-level recompute: its time stays in the enclosing node
-        if r.parent < 0 and r.enclosing_node >= 0:
-            excl[r.enclosing_node] -= r_dur[k]
-        back.bwd_self[owner] += r_self[k]
-        if r.orig >= 0:
-            back.recompute[r.orig] += r_dur[k]
-            back.recomputed[r.orig] = True
-    roll_up_recomputes([inv.parent for inv in session.invocations], back.recompute, back.recomputed)
-
-
 def _roll_up(
-    session: StepSession, back: _Backward, act_self: list[int | None]
+    session: StepSession, back: BackwardTimes, act_self: list[int | None]
 ) -> tuple[list[float], list[int | None]]:
     """Inclusive backward time and activation bytes: each call's own plus its descendants'
     (node counts, first / last node and peaks are folded into `back` in place)."""
@@ -276,7 +175,7 @@ def _record(
     static: Mapping[str, StaticMemory],
     gradients: GradientState | None,
     forward: tuple[list[float], list[float], list[float], list[float]],
-    back: _Backward,
+    back: BackwardTimes,
     bwd: list[float],
     act: list[int | None],
     act_self: list[int | None],
@@ -338,55 +237,6 @@ def _record(
             "fwd_wall_ms": fwd_wall[i],
         },
     )
-
-
-def _runs(
-    session: StepSession, t0: list[float], t1: list[float], r_off: list[float]
-) -> tuple[BackwardRun, ...]:
-    """Every node execution and checkpoint recompute of the backward, in start order."""
-    invs = session.invocations
-    runs: list[BackwardRun] = []
-    nodes = session.nodes
-    for j, owner in enumerate(nodes.owner):
-        if owner >= 0 and _finite(t0[j]) and _finite(t1[j]):
-            # (`frozen`: one run per node that ran, ~90,000 in a 28,000-call MoE step)
-            cells = {
-                "kind": "node", "name": nodes.name[j], "seq": nodes.seq[j],
-                "owner_key": invs[owner].key, "start_ms": t0[j], "end_ms": t1[j],
-                "thread_id": nodes.thread[j],
-            }  # fmt: skip
-            runs.append(frozen(BackwardRun, cells))
-    for k, r in enumerate(session.recomputes):
-        start, end = r_off[2 * k], r_off[2 * k + 1]
-        if r.orig < 0 or not (_finite(start) and _finite(end)):
-            continue
-        node = r.enclosing_node
-        thread = session.nodes.thread[node] if node >= 0 else session.forward_thread
-        key = invs[r.orig].key
-        runs.append(BackwardRun("recompute", key, -1, key, start, end, thread))
-    runs.sort(key=lambda run: (run.start_ms, -run.end_ms))
-    return tuple(_clip_recomputes(runs))
-
-
-def _clip_recomputes(runs: list[BackwardRun]) -> list[BackwardRun]:
-    """A recompute runs synchronously inside the node that needed its tensors, so no node
-    starts while it runs. With non-reentrant checkpointing's early stop, its module's exit hook
-    fires late (when the stop exception is handled): its end is clipped to the next node."""
-    out = list(runs)
-    for i, run in enumerate(out):
-        if run.kind != "recompute":
-            continue
-        nxt = next(
-            (
-                r.start_ms
-                for r in out[i + 1 :]
-                if r.kind == "node" and r.thread_id == run.thread_id and r.start_ms > run.start_ms
-            ),
-            None,
-        )
-        if nxt is not None and nxt < run.end_ms:
-            out[i] = replace(run, end_ms=nxt)
-    return out
 
 
 def _peak_over(peak: int | None, baseline: int | None) -> int | None:

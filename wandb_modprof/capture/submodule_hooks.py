@@ -10,9 +10,10 @@ Two ways the model's steps escape the index: a forward that materialises lazy mo
 sample or structure pass is dropped; `_materialised_now`), and a step run under a `torch.func`
 transform (not measured, warned once; `_skip_transformed_step`, `model/transforms.py`).
 
-The base class of `hooks.Capture`, not an object it holds: the hook bodies read `_names` and
-`_forward` in one attribute read, as before this was split from `hooks.py`. It is also the
-side of the capture the structure driver sees (`structure_driver.HookOwner`, with `warn_once`).
+A base class of `hooks.Capture` (through `session_hooks.SessionHooks`), not an object it holds:
+the hook bodies read `_names` and `_forward` in one attribute read, as before this was split
+from `hooks.py`. It is also the side of the capture the structure driver sees
+(`structure_driver.HookOwner`, with `warn_once`).
 """
 
 from __future__ import annotations

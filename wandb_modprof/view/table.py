@@ -88,7 +88,8 @@ from wandb_modprof.view.meta import REDUCTION_META_ROWS, profile_meta, reduction
 from wandb_modprof.view.reduce import MIN_VIEW_ROWS, reduce_views
 from wandb_modprof.view.refs import from_ref, number_views
 from wandb_modprof.view.rows import RowSource, meta_rows, timeline_rows, view_rows
-from wandb_modprof.view.timeline import ViewSpans, build_timeline, timeline_budget
+from wandb_modprof.view.spans import ViewSpans
+from wandb_modprof.view.timeline import build_timeline, timeline_budget
 from wandb_modprof.view.values import finite, profile_roofline
 
 if TYPE_CHECKING:

@@ -1,12 +1,13 @@
 """When the structure pass runs, and what happens around it, for one watched model.
 
 The pass (`structure_pass.StructurePass`) is one untimed forward with two torch modes pushed.
-This driver decides when one is due (the first eligible forward; again when a timed step's
-call sequence is new, up to `MAX_STRUCTURES` sequences and `MAX_PASSES` attempts), starts it
-from the root's pre-hook, ends it at the root's exit and hands the finished `Structure` to the
-sink, as every graph, through `kept_counts.KeptCounts` (what earlier passes counted, filled in
-where a graph lacks it). The capture (`hooks.Capture`) owns the module hooks; the driver
-reaches them only through the small `HookOwner` interface below.
+This driver runs one when it is due (`pass_schedule.PassSchedule`: the first eligible
+forward; again when a timed step's call sequence is new, up to `MAX_STRUCTURES` sequences and
+`MAX_PASSES` attempts): it starts the pass from the root's pre-hook, ends it at the root's exit
+and hands the finished `Structure` to the sink, as every graph, through
+`kept_counts.KeptCounts` (what earlier passes counted, filled in where a graph lacks it). The
+capture (`hooks.Capture`) owns the module hooks; the driver reaches them only through the small
+`HookOwner` interface below.
 """
 
 from __future__ import annotations
@@ -20,11 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 from torch import nn
 
-from wandb_modprof._warn import warn_safely
-from wandb_modprof.capture.inert_hook import under_compile
 from wandb_modprof.capture.memory.static_memory import ROOT_NAME
-from wandb_modprof.capture.model.compiled import compiled_in_place, is_compiled_wrapper
-from wandb_modprof.capture.model.wrappers import inner_model
 from wandb_modprof.capture.step import gc_pause
 from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.capture.structure.backward_work import BackwardWork, count_pass_backward
@@ -32,31 +29,17 @@ from wandb_modprof.capture.structure.calibration import roofline_of
 from wandb_modprof.capture.structure.fake_structure import fake_structure
 from wandb_modprof.capture.structure.kept_counts import KeptCounts
 from wandb_modprof.capture.structure.known_calls import KnownCalls, PassRecord
-from wandb_modprof.capture.structure.structure_pass import (
-    StructurePass,
-    prepare,
-    structure_pass_active,
-)
-from wandb_modprof.records.calls import call_signature
+from wandb_modprof.capture.structure.pass_modes import prepare, structure_pass_active
+from wandb_modprof.capture.structure.pass_schedule import MAX_STRUCTURES, PassSchedule
+from wandb_modprof.capture.structure.structure_pass import StructurePass
 
 if TYPE_CHECKING:
-    from wandb_modprof.capture.forward.invocation import Invocation
     from wandb_modprof.capture.memory.static_memory import ModelIndex
     from wandb_modprof.records.calls import Structure
 
-MAX_STRUCTURES = 8  # distinct call sequences captured; beyond that the graph stops growing
-MAX_PASSES = 2 * MAX_STRUCTURES  # structure passes that failed or learnt nothing new
 # Calls one pass follows at most (`known_calls`): a larger model's first graph takes a few
 # passes, each on its own step, instead of one step many times longer than a plain one.
 FOLLOW_BUDGET = 2500
-# Modules with an inference fast path that `has_torch_function` (true under our dataflow mode)
-# turns off: a structure pass on their eval forward would change its numerics.
-_FASTPATH_TYPES = (
-    nn.MultiheadAttention,
-    nn.TransformerEncoderLayer,
-    nn.TransformerDecoderLayer,
-    nn.TransformerEncoder,
-)
 
 
 class HookOwner(Protocol):
@@ -73,13 +56,6 @@ class HookOwner(Protocol):
     def warn_once(self, where: str, error: Exception) -> None: ...
 
 
-class TimedStep(Protocol):
-    """What `check` reads of a timed step (a `capture.session.StepSession`, which sits above
-    this sub-package: named by what is read, not imported)."""
-
-    invocations: list[Invocation]
-
-
 class StructureSink(Protocol):
     def add_structure(self, structure: Structure) -> None: ...
 
@@ -88,9 +64,9 @@ class StructureSink(Protocol):
     def num_structures(self) -> int: ...
 
 
-class StructureDriver:
-    """The structure passes of one capture: due, running (`current`), or stale (their modes
-    could not be popped yet because someone else's mode is on top of ours)."""
+class StructureDriver(PassSchedule):
+    """The structure passes of one capture: due (`PassSchedule`), running (`current`), or
+    stale (their modes could not be popped yet because someone else's mode is on top of ours)."""
 
     def __init__(
         self,
@@ -101,30 +77,16 @@ class StructureDriver:
         peaks: tuple[float | None, float | None] = (None, None),
     ) -> None:
         self.owner = owner
-        self.known = {True: KnownCalls(), False: KnownCalls()}  # what passes learnt, per mode
-        self.sink = KeptCounts(sink, self.known)  # gets graphs with the counts passes kept
-        self.enabled = enabled
-        self.eligible = eligible
+        known = {True: KnownCalls(), False: KnownCalls()}  # what passes learnt, per mode
+        # (the sink gets graphs with the counts passes kept)
+        super().__init__(enabled, eligible, owner.index, KeptCounts(sink, known), known)
         self.peaks = peaks  # `watch(peak_flops=, peak_bw=)`: None = found by `calibration`
-        self.due = enabled
         self.current: StructurePass | None = None
         self.stale: list[StructurePass] = []
-        self.passes = 0  # started, of every kind
-        # passes counted against `MAX_PASSES`: all but the partial ones that learnt something
-        self.spent = 0
         self.records: list[PassRecord] = []
         self._started = 0.0
         self.budget: int | None = FOLLOW_BUDGET
         self.reuse = True  # False: every pass follows every call (a benchmark's baseline)
-        self._derived: set[str] = set()  # signatures whose graph no pass has refined yet
-        self.derive_failed = False  # a derivation raised: leave the graph to the passes
-        # A timed step called a sequence no graph had (routing, dynamic control flow): from
-        # then on sampled steps derive their own graph, so calls that appear only on sampled
-        # steps (an expert the router picked there) get their edges.
-        self.varies = False
-        self._warned = False
-        self._fastpath: tuple[ModelIndex, bool] | None = None
-        self._compiled: tuple[ModelIndex, bool] | None = None
         self.backward: BackwardWork | None = None  # the last pass's backward, being counted
         if enabled:
             prepare()
@@ -146,22 +108,6 @@ class StructureDriver:
         self.pop_stale()
         self.close_backward()
 
-    def compiled(self) -> bool:
-        """The model has compiled regions (their boundaries are among the hooked modules):
-        its graph comes from `before_step`, never from an eager pass or a timed step."""
-        if under_compile():
-            return True  # a torch.compile wrapper around the watched model: one region
-        index = self.owner.index()
-        if self._compiled is None or self._compiled[0] is not index:
-            found = any(
-                is_compiled_wrapper(m) or compiled_in_place(m)
-                for _, module in index.modules.values()
-                for m in (module, inner_model(module))  # DDP(torch.compile(model))
-                if m is not None
-            )
-            self._compiled = (index, found)
-        return self._compiled[1]
-
     def before_step(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         """At a root forward of a model with compiled code, while a graph is due: draw it from
         the eager modules on fake tensors (`fake_structure`), beside the step, which then runs
@@ -170,15 +116,13 @@ class StructureDriver:
             return
         if torch.compiler.is_compiling() or structure_pass_active():
             return
-        self.due = False
-        self.passes += 1
-        self.spent += 1
+        self.pass_taken()
         structure, error = fake_structure(module, args, kwargs)
         if structure is None:
             # Not retried: the same forward on fake tensors fails the same way.
             self.warn(f"the graph of the compiled model could not be traced ({error!r})")
             return
-        self._derived.discard(structure.signature)
+        self.refined(structure.signature)
         self.sink.add_structure(self._with_roofline(structure, module))
 
     def _with_roofline(self, structure: Structure, module: nn.Module) -> Structure:
@@ -191,56 +135,8 @@ class StructureDriver:
             return structure
         return dataclasses.replace(structure, roofline=found)
 
-    def can_start(self, module: nn.Module) -> bool:
-        if not self.eligible(module) or self.compiled():
-            return False  # (compiled code: `before_step` draws the graph)
-        if torch.compiler.is_compiling():
-            # The root's hooks run inside compiled code (`model.compile()`): no modes there.
-            self.due = False
-            self.warn("the model runs inside torch.compile; it has no structure pass")
-            return False
-        if structure_pass_active():
-            return False  # another model's pass is running: ours on a later step
-        return module.training or not self._has_fastpath_modules()
-
-    def _has_fastpath_modules(self) -> bool:
-        index = self.owner.index()
-        if self._fastpath is None or self._fastpath[0] is not index:
-            found = any(isinstance(m, _FASTPATH_TYPES) for _, m in index.modules.values())
-            self._fastpath = (index, found)
-        return self._fastpath[1]
-
-    def derive_from_sample(self) -> bool:
-        """A sampled step is about to start and no graph was captured yet (not even a failed
-        pass's): that step derives the graph from its own forward instead of the step being
-        given to a structure pass. No modes run, so its numerics and times are untouched.
-
-        Also once the model's call sequence was seen to vary (`varies`), while graphs may still
-        be added and no pass is due (a due pass takes the step where a pass may run, as
-        before): a structure pass runs on a step the sampler did not pick and, with routing,
-        sees other calls than the sampled steps (on a 4-step MoE, 12 module nodes drawn
-        without edges). Deriving costs only the sampled steps of models that vary."""
-        if not self.enabled or self.derive_failed or self.compiled():
-            return False  # (a compiled model: its compiled regions' insides would be missing)
-        count = self.sink.num_structures()
-        if count and not (self.varies and not self.due and count < MAX_STRUCTURES):
-            return False
-        return not torch.compiler.is_compiling() and not structure_pass_active()
-
-    def add_derived(self, structure: Structure) -> None:
-        """The graph of a timed step (no FLOPs): kept until a structure pass of the same call
-        sequence replaces it. That pass is asked for on a later eligible step."""
-        if self.sink.has_structure(structure.signature):
-            return
-        self.sink.add_structure(structure)
-        self._derived.add(structure.signature)
-        if self.spent < MAX_PASSES:
-            self.due = True
-
     def start(self, module: nn.Module, args: Any, kwargs: Any) -> None:
-        self.due = False
-        self.passes += 1
-        self.spent += 1
+        self.pass_taken()
         # The collector held off through the pass's forward, as through a sampled one: the
         # pass makes many small objects (frames, sets), and the collections they set off
         # took ~30 % of a 10,000-call pass (`gc_pause`).
@@ -300,22 +196,17 @@ class StructureDriver:
         if not structure.complete():
             # Known calls that called others than before, or new calls beyond the budget:
             # the next pass follows them (it is due at once: it starts where this one ended).
-            if len(known.calls) > before or structure.changed:
-                self.spent -= 1  # progress (new calls, or calls now known to vary): not counted
-            self.due = self.spent < MAX_PASSES
+            self.pass_partial(len(known.calls) > before or bool(structure.changed))
             self._count_backward(structure, None, result)
             return
         finished = structure.finish()
-        if (
-            not self.sink.has_structure(finished.signature)
-            and self.sink.num_structures() >= MAX_STRUCTURES
-        ):
+        if not self.room_for(finished.signature):
             # A pass asked for to refine a derived graph may meet yet another new sequence
             # (routing changes every step) after that graph filled the last place: not kept.
             self.warn(f"the model called more than {MAX_STRUCTURES} different sequences of modules")
             self._count_backward(structure, None, result)
             return
-        self._derived.discard(finished.signature)
+        self.refined(finished.signature)
         stored = self._with_roofline(finished, module)
         self.sink.add_structure(stored)
         self._count_backward(structure, stored, result)
@@ -345,49 +236,6 @@ class StructureDriver:
             self.stale.append(structure)  # someone's mode is on top of ours
         self.owner.release_children()
         gc_pause.release(id(self))
-
-    def rearm(self) -> None:
-        """After a failed pass: the next timed sample finds its call sequence unknown and asks
-        for another pass (`check`), so failing passes alternate with samples and stop after
-        `MAX_PASSES`."""
-        if self.spent >= MAX_PASSES:
-            self.warn(f"{MAX_PASSES} structure passes failed or were cut short")
-
-    def check(self, session: TimedStep) -> None:
-        """A timed step whose call sequence was never captured asks for a structure pass."""
-        if not self.enabled or self.compiled():
-            return  # (a compiled model's sample has its regions' boundaries only)
-        signature = call_signature(inv.key for inv in session.invocations)
-        known = self.sink.has_structure(signature)
-        if not known:
-            self.varies = True
-            # the calls whose children changed are followed by the next pass (`known_calls`)
-            keys = [inv.key for inv in session.invocations]
-            parents = [inv.parent for inv in session.invocations]
-            for table in self.known.values():  # (the session does not say which mode ran)
-                table.mark_changed(keys, parents)
-        if self.due or (known and signature not in self._derived):
-            return
-        if known:  # a graph derived from a timed step (this one or earlier): a pass refines it
-            if self.spent < MAX_PASSES:
-                self.due = True
-            return  # else the derived graph stays (the warning was given when passes ran out)
-        if self.sink.num_structures() < MAX_STRUCTURES and self.spent < MAX_PASSES:
-            self.due = True
-        else:
-            self.warn(f"the model called more than {MAX_STRUCTURES} different sequences of modules")
-
-    def warn(self, why: str) -> None:
-        if self._warned:
-            return
-        self._warned = True
-        warn_safely(
-            f"wandb_modprof: {why}; the graph shows the structures captured so far (module "
-            "statistics still cover every module, drawn without edges or FLOPs where no pass saw "
-            "them; `Profile.flops_unknown` counts the calls without FLOPs).",
-            RuntimeWarning,
-            stacklevel=5,
-        )
 
 
 def _disturb_other_timed_forwards(owner: object) -> None:

@@ -4,17 +4,17 @@ Runs on its own step (never a timed one): the first eligible forward after `watc
 starts, and again after a timed sample whose sequence of invocations was not seen before
 (dynamic control flow). Two modes are pushed for that one forward:
 
-* a `TorchFunctionMode` follows tensors through the Python-level torch calls of each
-  invocation's own code (a residual `+`, `cat`, `chunk`, views, in-place ops). Each open
-  invocation ("frame") maps the tensors it has seen to the sources they derive from: its own
-  inputs and the child calls that produced them. Working at the Python level (not by walking
-  the autograd graph) makes it work under `no_grad`/eval and for integer tensors such as token
-  ids, and keeps the tensor objects users see.
-* a `TorchDispatchMode` counts FLOPs of every ATen op with `torch.utils.flop_counter`'s
-  formulas and charges them to the innermost open call.
+* a `TorchFunctionMode` (`pass_frames.Dataflow`) follows tensors through the Python-level
+  torch calls of each invocation's own code (a residual `+`, `cat`, `chunk`, views, in-place
+  ops). Each open invocation ("frame") maps the tensors it has seen to the sources they derive
+  from: its own inputs and the child calls that produced them. Working at the Python level
+  (not by walking the autograd graph) makes it work under `no_grad`/eval and for integer
+  tensors such as token ids, and keeps the tensor objects users see.
+* a `TorchDispatchMode` (`flops.FlopCount`) counts FLOPs of every ATen op with
+  `torch.utils.flop_counter`'s formulas and charges them to the innermost open call.
 
 Neither mode holds a tensor beyond the forward: frames map tensors through weak references and
-are dropped when their call returns.
+are dropped when their call returns. `pass_modes` turns the two on and off.
 
 A pass after the first follows only what is new (`known_calls`): a call an earlier pass
 followed, met again with the same input shapes, runs with both modes off and takes its own
@@ -36,15 +36,14 @@ from wandb_modprof.capture.forward.callstack import call_depth
 from wandb_modprof.capture.forward.invocation import tensors_in
 from wandb_modprof.capture.model.wrappers import inner_model
 from wandb_modprof.capture.step import autograd_private as ap
-from wandb_modprof.capture.structure.flops import FlopCount
 from wandb_modprof.capture.structure.known_calls import KnownCall, KnownCalls, call_meta
 from wandb_modprof.capture.structure.pass_frames import (
     CallBuilder,
-    Dataflow,
     Frame,
     call_infos,
     own_results,
 )
+from wandb_modprof.capture.structure.pass_modes import PassModes
 from wandb_modprof.capture.structure.slots import input_slots, output_slots
 from wandb_modprof.records.calls import (
     DataEdge,
@@ -54,35 +53,6 @@ from wandb_modprof.records.calls import (
     output_key,
 )
 
-
-def prepare() -> None:
-    """Import torch._dynamo before the first pass, outside any forward.
-
-    The dataflow mode makes some torch functions import it lazily; imported inside the user's
-    forward, that import leaves a reference cycle holding the forward's frames (and tensors)
-    until the next garbage collection. With it imported, compiled code also runs eagerly during
-    the pass instead of being recompiled (`push_modes`). About 1 s, once per process.
-    """
-    import torch._dynamo  # noqa: F401
-
-
-def structure_pass_active() -> bool:
-    """A structure pass (of any capture) is following tensors on this thread right now (or
-    runs a call it does not follow, its modes off for that call)."""
-    from torch.overrides import _get_current_function_mode_stack
-
-    if _SUSPENDED:
-        thread = threading.get_ident()
-        if any(p._thread == thread and not p.failed for p in list(_SUSPENDED)):
-            return True
-    return any(
-        isinstance(m, Dataflow) and not m.pass_.failed for m in _get_current_function_mode_stack()
-    )
-
-
-# ---- the pass ----------------------------------------------------------------------------
-# passes whose modes are off for a call they do not follow (`StructurePass._modes_for`)
-_SUSPENDED: set[StructurePass] = set()
 _STALE_CHECK_EVERY = 128  # ops between checks that the pass's forward is still running
 
 
@@ -105,25 +75,19 @@ class StructurePass:
         self._known = known
         self._budget = budget
         self._backward = torch.is_grad_enabled()  # a backward may come, and be counted
-        self._suspended = False  # the modes are off for the innermost (not followed) call
         self.followed = 0
         self.new_calls = 0  # of those, calls no earlier pass followed (`budget` counts these)
         self.partial = False  # some call was neither followed nor known
         self.changed: list[str] = []  # known calls that made other calls than before
-        # Compiled code runs eagerly during the pass: dynamo guards on the mode stack, so
-        # running it under our modes would recompile it (and again after the pass).
-        self._stance: Any = None
         self._calls: list[CallBuilder] = []
         self._keys = CallKeys()
         self._stack: list[Frame] = []
         self._thread = threading.get_ident()  # calls on other threads are not followed
         self._edges: set[DataEdge] = set()
-        self._dataflow = Dataflow(self)
-        self._flops = FlopCount(self, fake_type)
+        self._modes = PassModes(self, fake_type)
         # A pass over fake tensors runs to its end inside one call of ours (`fake_structure`):
         # it cannot be left behind by an interrupted forward.
         self._check_stale = fake_type is None
-        self._modes_on = False
         self._ops = 0
         self.failed = False
         self.error: Exception | None = None  # what made the pass fail, for the warning
@@ -131,73 +95,13 @@ class StructurePass:
         # An exception being handled when the pass starts is not one raised by the forward.
         self.exception_at_start = sys.exc_info()[1]
 
-    # ---- modes -------------------------------------------------------------------------
+    # ---- modes (`pass_modes`) ---------------------------------------------------------
     def push_modes(self) -> None:
-        # torch._dynamo is imported when the capture starts (see `prepare`), so every
-        # torch.compile'd function or module in the forward runs eagerly, not recompiled.
-        if "torch._dynamo" in sys.modules:
-            self._stance = torch.compiler.set_stance("force_eager")
-        self._dataflow.__enter__()
-        try:
-            self._flops.__enter__()
-        except BaseException:
-            self._dataflow.__exit__(None, None, None)
-            raise
-        self._modes_on = True
+        self._modes.push()
 
     def pop_modes(self) -> bool:
         """Pop our modes if they are the innermost ones; True once they are gone."""
-        if not self._modes_on:
-            return True
-        if self._suspended:  # (popped already, for a call the pass did not follow)
-            self._modes_on = self._suspended = False
-            _SUSPENDED.discard(self)
-            self._restore_stance()
-            return True
-        from torch.overrides import _get_current_function_mode_stack
-        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
-        fstack = _get_current_function_mode_stack()
-        dstack = _get_current_dispatch_mode_stack()
-        if not fstack or fstack[-1] is not self._dataflow:
-            return False
-        if not dstack or dstack[-1] is not self._flops:
-            return False
-        self._flops.__exit__(None, None, None)
-        self._dataflow.__exit__(None, None, None)
-        self._modes_on = False
-        self._restore_stance()
-        return True
-
-    def _modes_for(self, follow: bool) -> bool:
-        """The modes on for a followed call, off for one that is not (its code then runs at
-        the speed of a plain forward); False where they cannot be turned off (someone's mode
-        is on top of ours): that call is followed."""
-        if not self._modes_on or follow != self._suspended:
-            return True
-        if follow:
-            self._dataflow.__enter__()
-            self._flops.__enter__()
-            self._suspended = False
-            _SUSPENDED.discard(self)
-            return True
-        from torch.overrides import _get_current_function_mode_stack
-        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
-        fstack = _get_current_function_mode_stack()
-        dstack = _get_current_dispatch_mode_stack()
-        if not (fstack and fstack[-1] is self._dataflow and dstack and dstack[-1] is self._flops):
-            return False
-        self._flops.__exit__(None, None, None)
-        self._dataflow.__exit__(None, None, None)
-        self._suspended = True
-        _SUSPENDED.add(self)  # (`structure_pass_active` still sees the pass)
-        return True
-
-    def _restore_stance(self) -> None:
-        if self._stance is not None:
-            self._stance.__exit__(None, None, None)  # back to the stance from before the pass
-            self._stance = None
+        return self._modes.pop()
 
     def fail(self, error: Exception) -> None:
         """Stop following tensors (the modes turn into pass-throughs); the capture warns."""
@@ -215,7 +119,7 @@ class StructurePass:
             # The forward ended without our root exit hook (KeyboardInterrupt): stop now
             # rather than at the next forward, and give compiled code its stance back.
             self.fail(RuntimeError("the forward was interrupted during the structure pass"))
-            self._restore_stance()
+            self._modes.restore_stance()
             return
         frame = self.frame()
         if frame is None:
@@ -291,7 +195,7 @@ class StructurePass:
             and self._budget is not None
             and self.new_calls >= self._budget
             and key not in self._known.calls
-            and self._modes_for(False)
+            and self._modes.switch(False)
         )
 
     def _decide(self, call: CallBuilder, slots: list[tuple[str, list[torch.Tensor]]]) -> bool:
@@ -307,12 +211,12 @@ class StructurePass:
             # changed is followed whatever the count, so that a pass after a routing
             # change gives the new sequence's graph at once)
             beyond = new and self._budget is not None and self.new_calls >= self._budget
-            if (known is not None or beyond) and self._modes_for(False):
+            if (known is not None or beyond) and self._modes.switch(False):
                 call.followed = False
                 call.known = known
                 self.partial = self.partial or known is None
                 return False
-        if not self._modes_for(True):  # (cannot fail: pushing is always possible)
+        if not self._modes.switch(True):  # (cannot fail: pushing is always possible)
             raise RuntimeError("the structure pass could not turn its modes back on")
         self.followed += 1
         self.new_calls += new
@@ -342,7 +246,7 @@ class StructurePass:
             self.changed.append(call.key)  # its own results are not these: the next pass
         if self._stack:
             parent = self._stack[-1]
-            self._modes_for(parent.followed)
+            self._modes.switch(parent.followed)
             if parent.followed:
                 produced = {call.key}
                 for t in tensors_in(result):
