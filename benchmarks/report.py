@@ -1,4 +1,5 @@
-"""Time to the first view of the HTML report (`wandb_modprof.sinks.html`) at the table's row limit.
+"""Time to the first view of the HTML report (`wandb_modprof.sinks.report.html`) at the
+table's row limit.
 
 Run (full run about a minute; ``--quick`` is the CI smoke run: small models, one repeat):
 
@@ -163,7 +164,7 @@ def main() -> int:
     torch.manual_seed(0)
     torch.set_num_threads(1)
 
-    from wandb_modprof.sinks.html import vega_bundle
+    from wandb_modprof.sinks.report.html import vega_bundle
 
     started = time.perf_counter()
     vega_bundle()

@@ -99,7 +99,7 @@ import wandb_modprof.view.layout as _layout_module
 import wandb_modprof.view.reduce as _reduce_module
 import wandb_modprof.view.rows as _rows_module
 import wandb_modprof.view.table as table_module
-from wandb_modprof.sinks.wandb_log import WandbLog
+from wandb_modprof.sinks.wandb.wandb_log import WandbLog
 
 THREAD_X_FLOOR, ALL_IN_X_FLOOR = 2.5, 5.0
 FREQ = 4  # `thread_cost`: log_freq of the watched model
@@ -603,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 3)
     browser_repeats = args.browser_repeats or (1 if args.quick else 3)
     torch.set_num_threads(1)
-    from wandb_modprof.sinks.html import vega_bundle
+    from wandb_modprof.sinks.report.html import vega_bundle
 
     vega_bundle()  # built once per process (vl-convert's Vega bundle): not a per-report cost
     started = time.perf_counter()

@@ -530,10 +530,10 @@ class Browser:
     def open_report(
         self, path: str | os.PathLike[str], width: int = 1280, height: int = 860
     ) -> Report:
-        """The HTML report at `path` (`wandb_modprof.sinks.html`) loaded from file:// in a window of
-        `width` x `height`, as a Panel over the report's own Vega view (`window.__modprof_view`):
-        every request except the file itself is aborted and reported as an error, and
-        `requests` lists every URL the page asked for."""
+        """The HTML report at `path` (`wandb_modprof.sinks.report.html`) loaded from file:// in a
+        window of `width` x `height`, as a Panel over the report's own Vega view
+        (`window.__modprof_view`): every request except the file itself is aborted and reported
+        as an error, and `requests` lists every URL the page asked for."""
         url = Path(path).resolve().as_uri()
         context, page, blocked, console = self._page(width, height, allowed=url)
         requests: list[str] = []

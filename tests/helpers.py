@@ -80,9 +80,9 @@ def strict_json(text: str) -> Any:
 def logged_cells(
     columns: Sequence[str], rows: Sequence[Sequence[Any]]
 ) -> tuple[list[str], list[list[Any]]]:
-    """The columns and rows of a profile table as W&B gets them (`sinks.packed.logged`): the
+    """The columns and rows of a profile table as W&B gets them (`sinks.wandb.packed.logged`): the
     cells the panel's spec reads, packed into one cell per row but `packed.UNPACKED`."""
-    from wandb_modprof.sinks.packed import logged
+    from wandb_modprof.sinks.wandb.packed import logged
 
     return logged(columns, rows)
 
@@ -99,7 +99,7 @@ def check_logged_tables(files: Sequence[Path], columns: Sequence[str]) -> None:
     """Every W&B table file is strict JSON with the columns of a table with these `columns`
     that the panel reads (`logged_cells`), 1 to 10,000 rows and only finite numbers, packed
     ones included."""
-    from wandb_modprof.sinks.packed import unpacked
+    from wandb_modprof.sinks.wandb.packed import unpacked
 
     for path in files:
         data = strict_json(path.read_text())

@@ -27,6 +27,17 @@ COMPAT = {"_capture"}  # old import paths kept loadable for pickles: at the top,
 # them the modules at the top of capture/ (hooks, session, resolve, ...), which put them together
 CAPTURE_LAYERS = ("step", "model", "forward", "memory", "structure", "backward")
 CAPTURE_LEAVES = {"options", "inert_hook"}
+# sinks/ holds one sub-package per destination and, at its top, the helpers more than one of
+# them uses; a destination imports those helpers, itself, and the destinations named here
+# (the W&B log carries the HTML report and the profile file), a helper imports no destination
+SINK_HELPERS = {"spec", "units", "escape", "files"}
+SINK_DESTINATIONS: dict[str, set[str]] = {
+    "wandb": {"report", "file"},
+    "file": set(),
+    "traces": set(),
+    "report": set(),
+    "text": set(),
+}
 MAX_LINES = 400
 # Over MAX_LINES before the limit was checked, and not split yet: each may not grow, and leaves
 # this list once it is under the limit.
@@ -128,7 +139,7 @@ def test_the_graph_is_read_from_the_source():
     assert len(edges) > 40  # every module of the package was found
     # function-level imports (`Profile.save` imports its sink when called) and TYPE_CHECKING
     # imports are edges too
-    assert "wandb_modprof.sinks.profile_file" in edges["wandb_modprof.api.profile"]
+    assert "wandb_modprof.sinks.file.profile_file" in edges["wandb_modprof.api.profile"]
     assert "wandb_modprof.records.snapshot" in edges["wandb_modprof.view.table"]
 
 
@@ -177,6 +188,35 @@ def test_capture_sub_packages_import_down_their_layers():
 def test_every_capture_module_is_in_a_layer():
     folders = {p.name for p in (PACKAGE / "capture").iterdir() if (p / "__init__.py").exists()}
     assert folders == set(CAPTURE_LAYERS)
+
+
+def sink_room(module: str) -> str | None:
+    """The destination of a module of sinks/ ("helpers" for the shared ones at its top); None
+    outside sinks/ (and for the package `wandb_modprof.sinks` itself)."""
+    parts = module.split(".")
+    if parts[1:2] != ["sinks"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in SINK_DESTINATIONS else "helpers"
+
+
+def test_every_sink_is_in_a_destination_or_shared():
+    folders = {p.name for p in (PACKAGE / "sinks").iterdir() if (p / "__init__.py").exists()}
+    assert folders == set(SINK_DESTINATIONS)
+    helpers = {p.stem for p in (PACKAGE / "sinks").glob("*.py")} - {"__init__"}
+    assert helpers == SINK_HELPERS
+
+
+def test_sinks_import_only_shared_helpers_and_named_destinations():
+    crossing = []
+    for src, targets in graph().items():
+        a = sink_room(src)
+        for dst, line in targets.items():
+            b = sink_room(dst)
+            if a is None or b is None or b in (a, "helpers"):
+                continue
+            if a == "helpers" or b not in SINK_DESTINATIONS[a]:
+                crossing.append(f"{src} line {line} imports {dst}")
+    assert crossing == []
 
 
 def test_no_module_is_longer_than_max_lines():

@@ -19,7 +19,7 @@ Messages are followed through the patterns the package uses:
 The page, and every other page of docs/ (and the README), also state facts of the code that
 must not drift: the command line's exit statuses (the `EXIT_*` constants of
 `wandb_modprof_cli.py`) and the profile file versions the loader reads (`VERSION` and
-`SUPPORTED_VERSIONS` of `wandb_modprof/sinks/profile_file.py`), both read with `ast` too.
+`SUPPORTED_VERSIONS` of `wandb_modprof/sinks/file/profile_file.py`), both read with `ast` too.
 """
 
 from __future__ import annotations

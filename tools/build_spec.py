@@ -33,15 +33,15 @@ from tools.spec.sidebar import sidebar  # noqa: E402
 from tools.spec.signals import extra_signals, signals  # noqa: E402
 from tools.spec.strip import lanes_data, strip, strip_data, strip_signals  # noqa: E402
 from tools.spec.top_bar import top_bar, top_bar_signals  # noqa: E402
-from wandb_modprof.sinks.packed import PACKED  # noqa: E402
 from wandb_modprof.sinks.spec import SPEC_FILE, SPEC_VERSION  # noqa: E402
+from wandb_modprof.sinks.wandb.packed import PACKED  # noqa: E402
 
 OUT = ROOT / "vega_specs" / SPEC_FILE
 
 
 def build() -> dict[str, Any]:
     spec = _sections()
-    # the W&B copy of the table packs the cells the spec reads (`sinks/packed.py`); the order
+    # the W&B copy of the table packs the cells the spec reads (`sinks/wandb/packed.py`); the order
     # is written into the spec, where the logging side reads it
     numbers, texts = packed_columns(json.dumps(spec))
     rows = next(d for d in spec["data"] if d["name"] == "rows")

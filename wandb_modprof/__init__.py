@@ -25,9 +25,9 @@ from wandb_modprof.records.sample import (
     Sample,
     StepTotals,
 )
-from wandb_modprof.sinks.chart import register_chart
-from wandb_modprof.sinks.html import write_report
-from wandb_modprof.sinks.regression import RegressionCheck
+from wandb_modprof.sinks.report.html import write_report
+from wandb_modprof.sinks.text.regression import RegressionCheck
+from wandb_modprof.sinks.wandb.chart import register_chart
 
 __all__ = [
     "METRICS",

@@ -22,10 +22,10 @@ from torch import nn
 import wandb_modprof
 from wandb_modprof.api import cli as _cli
 from wandb_modprof.records.modes import MODE_KEYS, mode
-from wandb_modprof.sinks import html as _html
-from wandb_modprof.sinks import summary as _summary
-from wandb_modprof.sinks import values as _values
-from wandb_modprof.sinks.compare import compare
+from wandb_modprof.sinks.report import html as _html
+from wandb_modprof.sinks.text import summary as _summary
+from wandb_modprof.sinks.text import values as _values
+from wandb_modprof.sinks.text.compare import compare
 
 
 def _profile(model: nn.Module, x: torch.Tensor, steps: int = 3) -> wandb_modprof.Profile:

@@ -28,7 +28,7 @@ from wandb_modprof.api import distributed as _distributed
 from wandb_modprof.api.distributed import RankChannel, RankInfo, compact_stats
 from wandb_modprof.records import modes as _modes
 from wandb_modprof.records.ranks import decode, encode, fold
-from wandb_modprof.sinks.packed import unpacked
+from wandb_modprof.sinks.wandb.packed import unpacked
 from wandb_modprof.view.table import RANK_COLUMNS, ProfileTable
 
 WORKER = Path(__file__).resolve().parents[1] / "dist_worker.py"

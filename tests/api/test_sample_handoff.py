@@ -20,7 +20,7 @@ import wandb_modprof
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.api import sample_worker
 from wandb_modprof.api.sample_message import index_message, sample_message
-from wandb_modprof.sinks.packed import unpacked
+from wandb_modprof.sinks.wandb.packed import unpacked
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 
 

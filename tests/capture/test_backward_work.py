@@ -175,7 +175,7 @@ def test_only_the_structure_steps_backward_is_counted():
     (structure,) = prof.structures()
     assert not any(c.bwd_work_known for c in structure.calls)
     assert all(c.work_known for c in structure.calls)  # the forward's counts stay
-    values = wandb_modprof.sinks.values.mode_values(prof, "eff_bwd")
+    values = wandb_modprof.sinks.text.values.mode_values(prof, "eff_bwd")
     assert all(v.value is None for v in values.modules)  # no backward efficiency shown
 
 
@@ -218,7 +218,7 @@ def test_the_backward_class_of_calls_whose_class_is_known():
     with wandb_modprof.profile(model) as prof:
         for _ in range(4):
             model(x).sum().backward()
-    values = wandb_modprof.sinks.values.mode_values(prof, "eff_bwd")
+    values = wandb_modprof.sinks.text.values.mode_values(prof, "eff_bwd")
     bound = {v.key: v.bound for v in values.modules}
     assert bound == {"matmul#0": "compute", "relu#0": "memory", "tiny#0": "overhead"}, bound
     assert all(v.value is not None and v.value > 0 for v in values.modules)

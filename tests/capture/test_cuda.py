@@ -91,7 +91,7 @@ def test_trace_on_cuda_puts_backward_on_the_autograd_device_thread(tmp_path):
     import json
     import threading
 
-    from wandb_modprof.sinks.trace import nesting_errors
+    from wandb_modprof.sinks.traces.trace import nesting_errors
 
     model = ResNet().cuda()
     x = resnet_input(8, 32).cuda()
@@ -113,7 +113,7 @@ def test_merged_trace_on_cuda_with_host_timing(tmp_path):
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from wandb_modprof.sinks.trace import NODE_EVENT_PREFIX, nesting_errors
+    from wandb_modprof.sinks.traces.trace import NODE_EVENT_PREFIX, nesting_errors
 
     model = ResNet().cuda()
     x = resnet_input(8, 32).cuda()

@@ -123,7 +123,7 @@ def test_calls_of_a_known_class_are_classed_so() -> None:
     line = _root(prof).roofline
     assert line is not None and line.source == "measured" and line.device == "cpu"
     assert line.peak_flops > 1e8 and line.peak_bytes_per_s > 1e8 and 0 < line.op_overhead_ms < 1
-    values = wandb_modprof.sinks.values.mode_values(prof, "eff")
+    values = wandb_modprof.sinks.text.values.mode_values(prof, "eff")
     by_key = {v.key: v for v in values.modules}
     assert by_key["matmul#0"].bound == "compute"
     assert by_key["elementwise#0"].bound == "memory"
@@ -175,7 +175,7 @@ def test_a_call_faster_than_the_peak_raises_it() -> None:
     stats = prof.stats()
     reached = []
     for key, metric in (("eff", "fwd_ms"), ("eff_bwd", "bwd_ms")):
-        values = wandb_modprof.sinks.values.mode_values(prof, key)
+        values = wandb_modprof.sinks.text.values.mode_values(prof, key)
         line = values.roofline
         assert line is not None and line.peak_flops > 1e9
         assert line.source == "given, raised to the fastest call"

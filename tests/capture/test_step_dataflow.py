@@ -267,7 +267,7 @@ def test_one_step_merges_into_a_torch_profiler_trace(tmp_path: Path) -> None:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from wandb_modprof.sinks.trace import nesting_errors
+    from wandb_modprof.sinks.traces.trace import nesting_errors
 
     model = ResNet(widths=(8, 16))
     x = resnet_input(2, 16)

@@ -404,8 +404,8 @@ def test_the_table_says_which_nodes_ran_fused(case: Case, tmp_path) -> None:
             assert measured == {"fwd_ms", "bwd_ms", "act_bytes"}, row["node_key"]
     back = wandb_modprof.load(case.prof.save(tmp_path / "c.modprof.json"))
     assert back.structures() == case.prof.structures()  # the regions kept, exactly
-    from wandb_modprof.sinks.summary import format_mode_summary
-    from wandb_modprof.sinks.values import mode_values
+    from wandb_modprof.sinks.text.summary import format_mode_summary
+    from wandb_modprof.sinks.text.values import mode_values
 
     text = format_mode_summary(mode_values(case.prof.snapshot(), "fwd_bwd"), 20)
     for root in roots:

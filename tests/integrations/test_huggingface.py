@@ -26,7 +26,7 @@ from helpers import (
 from models import gpt2_from_config
 
 from wandb_modprof import ModProfError
-from wandb_modprof.sinks import wandb_log as _wandb_log
+from wandb_modprof.sinks.wandb import wandb_log as _wandb_log
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # transformers.Trainer needs it

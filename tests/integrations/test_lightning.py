@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import wandb_modprof
 from wandb_modprof import ModProfError
-from wandb_modprof.sinks import wandb_log as _wandb_log
+from wandb_modprof.sinks.wandb import wandb_log as _wandb_log
 
 L = pytest.importorskip("lightning.pytorch")
 from lightning.pytorch.loggers import WandbLogger  # noqa: E402  (after the importorskip)

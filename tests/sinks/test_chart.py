@@ -19,8 +19,8 @@ import wandb
 import wandb_modprof
 from wandb_modprof import ModProfError
 from wandb_modprof.api import cli as _cli
-from wandb_modprof.sinks import chart as _chart
 from wandb_modprof.sinks import spec as _spec
+from wandb_modprof.sinks.wandb import chart as _chart
 
 
 def FakeApi(default_entity: str | None = "me", error: Exception | None = None) -> Any:  # noqa: N802

@@ -24,10 +24,10 @@ import wandb_modprof
 from wandb_modprof.records.modes import mode
 from wandb_modprof.records.roofline import BOUNDS, Roofline, efficiency
 from wandb_modprof.sinks import spec as _spec
-from wandb_modprof.sinks.compare import compare_values, format_comparison
-from wandb_modprof.sinks.summary import format_mode_summary
+from wandb_modprof.sinks.text.compare import compare_values, format_comparison
+from wandb_modprof.sinks.text.summary import format_mode_summary
+from wandb_modprof.sinks.text.values import mode_values
 from wandb_modprof.sinks.units import format_value
-from wandb_modprof.sinks.values import mode_values
 from wandb_modprof.view.columns import BOUND_CODES
 
 ROOT = "<root>#0"

@@ -23,8 +23,8 @@ from torch import nn
 
 import wandb_modprof
 from wandb_modprof import ModProfError
-from wandb_modprof.sinks import html as _html
-from wandb_modprof.sinks.html import ROWS_ID, SPEC_ID, report_html, script_json, write_report
+from wandb_modprof.sinks.report import html as _html
+from wandb_modprof.sinks.report.html import ROWS_ID, SPEC_ID, report_html, script_json, write_report
 
 XSS = "</script><img src=x onerror=alert(1)>"
 
@@ -112,7 +112,7 @@ def test_vega_bundle_is_bundled_once_per_version_and_read_back_from_the_cache(
 ) -> None:
     import vl_convert
 
-    from wandb_modprof.sinks import vega_bundle as bundles
+    from wandb_modprof.sinks.report import vega_bundle as bundles
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     bundles.vega_bundle.cache_clear()

@@ -1,5 +1,5 @@
-"""The HTML report (`wandb_modprof.sinks.html`) in real Chromium, opened from file:// with every
-network request aborted: it draws, every interaction works, and hostile names stay text.
+"""The HTML report (`wandb_modprof.sinks.report.html`) in real Chromium, opened from file://
+with every network request aborted: it draws, every interaction works, and hostile names stay text.
 
 Chromium and the harness are tests/browser.py's (`Browser.open_report`); the report carries
 its own Vega (6, bundled by vl-convert), so the vendored Vega 5 is not used here.
@@ -18,7 +18,7 @@ from torch import nn
 
 import wandb_modprof
 from wandb_modprof.records import modes as _modes
-from wandb_modprof.sinks.html import write_report
+from wandb_modprof.sinks.report.html import write_report
 
 ROOT = "<root>#0"
 XSS = "</script><img src=x onerror=alert(1)>"

@@ -21,8 +21,8 @@ from torch import nn
 
 import wandb_modprof
 from wandb_modprof import ModProfError
-from wandb_modprof.sinks import packed
-from wandb_modprof.sinks.compare import compare, format_comparison
+from wandb_modprof.sinks.text.compare import compare, format_comparison
+from wandb_modprof.sinks.wandb import packed
 
 SEED = 20261202
 CASES = 180

@@ -38,10 +38,10 @@ from wandb_modprof import (
 from wandb_modprof.records.sample import CURVE_SOURCES, TIME_METRICS, MemoryCurve
 from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.records.stat_columns import ColumnMetrics
-from wandb_modprof.sinks.profile_schema import AT_LEAST, NON_NEGATIVE_METRICS, RUN_KINDS
-from wandb_modprof.sinks.profile_times import DURATIONS, TIME_LIMIT_MS
-from wandb_modprof.sinks.summary import format_mode_summary
-from wandb_modprof.sinks.values import mode_values
+from wandb_modprof.sinks.file.profile_schema import AT_LEAST, NON_NEGATIVE_METRICS, RUN_KINDS
+from wandb_modprof.sinks.file.profile_times import DURATIONS, TIME_LIMIT_MS
+from wandb_modprof.sinks.text.summary import format_mode_summary
+from wandb_modprof.sinks.text.values import mode_values
 
 ROOT = "<root>#0"
 
@@ -956,7 +956,7 @@ def test_a_roofline_out_of_range_is_refused(
 
 def test_the_generated_record_encoders_write_each_kind_of_field_as_the_schema_says() -> None:
     from wandb_modprof.records.sample import RunningStat
-    from wandb_modprof.sinks.profile_encode import encode
+    from wandb_modprof.sinks.file.profile_encode import encode
 
     stat = RunningStat(count=3, mean=2, std=math.inf, min=-math.inf, max=math.nan, last=1.5)
     doc = encode(stat, RunningStat)

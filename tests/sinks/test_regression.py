@@ -1,4 +1,4 @@
-"""The regression gate (`sinks/regression.py`, `wandb_modprof.check_regression`, `wandb-modprof
+"""The regression gate (`sinks/text/regression.py`, `wandb_modprof.check_regression`, `wandb-modprof
 compare --fail-above`) on phantom models, whose module times are known by construction
 (`tests/phantom.py`): a module made slower by a known amount fails the gate, the same model
 against itself passes, a change its samples' spread explains is not counted, one slow outlier in
@@ -23,7 +23,7 @@ import wandb_modprof
 from tests.phantom import Cost, Phantom
 from wandb_modprof import ModProfError
 from wandb_modprof.api import cli as _cli
-from wandb_modprof.sinks.regression import (
+from wandb_modprof.sinks.text.regression import (
     GATED_MODES,
     TOTAL_KEY,
     CheckedCall,

@@ -1,4 +1,4 @@
-"""The regression gate (`sinks/regression.py`) on profile files whose samples are known: each
+"""The regression gate (`sinks/text/regression.py`) on profile files whose samples are known: each
 call's own forward and backward time per sample is set here, folded by the real statistics
 (`stats.running.StatsAccumulator`), saved with `Profile.save` and judged by the command line
 (`wandb-modprof compare A B --fail-above 1.10`) and by `check_regression` on the same files.
@@ -32,7 +32,7 @@ import wandb_modprof
 from wandb_modprof.api import cli as _cli
 from wandb_modprof.records.sample import InvocationRecord
 from wandb_modprof.records.snapshot import ProfileData
-from wandb_modprof.sinks.regression import TOTAL_KEY, RegressionCheck
+from wandb_modprof.sinks.text.regression import TOTAL_KEY, RegressionCheck
 from wandb_modprof.stats.running import StatsAccumulator
 
 SAMPLES = 15

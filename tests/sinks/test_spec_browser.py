@@ -945,7 +945,7 @@ def test_the_wandb_table_draws_what_the_full_table_draws(
     """The W&B table carries only the columns the spec reads (`spec.read_columns`): fed those
     rows, the panel draws and says exactly what it does from the full table, in every mode,
     in the root view and a drilled-in one, and in the hover card."""
-    from wandb_modprof.sinks.wandb_log import wandb_table
+    from wandb_modprof.sinks.wandb.wandb_log import wandb_table
 
     table = resnet_prof.table()
     cells = wandb_table(table)
@@ -981,8 +981,8 @@ def test_hostile_names_reach_the_panel_through_the_packed_cell(
     """Names holding the packing's own separator and escape (and commas, quotes, a newline,
     emoji): fed the W&B rows, where they travel escaped inside the packed cell, the panel
     draws the labels, sublabels, hover cards and colours it draws from the full rows."""
-    from wandb_modprof.sinks.packed import ESC, SEP
-    from wandb_modprof.sinks.wandb_log import wandb_table
+    from wandb_modprof.sinks.wandb.packed import ESC, SEP
+    from wandb_modprof.sinks.wandb.wandb_log import wandb_table
 
     names = ("a" + SEP + "b", "c" + ESC + "d", ESC + "1" + ESC + "0" + ESC + SEP, 'q,"x"\n|')
     model = nn.Sequential()
@@ -1016,8 +1016,8 @@ def test_a_group_card_names_its_first_members(open_panel: OpenPanel, spec: dict[
     column reaches W&B: `spec.read_columns`)."""
     from models import MoEStack, moe_input
 
-    from wandb_modprof.sinks.packed import packed_columns
-    from wandb_modprof.sinks.wandb_log import wandb_table
+    from wandb_modprof.sinks.wandb.packed import packed_columns
+    from wandb_modprof.sinks.wandb.wandb_log import wandb_table
 
     torch.manual_seed(0)
     model = MoEStack(layers=1, experts=48)

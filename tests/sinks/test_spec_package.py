@@ -49,7 +49,7 @@ def test_wheel_ships_the_spec_and_its_loader_reads_it(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         assert "wandb_modprof/vega_specs/modprof.vg.json" in zf.namelist()
         for name in ("report.html.j2", "iframe.html.j2", "report.css", "report.js"):
-            assert f"wandb_modprof/sinks/templates/{name}" in zf.namelist()
+            assert f"wandb_modprof/sinks/report/templates/{name}" in zf.namelist()
         # the console command's module, outside the package (tests/api/test_cli.py)
         assert "wandb_modprof_cli.py" in zf.namelist()
         (points,) = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]

@@ -33,7 +33,7 @@ from torch import nn
 import wandb_modprof
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE, MODES, mode
 from wandb_modprof.sinks import spec as _spec
-from wandb_modprof.sinks.packed import logged
+from wandb_modprof.sinks.wandb.packed import logged
 from wandb_modprof.view.meta import COLD_LEFT_OUT
 from wandb_modprof.view.table import COLUMNS, ProfileTable
 

@@ -34,8 +34,8 @@ from wandb_modprof.records.ranks import RankData
 from wandb_modprof.records.roofline import BOUNDS
 from wandb_modprof.records.sample import ModuleStats, RunningStat
 from wandb_modprof.records.snapshot import ProfileData
-from wandb_modprof.sinks.summary import format_mode_summary, format_summary
-from wandb_modprof.sinks.values import ModeValues, ModuleValue, mode_values
+from wandb_modprof.sinks.text.summary import format_mode_summary, format_summary
+from wandb_modprof.sinks.text.values import ModeValues, ModuleValue, mode_values
 from wandb_modprof.view.table import build_table
 
 TIB = 1024**4
@@ -293,7 +293,7 @@ def test_summary_shows_names_escaped_and_aligned() -> None:
 
 
 def test_compare_shows_names_escaped_and_aligned() -> None:
-    from wandb_modprof.sinks.compare import compare, format_comparison
+    from wandb_modprof.sinks.text.compare import compare, format_comparison
 
     prof = _profile_with_odd_names()
     text = format_comparison(compare(prof, prof, "param", "x\x1b[2J", "y"), 10)

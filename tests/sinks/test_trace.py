@@ -15,7 +15,7 @@ from torch.profiler import profile as torch_profile
 
 import wandb_modprof
 from wandb_modprof import ModProfError, Profile
-from wandb_modprof.sinks.trace import NODE_EVENT_PREFIX, nesting_errors
+from wandb_modprof.sinks.traces.trace import NODE_EVENT_PREFIX, nesting_errors
 
 PAD_MS = 1e-5  # spans are widened by 10 ns per nesting level
 

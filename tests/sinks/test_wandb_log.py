@@ -30,10 +30,10 @@ from models import ResNet, TinyGPT, gpt_input, resnet_input
 import wandb_modprof
 from wandb_modprof import ModProfError
 from wandb_modprof.records.modes import MODE_KEYS
-from wandb_modprof.sinks import packed as _packed
 from wandb_modprof.sinks import spec as _spec
-from wandb_modprof.sinks import wandb_log as _wandb_log
-from wandb_modprof.sinks import wandb_table as wandb_table_module
+from wandb_modprof.sinks.wandb import packed as _packed
+from wandb_modprof.sinks.wandb import wandb_log as _wandb_log
+from wandb_modprof.sinks.wandb import wandb_table as wandb_table_module
 
 CHART = f"me/{_spec.CHART_NAME}"
 

@@ -14,7 +14,7 @@ from helpers import gc_paused_profile
 from models import PausedStack
 
 import wandb_modprof
-from wandb_modprof.sinks.values import mode_values
+from wandb_modprof.sinks.text.values import mode_values
 from wandb_modprof.stats.running import held_collection
 
 PAUSED = "middle#0"
@@ -92,7 +92,7 @@ def test_summary_names_the_sample_that_held_a_collection(paused: tuple[Any, list
     # innermost only: the root holds it too, through the paused call
     held = prof.stats()[PAUSED].gc_samples
     assert len(notes) == 1 and f"in {held} of {n} sample(s) of {PAUSED}" in notes[0], notes
-    from wandb_modprof.sinks.summary import format_mode_summary
+    from wandb_modprof.sinks.text.summary import format_mode_summary
 
     mode_text = format_mode_summary(mode_values(prof, "fwd"), 10)
     assert "(medians over samples)" in mode_text

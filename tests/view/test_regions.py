@@ -21,9 +21,9 @@ import wandb_modprof
 from wandb_modprof.capture.model.compiled import mark_regions
 from wandb_modprof.records.calls import CallInfo, Structure
 from wandb_modprof.records.snapshot import ProfileData
-from wandb_modprof.sinks.summary import format_mode_summary
-from wandb_modprof.sinks.table_notes import region_note
-from wandb_modprof.sinks.values import mode_values
+from wandb_modprof.sinks.report.table_notes import region_note
+from wandb_modprof.sinks.text.summary import format_mode_summary
+from wandb_modprof.sinks.text.values import mode_values
 from wandb_modprof.view.columns import MISSABLE_COLUMNS, WORK_COLUMNS
 from wandb_modprof.view.graphs import merge
 from wandb_modprof.view.meta import MAX_REGION_ROWS, region_meta

@@ -9,8 +9,8 @@ from typing import Any
 from tools.spec.expressions import colour_field, missing, rank_expr, resolve_ref, value_expr
 from tools.spec.theme import NO_VALUE_FILL, PORT_FILL
 from wandb_modprof.records.modes import MODES
-from wandb_modprof.sinks.packed import ESC, PACKED, SEP, UNPACKED
 from wandb_modprof.sinks.spec import DATASET, SPEC_VERSION, read_columns
+from wandb_modprof.sinks.wandb.packed import ESC, PACKED, SEP, UNPACKED
 from wandb_modprof.view.columns import (
     BOOL_COLUMNS,
     COLUMNS,
@@ -41,7 +41,7 @@ def data() -> list[Data]:
 
 
 def packed_columns(spec_text: str) -> tuple[list[str], list[str]]:
-    """The numeric and the text columns the W&B copy of a table packs (`sinks/packed.py`):
+    """The numeric and the text columns the W&B copy of a table packs (`sinks/wandb/packed.py`):
     those the rest of the spec names, in the table's column order, but `UNPACKED`."""
     read = [c for c in read_columns(COLUMNS, spec_text) if c not in UNPACKED]
     numbers = set(INT_COLUMNS) | set(NUMBER_COLUMNS) | set(BOOL_COLUMNS)

@@ -80,7 +80,7 @@ def _demo(args: argparse.Namespace) -> bool:
 
 def _report(args: argparse.Namespace) -> bool:
     """`report PROFILE`: the HTML report."""
-    from wandb_modprof.sinks.html import write_report
+    from wandb_modprof.sinks.report.html import write_report
 
     prof = _load(args.profile)  # first: a missing profile is the error to report
     output = args.output
@@ -96,7 +96,7 @@ def _report(args: argparse.Namespace) -> bool:
 
 def _summary(args: argparse.Namespace) -> bool:
     """`summary PROFILE`: the top module calls in one mode."""
-    from wandb_modprof.sinks.summary import mode_summary
+    from wandb_modprof.sinks.text.summary import mode_summary
 
     _write(mode_summary(_load(args.profile).snapshot(), args.mode, args.top))
     return True
@@ -104,8 +104,12 @@ def _summary(args: argparse.Namespace) -> bool:
 
 def _compare(args: argparse.Namespace) -> bool:
     """`compare A B`: ratios B / A; False where the --fail-above gate found a regression."""
-    from wandb_modprof.sinks.compare import compare, format_comparison
-    from wandb_modprof.sinks.regression import DEFAULT_MIN_SHARE, check_limits, regression_check
+    from wandb_modprof.sinks.text.compare import compare, format_comparison
+    from wandb_modprof.sinks.text.regression import (
+        DEFAULT_MIN_SHARE,
+        check_limits,
+        regression_check,
+    )
 
     gate = args.fail_above is not None
     if args.min_share is not None and not gate:
@@ -120,7 +124,7 @@ def _compare(args: argparse.Namespace) -> bool:
     a, b = _load(args.a), _load(args.b)
     _write(format_comparison(compare(a, b, args.mode, label_a, label_b), args.top))
     if target is not None:
-        from wandb_modprof.sinks.html import write_report
+        from wandb_modprof.sinks.report.html import write_report
 
         path = write_report(target, [(label_a, a), (label_b, b)], compare=True, mode=args.mode)
         _write(f"HTML report (compare mode, baseline {escape_text(label_a)}) written to {path}\n")
@@ -133,7 +137,7 @@ def _compare(args: argparse.Namespace) -> bool:
 
 def _register_chart(args: argparse.Namespace) -> bool:
     """`register-chart`: the W&B chart preset."""
-    from wandb_modprof.sinks.chart import register_chart
+    from wandb_modprof.sinks.wandb.chart import register_chart
 
     try:
         name = register_chart(args.entity, name=args.name, public=args.public)

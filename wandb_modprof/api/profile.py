@@ -15,7 +15,7 @@ from wandb_modprof._errors import ModProfError
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE
 from wandb_modprof.records.sample import METRICS, InvocationRecord, ModuleStats, Sample
 from wandb_modprof.records.snapshot import ProfileData
-from wandb_modprof.sinks.summary import format_summary
+from wandb_modprof.sinks.text.summary import format_summary
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ class Profile:
             >>> prof.export_chrome_trace("modules.json")           # open in ui.perfetto.dev
             PosixPath('modules.json')
         """
-        from wandb_modprof.sinks.trace import (
+        from wandb_modprof.sinks.traces.trace import (
             load_profiler_trace,
             merged_trace,
             standalone_trace,
@@ -203,12 +203,12 @@ class Profile:
             >>> prof.save("run.modprof.json")                     # doctest: +SKIP
             >>> wandb_modprof.load("run.modprof.json").summary()  # doctest: +SKIP
         """
+        from wandb_modprof.sinks.file.profile_file import save_profile
         from wandb_modprof.sinks.files import check_path
-        from wandb_modprof.sinks.profile_file import save_profile
 
         return save_profile(self.snapshot(), check_path(path, "save()"))
 
-    # ---- the HTML report and pictures (`sinks.html`, `sinks.images`) ----------------------------
+    # ---- the HTML report and pictures (`sinks.report.html`, `sinks.report.images`) -------------
     def to_html(
         self,
         path: str | os.PathLike[str],
@@ -221,14 +221,14 @@ class Profile:
         no network; every click, hover, drag and zoom of the panel works).
 
         `mode` / `scale` set how it opens (`records.modes.MODE_KEYS`, "linear" / "log"); a profile
-        without samples gives a page saying so. See `wandb_modprof.sinks.html.report_html` for
-        several profiles and compare mode.
+        without samples gives a page saying so. See
+        `wandb_modprof.sinks.report.html.report_html` for several profiles and compare mode.
 
         Examples:
             >>> prof.to_html("profile.html", mode="bwd")           # doctest: +SKIP
             PosixPath('profile.html')
         """
-        from wandb_modprof.sinks.html import write_report
+        from wandb_modprof.sinks.report.html import write_report
 
         label = self.model_name
         return write_report(path, [(label, self.snapshot())], mode=mode, scale=scale, title=title)
@@ -236,7 +236,7 @@ class Profile:
     def _repr_html_(self) -> str:
         """Jupyter: the report in a sandboxed `<iframe srcdoc>` (scripts run without trusting
         the notebook), 650 px high; about 1 MB (Vega) plus the table."""
-        from wandb_modprof.sinks.html import iframe_html, report_html
+        from wandb_modprof.sinks.report.html import iframe_html, report_html
 
         return iframe_html(report_html([(self.model_name, self.snapshot())]))
 
@@ -257,7 +257,7 @@ class Profile:
         Examples:
             >>> prof.to_svg("bwd.svg", mode="bwd", view="layer2")  # doctest: +SKIP
         """
-        from wandb_modprof.sinks.images import to_svg
+        from wandb_modprof.sinks.report.images import to_svg
 
         return to_svg(
             self.snapshot(), path, mode=mode, scale=scale, view=view, width=width, height=height
@@ -282,7 +282,7 @@ class Profile:
         Examples:
             >>> open("graph.png", "wb").write(prof.to_png(scale="log"))  # doctest: +SKIP
         """
-        from wandb_modprof.sinks.images import to_png
+        from wandb_modprof.sinks.report.images import to_png
 
         return to_png(
             self.snapshot(),
@@ -311,7 +311,7 @@ class Profile:
         Examples:
             >>> run.log({"modprof/graph": prof.to_wandb_image(mode="bwd")})  # doctest: +SKIP
         """
-        from wandb_modprof.sinks.images import to_wandb_image
+        from wandb_modprof.sinks.report.images import to_wandb_image
 
         png = self.to_png(
             mode=mode,
@@ -343,7 +343,7 @@ def load(path: str | os.PathLike[str]) -> Profile:
         >>> prof = wandb_modprof.load("run.modprof.json")         # doctest: +SKIP
         >>> print(prof.summary())                                 # doctest: +SKIP
     """
+    from wandb_modprof.sinks.file.profile_file import read_profile
     from wandb_modprof.sinks.files import check_path
-    from wandb_modprof.sinks.profile_file import read_profile
 
     return Profile.from_data(read_profile(check_path(path, "load()")))

@@ -1,5 +1,5 @@
 """`wandb_modprof.check_regression`: the regression gate of `wandb-modprof compare --fail-above`
-for test suites (the rules: `sinks/regression.py`).
+for test suites (the rules: `sinks/text/regression.py`).
 
 >>> check = wandb_modprof.check_regression("base.modprof.json", prof)  # doctest: +SKIP
 >>> assert check.passed, check.format()                                # doctest: +SKIP
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot
-from wandb_modprof.sinks.regression import RegressionCheck, regression_check
+from wandb_modprof.sinks.text.regression import RegressionCheck, regression_check
 
 if TYPE_CHECKING:
     from wandb_modprof.api.profile import Profile
@@ -31,7 +31,7 @@ def check_regression(
     its value in `base`? Each of `base` and `new` is a profile, its `snapshot()`, or the path of
     a `*.modprof.json` file. Only calls holding at least `min_share` of the model total (in
     either) count, judged on each side's fastest sample, which a busy machine or one slow
-    outlier moves far less than the median (`sinks/regression.py` says why). `check.passed`,
+    outlier moves far less than the median (`sinks/text/regression.py` says why). `check.passed`,
     `check.regressed` (the offenders), `check.format()` (what the command line prints)."""
     a, label_a = _profile(base, "base")
     b, label_b = _profile(new, "new")

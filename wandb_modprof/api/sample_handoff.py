@@ -4,7 +4,7 @@ fold, table, packing the W&B rows, the report page) stays off the training threa
 Why a process: that work is pure Python. In a thread it holds the GIL and slows the training
 step it overlaps by about its own length; in a process the training thread pays only the
 hand-off (the sample as plain data, `capture.session_record`, pickled here: ~5 us per module
-call). The worker logs the W&B rows into the user's run itself (`sinks.wandb_attach`); where
+call). The worker logs the W&B rows into the user's run itself (`sinks.wandb.wandb_attach`); where
 it cannot attach, it answers with the packed rows and the training thread logs them.
 
 When: `watch(offload="auto")` (the default) hands a model's samples over when its first
@@ -57,7 +57,7 @@ from wandb_modprof.stats.quiet_gc import paused_gc
 
 if TYPE_CHECKING:
     from wandb_modprof.records.snapshot import Overhead
-    from wandb_modprof.sinks.wandb_log import WandbLog
+    from wandb_modprof.sinks.wandb.wandb_log import WandbLog
 
 __all__ = ["MAX_RESTARTS", "OFFLOAD_MIN_CALLS", "SampleHandoff"]
 

@@ -5,9 +5,9 @@ with one end of a socket pair as FD. It holds the profile's running statistics (
 `ProfileAccumulator`), receives finished step sessions as plain data
 (`capture.session_record`) with their static memory and gradient readings, and answers log
 requests with what the training process needs to log: the sample count, the newest sample's
-totals, the table's columns and packed rows (`sinks.packed`), on request the HTML report page
+totals, the table's columns and packed rows (`sinks.wandb.packed`), on request the HTML report page
 and the whole profile. Given the run's `AttachTarget`, it logs the rows and the page to the
-user's W&B run itself (`sinks.wandb_attach`) and answers without them; if it cannot attach,
+user's W&B run itself (`sinks.wandb.wandb_attach`) and answers without them; if it cannot attach,
 it answers with them and says why, once. After every batch of samples it saves its
 statistics to CHECKPOINT (written aside, then renamed), so that a worker started after this
 one crashed continues from there and only the samples in flight are lost.
@@ -42,7 +42,7 @@ from wandb_modprof.capture.memory.static_memory import (
     static_of,
 )
 from wandb_modprof.records.snapshot import ProfileData
-from wandb_modprof.sinks.wandb_attach import AttachedRun, AttachTarget
+from wandb_modprof.sinks.wandb.wandb_attach import AttachedRun, AttachTarget
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 from wandb_modprof.stats.quiet_gc import paused_gc
 
@@ -132,7 +132,7 @@ class Worker:
         file, model name), when final the profile itself (for `unwatch()`'s result), and a note
         to tell once (or None). Attached to the run, the worker logs the rows and the page
         itself and answers None for them."""
-        from wandb_modprof.sinks import packed
+        from wandb_modprof.sinks.wandb import packed
         from wandb_modprof.view.table import build_table
 
         assert self.acc is not None
@@ -143,14 +143,14 @@ class Worker:
             columns, rows = packed.logged(table.columns, table.rows)
             page = None
             if report and data.num_samples:
-                from wandb_modprof.sinks.html import tables_html
+                from wandb_modprof.sinks.report.html import tables_html
 
                 page = tables_html(
                     [(data.model_name, data.model_name, table)], self.mode, self.scale
                 )
         path = None
         if want_file and data.num_samples:
-            from wandb_modprof.sinks.profile_file import save_profile
+            from wandb_modprof.sinks.file.profile_file import save_profile
 
             self.files += 1  # a new name each time: the training process may still read one
             path = str(save_profile(data, f"{self.checkpoint}.{self.files}.modprof.json"))

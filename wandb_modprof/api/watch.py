@@ -34,8 +34,8 @@ from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.records import modes as _modes
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE
 from wandb_modprof.records.snapshot import Overhead
-from wandb_modprof.sinks.wandb_log import WandbLog, chart_name, model_key
-from wandb_modprof.sinks.wandb_run import call_at_finish, current_run
+from wandb_modprof.sinks.wandb.wandb_log import WandbLog, chart_name, model_key
+from wandb_modprof.sinks.wandb.wandb_run import call_at_finish, current_run
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 
 
@@ -87,10 +87,11 @@ class WatchHandle:
         """Hand samples to a worker process (`api.sample_handoff`) as `setting` says."""
         if setting == "off":
             return
-        from wandb_modprof.sinks.wandb_attach import DISABLED, attach_target
+        from wandb_modprof.sinks.wandb.wandb_attach import DISABLED, attach_target
         from wandb_modprof.view.table import MAX_ROWS
 
-        # The worker logs the rows to the run itself where it can attach (`sinks.wandb_attach`).
+        # The worker logs the rows to the run itself where it can attach
+        # (`sinks.wandb.wandb_attach`).
         target, why = attach_target(log.run, log.key, log.chart, log.string_fields)
         start = ("start", self._acc.model_name, MAX_ROWS, log.full_detail, mode, scale, target)
         self._handoff = SampleHandoff(self.key, setting, start)
@@ -255,8 +256,8 @@ def watch(
     Each sample is logged to the run with `commit=False` (it joins your next `run.log` row) at
     the model's next forward, under `modprof/<ModelClass>`: the module-graph panel over the
     aggregated profile table, and the step totals `modprof/<ModelClass>/fwd_ms`, `bwd_ms`,
-    `act_bytes`; `unwatch()` logs the last one (see `sinks.wandb_log` for keys, timing, the chart
-    preset and offline runs). `run.finish()` unwatches the model first.
+    `act_bytes`; `unwatch()` logs the last one (see `sinks.wandb.wandb_log` for keys, timing,
+    the chart preset and offline runs). `run.finish()` unwatches the model first.
 
     Distributed training: `watch(ddp_model)` names modules as in the wrapped model (no
     `module.` prefix); FSDP2 (`fully_shard`) modules keep their class names. See
@@ -295,7 +296,7 @@ def watch(
             `<run entity>/wandb-modprof-v4` (`$WANDB_ENTITY` when the run has none). An
             offline run with no entity at all logs the tables without the panel, and says so.
         artifact_freq: the full profile file as a W&B artifact (`type="modprof-profile"`,
-            `sinks.wandb_log`): 0 (default) at `unwatch()`, N > 0 also at every N-th logged
+            `sinks.wandb.wandb_log`): 0 (default) at `unwatch()`, N > 0 also at every N-th logged
             sample, None never. The panel's table holds at most 10,000 rows; the file holds
             every call.
         offload: where the work after a sample runs (resolving it, the statistics, the

@@ -46,7 +46,7 @@ from wandb_modprof.integrations import (
     start_at_step,
     unwrap_optimizer,
 )
-from wandb_modprof.sinks.wandb_run import current_run
+from wandb_modprof.sinks.wandb.wandb_run import current_run
 
 (_TRANSFORMERS,) = import_framework(("transformers",), "Hugging Face transformers", "huggingface")
 if TYPE_CHECKING:

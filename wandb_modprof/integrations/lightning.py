@@ -51,7 +51,7 @@ from wandb_modprof.integrations import (
     training_forwards,
     unwrap_optimizer,
 )
-from wandb_modprof.sinks.wandb_run import current_run
+from wandb_modprof.sinks.wandb.wandb_run import current_run
 
 # Both distributions exist (`lightning` bundles `lightning.pytorch`; `pytorch_lightning` is the
 # standalone one) and their Callback classes are distinct. Subclass the one the user imported

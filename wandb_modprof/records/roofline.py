@@ -83,7 +83,7 @@ class Roofline:
 
     def problem(self) -> tuple[str, str] | None:
         """(field, what is wrong) where a peak is not finite and > 0 or the per-op cost not
-        finite and >= 0 (a loaded file's: `sinks.profile_schema`); None when it makes sense."""
+        finite and >= 0 (a loaded file's: `sinks.file.profile_schema`); None when it makes sense."""
         for name in ("peak_flops", "peak_bytes_per_s", "op_overhead_ms"):
             value = getattr(self, name)
             zero_ok = name == "op_overhead_ms"

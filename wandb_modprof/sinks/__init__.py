@@ -1,10 +1,14 @@
 """Sinks: where a profile goes, each from plain data (a `records.ProfileData` or the table).
 
-Gives the panel's Vega spec and its loader (`spec`), the self-contained HTML report (`html`),
-SVG / PNG pictures (`images`), the versioned JSON profile file (`profile_file`), Chrome /
-Perfetto traces (`trace`), the terminal summary and two-profile comparison (`summary`,
-`compare`), W&B logging and chart-preset registration (`wandb_log`, `chart`), and the one unit
-formatter they all write numbers with (`units`). A sink never sees the live `Profile`: anything
-with `snapshot()` is read once at its boundary. Imports `records` and `view` (and
-`capture.model.wrappers` for the class name a W&B key is named after).
+One sub-package per destination: `wandb` (the log of a sample, the table's W&B copy, the
+chart preset), `file` (the versioned JSON profile file), `traces` (Chrome / Perfetto traces),
+`report` (the self-contained HTML report and SVG / PNG pictures) and `text` (the terminal
+summary, two-profile comparison and the regression gate). At this level, the helpers more than
+one destination uses: the panel's Vega spec and its loader (`spec`: the W&B panel and the
+report draw it), the one unit formatter numbers are written with (`units`), text made safe
+for each medium (`escape`) and atomic file writes with path checks (`files`). A sink never
+sees the live `Profile`: anything with `snapshot()` is read once at its boundary. Imports
+`records` and `view` (and `capture.model.wrappers` for the class name a W&B key is named
+after); a destination imports the helpers here and, for `wandb`, the destinations whose output
+a log carries (`report`, `file`), never one that imports it.
 """

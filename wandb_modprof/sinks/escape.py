@@ -9,7 +9,7 @@ Module names, class names and model names come from user code or from a profile 
 can hold any `str`: terminal escape sequences (ESC, BEL, C1 controls retitle or recolour a
 terminal), bidi overrides, line separators, lone surrogates (which no codec encodes strictly)
 and characters XML 1.0 forbids (vl-convert aborts the whole process on those: see
-`sinks/images.py`). `escape_text` writes each such character as Python does in a literal
+`sinks/report/images.py`). `escape_text` writes each such character as Python does in a literal
 (`\\x1b`, `\\u202e`, `\\ud800`, `\\U000e0001`) and keeps everything else, CJK, accents and
 emoji included (the zero-width joiners inside emoji too). The result is printable and
 XML-legal, and the same for the same input. A backslash is doubled only where it would

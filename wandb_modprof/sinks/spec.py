@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 SPEC_FILE = "modprof.vg.json"
-# 4: the W&B copy of the table packs its cells into one text cell per row (`sinks/packed.py`).
+# 4: the W&B copy of the table packs its cells into one text cell per row (`sinks/wandb/packed.py`).
 SPEC_VERSION = 4
 # The W&B preset name (`entity/CHART_NAME`); bump the version with any incompatible change of
 # the spec or of the table columns it reads, so old runs keep the preset they were logged with.

@@ -20,7 +20,7 @@ TABLE_FORMAT = "wandb_modprof.table"
 # `group_members`), and compiled regions have `compiled_region` meta rows; a version-2 panel
 # drew the frames as grey boxes, so the panel (and its W&B preset name) moved to version 3.
 # 4: nothing new in the table itself; its W&B copy packs the cells the panel reads into one
-# text cell per row (`sinks/packed.py`), which panels of version 3 cannot read, so the
+# text cell per row (`sinks/wandb/packed.py`), which panels of version 3 cannot read, so the
 # table's version tells them to say it is newer.
 TABLE_VERSION = 4
 # A metric's column holds its colour statistic (`RunningStat.typical`: the median over the

@@ -197,7 +197,7 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = 
     """The profile as one flat table of at most `max_rows` rows (see the module docstring):
     merge the structure passes into one call tree, reduce its views to the row budget, lay
     out each view drawn, then write the rows. `full_detail` (where the full profile is, e.g.
-    the W&B artifact `sinks.wandb_log` logs) ends a reduced table's note."""
+    the W&B artifact `sinks.wandb.wandb_log` logs) ends a reduced table's note."""
     tree, graphs = call_graphs(prof.structures, prof.stats.values())
     roofline = profile_roofline(prof.structures, tree.calls, prof.stats)
     meta = profile_meta(prof, tree, has_views=bool(graphs), roofline=roofline)

@@ -1,7 +1,7 @@
 """Opt-in NVTX ranges for Nsight Systems: `<module>.forward` and `<module>.backward`.
 
 Forward ranges are pushed and popped on the forward thread (they nest like the calls).
-Backward ranges follow the same segments as traces (`sinks.trace_events.segments`): as each
+Backward ranges follow the same segments as traces (`sinks.traces.trace_events.segments`): as each
 autograd node starts, the ranges of calls it does not belong to are closed and those of its
 owner's chain opened. They use `range_start`/`range_end`, which are not tied to a thread,
 because the end of a backward is reported on whichever thread finishes it. Only sampled steps

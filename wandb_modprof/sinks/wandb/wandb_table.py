@@ -1,4 +1,4 @@
-"""The `wandb.Table` a watched model's panel reads: packed rows (`sinks.packed`), built a
+"""The `wandb.Table` a watched model's panel reads: packed rows (`sinks.wandb.packed`), built a
 column at a time with declared column types."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from wandb_modprof.sinks import packed as _packed
+from wandb_modprof.sinks.wandb import packed as _packed
 
 if TYPE_CHECKING:
     from wandb_modprof.view.table import ProfileTable

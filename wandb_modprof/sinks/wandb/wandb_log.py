@@ -18,7 +18,7 @@ order; re-watching the same model object in that run reuses its key):
   was not measured is left out), so W&B draws them over steps.
 
 At `unwatch()`: `<key>/report`, a `wandb.Html` of the final profile as the self-contained
-HTML report (`sinks.html.report_html`, Vega inlined, about 1 MB plus the table), in the same
+HTML report (`sinks.report.html.report_html`, Vega inlined, about 1 MB plus the table), in the same
 `run.log` call as the last sample (alone if that was logged already; none if no sample was
 ever logged); not built for disabled runs, which discard everything.
 
@@ -34,7 +34,7 @@ artifact. `artifact_freq=None` logs none; disabled runs log none. Everything is 
 When: a sample is complete when its backward ends, inside the autograd engine. `Capture`
 marks it and calls `WandbLog.deliver` at the model's next root forward (on accelerators once
 its device events completed, never a device sync); with `watch`'s worker process, the
-worker logs the rows into the run itself (`sinks.wandb_attach`) and `log_packed` keeps the
+worker logs the rows into the run itself (`sinks.wandb.wandb_attach`) and `log_packed` keeps the
 count and logs the artifact, or, where it cannot attach, `log_packed` logs the rows it built,
 at the first root forward after the answer (`api.sample_handoff`). Samples resolved together
 are logged once (the totals are the newest sample's). `unwatch()` and `run.finish()` log what
@@ -67,8 +67,8 @@ from wandb_modprof._warn import entry_point, warn_at_user, warn_safely
 from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.records.snapshot import SupportsSnapshot, as_data
 from wandb_modprof.sinks import spec as _spec
-from wandb_modprof.sinks.wandb_entry import entry_of, html_entry
-from wandb_modprof.sinks.wandb_table import wandb_table, wandb_table_of
+from wandb_modprof.sinks.wandb.wandb_entry import entry_of, html_entry
+from wandb_modprof.sinks.wandb.wandb_table import wandb_table, wandb_table_of
 from wandb_modprof.stats.quiet_gc import paused_gc
 
 if TYPE_CHECKING:
@@ -219,7 +219,7 @@ class WandbLog:
         """Log `data` as the profile file artifact (see the module docstring); the artifact."""
         import tempfile
 
-        from wandb_modprof.sinks.profile_file import save_profile
+        from wandb_modprof.sinks.file.profile_file import save_profile
 
         with tempfile.TemporaryDirectory(prefix="modprof-") as tmp:
             path = save_profile(data, f"{tmp}/{PROFILE_FILE}")
@@ -264,7 +264,7 @@ class WandbLog:
         """Log a table built elsewhere (`watch`'s worker process, `api.sample_handoff`): the
         packed cells, the newest sample's totals, the report page (final), and the profile
         file written there when an artifact is due. `columns` None: the worker logged the
-        rows and the page to the run itself (`sinks.wandb_attach`); only the bookkeeping and
+        rows and the page to the run itself (`sinks.wandb.wandb_attach`); only the bookkeeping and
         the artifact are left here. Like `deliver`, never raises."""
         try:
             new = count != self.logged_samples
@@ -338,9 +338,9 @@ class WandbLog:
         self, profile: ProfileData | SupportsSnapshot, table: ProfileTable | None = None
     ) -> dict[str, Any]:
         """`{<key>/report: wandb.Html}`: the final profile as the self-contained HTML report
-        (`sinks.html`), or {} if it could not be built (warned once, like a failed log)."""
+        (`sinks.report.html`), or {} if it could not be built (warned once, like a failed log)."""
         try:
-            from wandb_modprof.sinks.html import report_html, tables_html
+            from wandb_modprof.sinks.report.html import report_html, tables_html
 
             mode, scale = self.string_fields["mode"], self.string_fields["scale"]
             data = as_data(profile, "report()")

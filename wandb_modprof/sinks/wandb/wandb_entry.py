@@ -1,7 +1,7 @@
-"""What one `run.log` of a watched model holds (`sinks.wandb_log` says when and why): the
+"""What one `run.log` of a watched model holds (`sinks.wandb.wandb_log` says when and why): the
 panel over the sample's table, the step totals, the measured overhead, and at `unwatch()` the
 HTML report. Built in the training process (`WandbLog`) or in `watch`'s worker process when it
-logs to the run itself (`sinks.wandb_attach`): one definition, so both log the same keys."""
+logs to the run itself (`sinks.wandb.wandb_attach`): one definition, so both log the same keys."""
 
 from __future__ import annotations
 

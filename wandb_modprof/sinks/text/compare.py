@@ -1,6 +1,6 @@
 """Two profiles side by side in one analysis mode: per module call, the ratio B / A.
 
->>> from wandb_modprof.sinks.compare import compare, format_comparison     # doctest: +SKIP
+>>> from wandb_modprof.sinks.text.compare import compare, format_comparison     # doctest: +SKIP
 >>> c = compare(load("before.modprof.json"), load("after.modprof.json"), "bwd")
 >>> print(format_comparison(c, top=10))                                # doctest: +SKIP
 
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wandb_modprof.sinks.escape import escape_text
-from wandb_modprof.sinks.summary import render_columns
+from wandb_modprof.sinks.text.summary import render_columns
+from wandb_modprof.sinks.text.values import ModeValues, ModuleValue, mode_values
 from wandb_modprof.sinks.units import format_value
-from wandb_modprof.sinks.values import ModeValues, ModuleValue, mode_values
 
 if TYPE_CHECKING:
     from wandb_modprof.records.modes import Mode

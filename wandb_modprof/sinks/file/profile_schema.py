@@ -28,8 +28,8 @@ from wandb_modprof.records.sample import (
     Sample,
     StepTotals,
 )
-from wandb_modprof.sinks.profile_encode import hints, is_record, optional
-from wandb_modprof.sinks.profile_times import time_problem
+from wandb_modprof.sinks.file.profile_encode import hints, is_record, optional
+from wandb_modprof.sinks.file.profile_times import time_problem
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 # Every integer the profiler records (bytes, FLOPs, counts, indices) fits a signed 64-bit int;

@@ -18,7 +18,7 @@ from wandb_modprof.view.regions import Region, note
 if TYPE_CHECKING:
     from wandb_modprof.records.sample import ModuleStats, Sample
     from wandb_modprof.records.snapshot import Overhead, ProfileData
-    from wandb_modprof.sinks.values import ModeValues, ModuleValue
+    from wandb_modprof.sinks.text.values import ModeValues, ModuleValue
 
 
 def _section(
@@ -229,7 +229,7 @@ def render_columns(
 def mode_summary(data: ProfileData, mode_key: str, n: int) -> str:
     """What `wandb-modprof summary --mode M` prints: the per-step line, what became of the
     first step, then `format_mode_summary` of the mode."""
-    from wandb_modprof.sinks.values import mode_values
+    from wandb_modprof.sinks.text.values import mode_values
 
     notes = [per_step_line(data.stats)]
     if data.last is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.records.sample import BackwardRun, Sample
-from wandb_modprof.sinks.trace_events import PID, module_events
+from wandb_modprof.sinks.traces.trace_events import PID, module_events
 
 NODE_EVENT_PREFIX = "autograd::engine::evaluate_function: "
 _FORWARD_TRACK = 1_000_000_000  # + thread id: the module track of a thread in merged traces

@@ -53,9 +53,9 @@ from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_dat
 from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.sinks.escape import encodable
 from wandb_modprof.sinks.files import check_path, missing_directory, write_atomic
-from wandb_modprof.sinks.table_notes import table_notes
+from wandb_modprof.sinks.report.table_notes import table_notes
+from wandb_modprof.sinks.report.vega_bundle import vega_bundle
 from wandb_modprof.sinks.units import format_value
-from wandb_modprof.sinks.vega_bundle import vega_bundle
 
 if TYPE_CHECKING:
     import jinja2
@@ -80,10 +80,11 @@ _HOW_TO_READ = (
     "a breadcrumb to go back, hover for every value; drag to pan, wheel to zoom, Fit to reset."
 )
 
-# The page's parts as files in the package (wandb_modprof/sinks/templates): the page itself, its
-# style sheet and its boot script, which runs after the bundle (module scripts run in document
-# order), builds records from the columnar JSON, puts them into the `wandb` dataset and sizes
-# the view to the chart element. report.js reads the two JSON elements by SPEC_ID and ROWS_ID.
+# The page's parts as files in the package (wandb_modprof/sinks/report/templates): the page
+# itself, its style sheet and its boot script, which runs after the bundle (module scripts run
+# in document order), builds records from the columnar JSON, puts them into the `wandb` dataset
+# and sizes the view to the chart element. report.js reads the two JSON elements by SPEC_ID and
+# ROWS_ID.
 _TEMPLATES = "templates"
 
 
@@ -95,7 +96,7 @@ def _environment() -> jinja2.Environment:
     import markupsafe
 
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("wandb_modprof.sinks", _TEMPLATES),
+        loader=jinja2.PackageLoader("wandb_modprof.sinks.report", _TEMPLATES),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -116,7 +117,7 @@ def _asset(name: str) -> markupsafe.Markup:
     script)."""
     import markupsafe
 
-    text = (resources.files("wandb_modprof.sinks") / _TEMPLATES / name).read_text("utf-8")
+    text = (resources.files("wandb_modprof.sinks.report") / _TEMPLATES / name).read_text("utf-8")
     return markupsafe.Markup(text)
 
 

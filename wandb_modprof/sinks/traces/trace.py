@@ -29,8 +29,8 @@ from wandb_modprof.sinks.files import (
     too_large,
     write_atomic,
 )
-from wandb_modprof.sinks.trace_events import PID, module_events
-from wandb_modprof.sinks.trace_merge import NODE_EVENT_PREFIX, merged_trace
+from wandb_modprof.sinks.traces.trace_events import PID, module_events
+from wandb_modprof.sinks.traces.trace_merge import NODE_EVENT_PREFIX, merged_trace
 
 __all__ = [
     "NODE_EVENT_PREFIX",

@@ -82,9 +82,9 @@ from typing import TYPE_CHECKING, Any
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._version import __version__
+from wandb_modprof.sinks.file.profile_encode import encode
+from wandb_modprof.sinks.file.profile_schema import FileData, FileError, decode, describe
 from wandb_modprof.sinks.files import check_path, missing_directory, read_capped, write_atomic
-from wandb_modprof.sinks.profile_encode import encode
-from wandb_modprof.sinks.profile_schema import FileData, FileError, decode, describe
 
 if TYPE_CHECKING:
     from wandb_modprof.records.snapshot import ProfileData

@@ -5,7 +5,7 @@ How: W&B's service process (wandb-core) owns the run; any process that can reach
 to the run with `wandb.attach(attach_id=run.id)` and log into it (W&B SDK >= 0.16; offline runs
 too). The training process hands the worker an `AttachTarget` at its start: the run's id, its
 files folder (where W&B writes the table files), the service's address (`WANDB_SERVICE`) and
-the keys to log under. The worker logs each sample's entry (`sinks.wandb_entry`) with
+the keys to log under. The worker logs each sample's entry (`sinks.wandb.wandb_entry`) with
 `commit=False`: it joins the user's next `run.log` row, the row the training thread would
 have joined at the next root forward, and never advances `run.step`. A round trip to the
 service after each log (`run.step`) returns once the service holds the row, before the worker
@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from wandb_modprof.sinks.wandb_entry import entry_of, html_entry
-from wandb_modprof.sinks.wandb_table import wandb_table_of
+from wandb_modprof.sinks.wandb.wandb_entry import entry_of, html_entry
+from wandb_modprof.sinks.wandb.wandb_table import wandb_table_of
 
 if TYPE_CHECKING:
     from wandb_modprof.records.sample import StepTotals

@@ -33,7 +33,7 @@ from wandb_modprof.records.modes import MODE_KEYS, SCALES
 from wandb_modprof.records.snapshot import SupportsSnapshot, as_data
 from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.sinks.escape import escape_text
-from wandb_modprof.sinks.html import report_spec, write_file
+from wandb_modprof.sinks.report.html import report_spec, write_file
 
 if TYPE_CHECKING:
     from wandb_modprof.records.snapshot import ProfileData
