@@ -79,9 +79,9 @@ def _hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     # The offline-run notice is once per process: as if given already, so that which test sees
     # it does not depend on the order the tests ran in; a test that expects it resets the set.
-    from wandb_modprof.sinks.wandb import wandb_log
+    from wandb_modprof.sinks.wandb import wandb_names
 
-    monkeypatch.setattr(wandb_log, "_NOTICES", {"offline"})
+    monkeypatch.setattr(wandb_names, "_NOTICES", {"offline"})
     yield
     with warnings.catch_warnings():
         # A test that watches to check something else (an error, the hooks, a key) and leaves

@@ -339,7 +339,7 @@ def test_no_logging_calls_outside_the_warning_helpers() -> None:
 
 # ---- facts of the code the pages state -----------------------------------------------------
 CLI = ROOT / "wandb_modprof_cli.py"
-PROFILE_FILE = ROOT / "wandb_modprof" / "sinks" / "profile_file.py"
+PROFILE_FILE = ROOT / "wandb_modprof" / "sinks" / "file" / "profile_file.py"
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 
 

@@ -26,7 +26,7 @@ from helpers import (
 from models import gpt2_from_config
 
 from wandb_modprof import ModProfError
-from wandb_modprof.sinks.wandb import wandb_log as _wandb_log
+from wandb_modprof.sinks.wandb import wandb_names as _wandb_names
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # transformers.Trainer needs it
@@ -94,7 +94,7 @@ def test_trainer_logs_every_log_freq_th_optimizer_step_to_the_report_to_wandb_ru
     trainer = transformers.Trainer(
         model=model, args=_args(tmp_path), train_dataset=_dataset(), callbacks=[callback, record]
     )
-    monkeypatch.setattr(_wandb_log, "_NOTICES", set())  # the offline notice is once per process
+    monkeypatch.setattr(_wandb_names, "_NOTICES", set())  # the offline notice is once per process
     with pytest.warns(UserWarning, match="is offline and has no W&B entity"):
         trainer.train()
     handle = callback.handle
@@ -152,7 +152,7 @@ def test_options_pass_through_and_run_overrides_wandb_run(tmp_path):
 def test_a_short_offline_train_says_at_the_train_line_what_it_logged_and_what_to_change(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(_wandb_log, "_NOTICES", set())  # the offline notice is once per process
+    monkeypatch.setattr(_wandb_names, "_NOTICES", set())  # the offline notice is once per process
     monkeypatch.delenv("WANDB_ENTITY", raising=False)
     model = gpt2_from_config()
     callback = ModProfCallback(log_freq=100)  # the README's value, in a 3-step run

@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import wandb_modprof
 from wandb_modprof import ModProfError
-from wandb_modprof.sinks.wandb import wandb_log as _wandb_log
+from wandb_modprof.sinks.wandb import wandb_names as _wandb_names
 
 L = pytest.importorskip("lightning.pytorch")
 from lightning.pytorch.loggers import WandbLogger  # noqa: E402  (after the importorskip)
@@ -208,7 +208,7 @@ def test_start_at_step_offsets_the_optimizer_step_count():
 def test_a_short_offline_fit_says_at_the_fit_line_what_it_logged_and_what_to_change(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(_wandb_log, "_NOTICES", set())  # the offline notice is once per process
+    monkeypatch.setattr(_wandb_names, "_NOTICES", set())  # the offline notice is once per process
     monkeypatch.delenv("WANDB_ENTITY", raising=False)
     logger = WandbLogger(project="modprof-test", save_dir=str(tmp_path), offline=True)
     callback = ModProfCallback(log_freq=100)  # the README's value, in a 4-step fit

@@ -33,6 +33,7 @@ from wandb_modprof.records.modes import MODE_KEYS
 from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.sinks.wandb import packed as _packed
 from wandb_modprof.sinks.wandb import wandb_log as _wandb_log
+from wandb_modprof.sinks.wandb import wandb_names as _wandb_names
 from wandb_modprof.sinks.wandb import wandb_table as wandb_table_module
 
 CHART = f"me/{_spec.CHART_NAME}"
@@ -40,7 +41,7 @@ CHART = f"me/{_spec.CHART_NAME}"
 
 @pytest.fixture(autouse=True)
 def _fresh_notices(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_wandb_log, "_NOTICES", set())  # the offline notice is once per process
+    monkeypatch.setattr(_wandb_names, "_NOTICES", set())  # the offline notice is once per process
 
 
 def _table_files(root: Path, model: str) -> list[Path]:
@@ -104,7 +105,7 @@ def test_the_profile_file_artifact_round_trips_through_an_offline_run(tmp_path):
     run.finish()
     assert artifact is not None and artifact.type == "modprof-profile"
     assert artifact.name.startswith(f"modprof-{run.id}-TinyGPT")
-    entry = artifact.manifest.entries[_wandb_log.PROFILE_FILE]
+    entry = artifact.manifest.entries[_wandb_names.PROFILE_FILE]
     staged = Path(entry.local_path)
     assert staged.is_file()
     loaded = wandb_modprof.load(staged)
@@ -115,7 +116,7 @@ def test_the_profile_file_artifact_round_trips_through_an_offline_run(tmp_path):
     table = _wandb_log.build_table_for(log, prof.snapshot(), max_rows=100)
     assert (
         f"statistics are in the saved profile. The full profile is "
-        f"logged to this run as the W&B artifact {_wandb_log.artifact_name(run, handle.key)} "
+        f"logged to this run as the W&B artifact {_wandb_names.artifact_name(run, handle.key)} "
         "(type modprof-profile) at unwatch()." in table.reduced
     )
 

@@ -34,7 +34,8 @@ from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.records import modes as _modes
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE
 from wandb_modprof.records.snapshot import Overhead
-from wandb_modprof.sinks.wandb.wandb_log import WandbLog, chart_name, model_key
+from wandb_modprof.sinks.wandb.wandb_log import WandbLog
+from wandb_modprof.sinks.wandb.wandb_names import chart_name, model_key
 from wandb_modprof.sinks.wandb.wandb_run import call_at_finish, current_run
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 

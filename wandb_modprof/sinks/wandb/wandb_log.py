@@ -24,7 +24,7 @@ ever logged); not built for disabled runs, which discard everything.
 
 The full profile, as a W&B artifact: at `unwatch()` (and, with `artifact_freq=N`, at every
 N-th logged sample too) the profile file (`prof.save`, `*.modprof.json`) is logged as the
-artifact `modprof-<run id>-<Class>` (`artifact_name`), `type="modprof-profile"`, one version
+artifact `modprof-<run id>-<Class>` (`wandb_names.artifact_name`), `type="modprof-profile"`, one version
 per log: the table is cut to 10,000 rows (`view/reduce.py`), the file never is, and
 `wandb-modprof report` or `wandb_modprof.load` read it back from
 `run.use_artifact(...).download()`. A reduced table's note (the panel's banner) names the
@@ -56,18 +56,18 @@ the profile (`before_table`, `api.distributed.RankChannel`).
 
 from __future__ import annotations
 
-import os
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from torch import nn
-
-from wandb_modprof._warn import entry_point, warn_at_user, warn_safely
-from wandb_modprof.capture.model.wrappers import type_name
+from wandb_modprof._warn import warn_safely
 from wandb_modprof.records.snapshot import SupportsSnapshot, as_data
-from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.sinks.wandb.wandb_entry import entry_of, html_entry
+from wandb_modprof.sinks.wandb.wandb_names import (
+    ARTIFACT_TYPE,
+    PROFILE_FILE,
+    artifact_name,
+    run_flag,
+)
 from wandb_modprof.sinks.wandb.wandb_table import wandb_table, wandb_table_of
 from wandb_modprof.stats.quiet_gc import paused_gc
 
@@ -75,101 +75,6 @@ if TYPE_CHECKING:
     from wandb_modprof.records.sample import StepTotals
     from wandb_modprof.records.snapshot import Overhead, ProfileData
     from wandb_modprof.view.table import ProfileTable
-
-KEY_PREFIX = "modprof"
-ARTIFACT_TYPE = "modprof-profile"
-PROFILE_FILE = "profile.modprof.json"  # the file's name inside the artifact
-# Keys handed out per run (weakly held): distinct keys for same-class models, kept after
-# `unwatch` so a later model never overwrites an earlier one's panel.
-_RUN_KEYS: weakref.WeakKeyDictionary[Any, list[tuple[str, weakref.ref[nn.Module]]]] = (
-    weakref.WeakKeyDictionary()
-)
-# One notice per process per kind ("offline"): it names a command to run once, not per model.
-_NOTICES: set[str] = set()
-# How a user gives the run an entity, by the entry point they came through (`entry_point`):
-# Lightning and Trainer users never call wandb.init themselves.
-_ENTITY_FIX = {
-    "watch": "wandb.init(entity=E) or WANDB_ENTITY=E",
-    "lightning": "WandbLogger(entity=E) or WANDB_ENTITY=E",
-    "huggingface": "WANDB_ENTITY=E in the environment (report_to='wandb' reads it)",
-}
-
-
-def model_key(run: Any, model: nn.Module) -> str:
-    """`modprof/<Class>`, suffixed `_1`, `_2` ... for further models of that class in `run`."""
-    base = f"{KEY_PREFIX}/{type_name(model)}"
-    try:
-        taken = _RUN_KEYS.setdefault(run, [])
-    except TypeError:  # a run object that cannot be weakly referenced: no registry
-        return base
-    for key, ref in taken:
-        if ref() is model:
-            return key
-    names = {key for key, _ in taken}
-    key, n = base, 0
-    while key in names:
-        n += 1
-        key = f"{base}_{n}"
-    taken.append((key, weakref.ref(model)))
-    return key
-
-
-def _flag(run: Any, name: str) -> bool:
-    try:
-        return bool(getattr(run, name, False))
-    except Exception:  # a property of a finished or foreign run object
-        return False
-
-
-def _run_entity(run: Any) -> str:
-    try:
-        entity = getattr(run, "entity", "")
-    except Exception:
-        entity = ""
-    return entity if isinstance(entity, str) and entity else os.environ.get("WANDB_ENTITY", "")
-
-
-def _run_name(run: Any) -> str:
-    try:
-        return str(getattr(run, "id", None) or getattr(run, "name", None) or "?")
-    except Exception:
-        return "?"
-
-
-def chart_name(run: Any, chart: str | None, key: str) -> str | None:
-    """The preset to log with (None: tables only), emitting the offline notice once."""
-    if _flag(run, "disabled"):
-        return chart or f"{_run_entity(run) or 'dummy'}/{_spec.CHART_NAME}"
-    entity = chart.split("/")[0] if chart is not None else _run_entity(run)
-    name = chart or (f"{entity}/{_spec.CHART_NAME}" if entity else None)
-    if _flag(run, "offline") and "offline" not in _NOTICES:
-        _NOTICES.add("offline")
-        run_id = _run_name(run)
-        if name is None:
-            text = (
-                f"wandb_modprof: run {run_id} is offline and has no W&B entity, so {key} is logged "
-                f"as its table alone ({key}_table), without the panel.\n"
-                f"For the panel: {_ENTITY_FIX[entry_point()]}, then register the preset once: "
-                "`wandb-modprof register-chart --entity E`."
-            )
-        else:
-            more = "" if name.endswith(f"/{_spec.CHART_NAME}") else f" --name {name.split('/')[1]}"
-            text = (
-                f"wandb_modprof: run {run_id} is offline; its modprof panels use the W&B chart "
-                f"preset '{name}'.\n"
-                f"Before `wandb sync`, register it once: `wandb-modprof register-chart "
-                f"--entity {entity}{more}`."
-            )
-        warn_at_user(text, UserWarning)  # at the user's watch() / fit() / train() line
-    return name
-
-
-def artifact_name(run: Any, key: str) -> str:
-    """`modprof-<run id>-<Class>` for the key `modprof/<Class>`: artifact names are per
-    project, so the run id keeps two runs' profiles apart (W&B allows letters, digits, `-`,
-    `_` and `.`; anything else becomes `_`)."""
-    raw = f"{KEY_PREFIX}-{_run_name(run)}-{key.removeprefix(KEY_PREFIX + '/')}"
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in raw)
 
 
 def build_table_for(log: WandbLog, data: ProfileData, max_rows: int | None = None) -> ProfileTable:
@@ -197,7 +102,7 @@ class WandbLog:
         self.string_fields = {"mode": default_mode, "scale": default_scale}
         self.logged_samples = 0
         # None: no artifact; 0: at unwatch only; N: also at every N-th logged sample
-        self.artifact_freq = None if _flag(run, "disabled") else artifact_freq
+        self.artifact_freq = None if run_flag(run, "disabled") else artifact_freq
         self.artifact: Any = None  # the last `wandb.Artifact` logged (None: none yet)
         self._artifact_at = 0  # the sample count of the last artifact logged
         self._logs = 0  # samples logged (logs), for `artifact_freq`
@@ -242,7 +147,7 @@ class WandbLog:
 
     def wants_report(self) -> bool:
         """Whether the final log adds the HTML report (never to a disabled run)."""
-        return not _flag(self.run, "disabled")
+        return not run_flag(self.run, "disabled")
 
     def artifact_due_next(self) -> bool:
         """Whether the next log of new samples also logs the profile file (`artifact_freq`)."""
@@ -311,7 +216,7 @@ class WandbLog:
             if final and not new and count > 0 and before_table is not None:
                 new = before_table()  # other ranks' last samples arrived since
                 before_table = None
-            report = final and count > 0 and not _flag(self.run, "disabled")
+            report = final and count > 0 and not run_flag(self.run, "disabled")
             if not (new or report):
                 return True
             self.logged_samples = count  # set first: a failed log is dropped, not retried
