@@ -24,8 +24,8 @@ ever logged); not built for disabled runs, which discard everything.
 
 The full profile, as a W&B artifact: at `unwatch()` (and, with `artifact_freq=N`, at every
 N-th logged sample too) the profile file (`prof.save`, `*.modprof.json`) is logged as the
-artifact `modprof-<run id>-<Class>` (`wandb_names.artifact_name`), `type="modprof-profile"`, one version
-per log: the table is cut to 10,000 rows (`view/reduce.py`), the file never is, and
+artifact `modprof-<run id>-<Class>` (`wandb_names.artifact_name`), `type="modprof-profile"`,
+one version per log: the table is cut to 10,000 rows (`view/reduce.py`), the file never is, and
 `wandb-modprof report` or `wandb_modprof.load` read it back from
 `run.use_artifact(...).download()`. A reduced table's note (the panel's banner) names the
 artifact. `artifact_freq=None` logs none; disabled runs log none. Everything is logged with
