@@ -11,11 +11,13 @@
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._version import __version__
 from wandb_modprof.api.callbacks import ModuleCallbacks, ModuleEvent, on_module
+from wandb_modprof.api.checkpoint_apply import apply_checkpoint_plan
 from wandb_modprof.api.profile import Profile, load
 from wandb_modprof.api.profile_block import ProfileBlock, profile
 from wandb_modprof.api.regression import check_regression
 from wandb_modprof.api.watch import WatchHandle, unwatch, watch
 from wandb_modprof.records.calls import CallInfo, DataEdge, Structure
+from wandb_modprof.records.checkpoint import CheckpointPlan
 from wandb_modprof.records.sample import (
     METRICS,
     BackwardRun,
@@ -33,6 +35,7 @@ __all__ = [
     "METRICS",
     "BackwardRun",
     "CallInfo",
+    "CheckpointPlan",
     "DataEdge",
     "InvocationRecord",
     "ModProfError",
@@ -48,6 +51,7 @@ __all__ = [
     "Structure",
     "WatchHandle",
     "__version__",
+    "apply_checkpoint_plan",
     "check_regression",
     "load",
     "on_module",

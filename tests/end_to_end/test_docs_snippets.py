@@ -117,6 +117,26 @@ run.finish()
         ),
         warned_at=("handle = wandb_modprof.watch(", "prof = handle.unwatch()"),
     ),
+    "what to checkpoint": Case(
+        marker='plan = prof.checkpoint_plan("50%")                        # half of today\'s '
+        "activation memory",
+        prelude="""
+import torch, wandb_modprof
+from models import TinyGPT
+torch.manual_seed(0)
+model = TinyGPT()
+batch = torch.randint(0, 64, (2, 16))
+def loss_fn(out):
+    return out.float().pow(2).mean()
+""",
+        # the page's table: realised within the plan's stated margin, and within the budget
+        check="""
+assert plan.calls and plan.predicted_activation_bytes <= plan.budget_bytes
+assert abs(realised - plan.predicted_activation_bytes) <= plan.margin_bytes, realised
+assert realised <= plan.budget_bytes + plan.margin_bytes
+assert all("forward" not in m.__dict__ for m in model.modules())   # removed on exit
+""",
+    ),
     "a regression gate in a test suite": Case(
         marker="def test_no_module_got_slower():",
         # modules of known time (tests/phantom.py): the baseline is the same model, so the

@@ -20,6 +20,7 @@ from wandb_modprof.stats.accumulator import ProfileAccumulator
 
 if TYPE_CHECKING:
     from wandb_modprof.records.calls import Structure
+    from wandb_modprof.records.checkpoint import CheckpointPlan
     from wandb_modprof.view.table import ProfileTable
 
 
@@ -110,6 +111,21 @@ class Profile:
         ]
         rows.sort(key=lambda s: s.typical(metric) or 0.0, reverse=True)
         return rows[:n]
+
+    def checkpoint_plan(self, budget: int | float | str) -> CheckpointPlan:
+        """The modules to checkpoint so that activation memory fits `budget` at the least
+        recompute time: `budget` in bytes (int), as a share of today's (float in (0, 1]) or
+        a percentage ("50%"). `wandb_modprof.apply_checkpoint_plan` applies the result; how
+        bytes and times are predicted: `wandb_modprof.view.checkpoint_plan`.
+
+        Examples:
+            >>> plan = prof.checkpoint_plan("50%")                     # doctest: +SKIP
+            >>> plan.module_names, plan.predicted_activation_bytes     # doctest: +SKIP
+            (('blocks.0', 'blocks.1.mlp'), 531456)
+        """
+        from wandb_modprof.view.checkpoint_plan import checkpoint_plan
+
+        return checkpoint_plan(self.snapshot(), budget)
 
     def summary(self, n: int = 10) -> str:
         """A terminal table of the top modules by forward, backward and activation memory."""

@@ -1,0 +1,200 @@
+"""Apply a checkpoint plan to a model: the planned modules' forwards run under
+`torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`, reversibly.
+
+>>> plan = prof.checkpoint_plan("50%")                              # doctest: +SKIP
+>>> with wandb_modprof.apply_checkpoint_plan(model, plan):          # doctest: +SKIP
+...     model(x).sum().backward()          # blocks recomputed in backward, less memory
+>>> applied = wandb_modprof.apply_checkpoint_plan(model, "plan.json")  # doctest: +SKIP
+>>> applied.remove()                                                # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from wandb_modprof._errors import ModProfError
+from wandb_modprof.records.checkpoint import CheckpointPlan
+
+# Our wrapper says what it is (a dunder attribute: the function's own, nothing global), so a
+# second plan over the same module is refused instead of checkpointing twice.
+_MARK = "__modprof_checkpoint__"
+
+
+@dataclass
+class _Wrapped:
+    module: nn.Module
+    name: str
+    own_forward: Any  # the instance attribute `forward` before ours; `_NONE` if there was none
+
+
+_NONE = object()
+
+
+@dataclass
+class AppliedPlan:
+    """The modules of a plan, wrapped; `remove()` (or leaving the `with` block) restores their
+    original forwards. `module_names` lists what is wrapped, in the plan's order."""
+
+    plan: CheckpointPlan
+    _wrapped: list[_Wrapped] = field(default_factory=list, repr=False)
+
+    @property
+    def module_names(self) -> tuple[str, ...]:
+        return tuple(w.name for w in self._wrapped)
+
+    @property
+    def active(self) -> bool:
+        """True until `remove()`."""
+        return bool(self._wrapped)
+
+    def remove(self) -> None:
+        """Restore every wrapped module's forward (a second call does nothing)."""
+        while self._wrapped:
+            w = self._wrapped.pop()
+            if w.own_forward is _NONE:
+                delattr(w.module, "forward")  # the class's forward shows through again
+            else:
+                setattr(w.module, "forward", w.own_forward)  # noqa: B010  (mypy: a method)
+
+    def __enter__(self) -> AppliedPlan:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.remove()
+
+
+def apply_checkpoint_plan(
+    model: nn.Module, plan: CheckpointPlan | Mapping[str, Any] | str | os.PathLike[str]
+) -> AppliedPlan:
+    """Checkpoint the forward of every module `plan` names (`use_reentrant=False`; the RNG
+    state is preserved, so dropout draws the same mask in the recompute).
+
+    `plan`: a `CheckpointPlan` (`Profile.checkpoint_plan`), its `to_json()` dict, or the path
+    of a JSON file holding that dict. Refused with a `ModProfError`: a compiled model
+    (`torch.compile`; plan and apply before compiling), a plan naming modules the model lacks
+    or the root, a module already wrapped, and a module whose subtree has a module with running
+    statistics in training mode (a recompute would update them twice).
+
+    A wrapped forward checkpoints only when grad is enabled (evaluation runs as before). Keyword
+    arguments reach the forward, except those `checkpoint` itself takes (`use_reentrant`,
+    `context_fn`, `determinism_check`, `debug`, `preserve_rng_state`). A module that modifies
+    its input in place cannot be checkpointed (the kept input changes; torch's version check
+    raises in backward); the planner never picks an in-place leaf (it frees nothing).
+
+    Examples:
+        >>> plan = prof.checkpoint_plan(0.5)                                # doctest: +SKIP
+        >>> applied = wandb_modprof.apply_checkpoint_plan(model, plan)     # doctest: +SKIP
+        >>> applied.module_names                                            # doctest: +SKIP
+        ('blocks.0', 'blocks.1.mlp')
+        >>> applied.remove()                                                # doctest: +SKIP
+    """
+    if not isinstance(model, nn.Module):
+        raise ModProfError(
+            f"apply_checkpoint_plan(model=...): expected a torch.nn.Module; got "
+            f"{type(model).__name__}"
+        )
+    checked = _as_plan(plan)
+    if _compiled(model):
+        raise ModProfError(
+            "apply_checkpoint_plan(model=...): expected an uncompiled model; got a "
+            "torch.compile'd one (OptimizedModule): apply the plan to the model before "
+            "compiling it"
+        )
+    modules = dict(model.named_modules(remove_duplicate=False))
+    missing = [n for n in checked.module_names if n not in modules or n == ""]
+    if missing:
+        raise ModProfError(
+            f"apply_checkpoint_plan: expected the plan's modules in {type(model).__name__}; got "
+            f"{len(missing)} it lacks: {', '.join(missing[:5])} (a plan of another model?)"
+        )
+    for name in checked.module_names:
+        _check_module(modules[name], name)
+    applied = AppliedPlan(checked)
+    for name in checked.module_names:
+        module = modules[name]
+        own = module.__dict__.get("forward", _NONE)
+        setattr(module, "forward", _checkpointed(module.forward))  # noqa: B010  (a method)
+        applied._wrapped.append(_Wrapped(module, name, own))
+    return applied
+
+
+def _as_plan(plan: object) -> CheckpointPlan:
+    if isinstance(plan, CheckpointPlan):
+        return plan
+    if isinstance(plan, Mapping):
+        return CheckpointPlan.from_json(plan, "apply_checkpoint_plan(plan)")
+    if isinstance(plan, (str, os.PathLike)):
+        path = Path(plan)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise ModProfError(
+                f"apply_checkpoint_plan(plan={str(path)!r}): expected a JSON file written from "
+                f"CheckpointPlan.to_json(); got {type(e).__name__}: {e}"
+            ) from None
+        return CheckpointPlan.from_json(data, str(path))
+    raise ModProfError(
+        "apply_checkpoint_plan(plan=...): expected a CheckpointPlan, its to_json() dict or a "
+        f"JSON file path; got {type(plan).__name__}"
+    )
+
+
+def _compiled(module: nn.Module) -> bool:
+    # Compiled modules are `torch._dynamo.eval_frame.OptimizedModule`; importing dynamo only to
+    # ask costs a second where nothing was compiled, so ask only when it is already loaded.
+    import sys
+
+    if "torch._dynamo" not in sys.modules:
+        return False
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return isinstance(module, OptimizedModule)
+
+
+def _check_module(module: nn.Module, name: str) -> None:
+    if _compiled(module):
+        raise ModProfError(
+            f"apply_checkpoint_plan: expected uncompiled modules; got {name!r} compiled "
+            "(OptimizedModule): apply the plan before compiling"
+        )
+    if getattr(module.__dict__.get("forward"), _MARK, False):
+        raise ModProfError(
+            f"apply_checkpoint_plan: expected modules not checkpointed yet; got {name!r} "
+            "already wrapped by a plan (remove() that plan first)"
+        )
+    for sub_name, sub in module.named_modules():
+        tracks = getattr(sub, "track_running_stats", False)
+        if tracks and getattr(sub, "running_mean", None) is not None and sub.training:
+            where = f"{name}.{sub_name}" if sub_name else name
+            raise ModProfError(
+                f"apply_checkpoint_plan: expected modules without running statistics in "
+                f"training mode; got {where!r} ({type(sub).__name__}) inside {name!r}: its "
+                "recompute would update the running statistics twice"
+            )
+
+
+def _checkpointed(forward: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(forward)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return forward(*args, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    setattr(run, _MARK, True)
+    return run
