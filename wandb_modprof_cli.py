@@ -199,6 +199,25 @@ def _compare_options(compare: argparse.ArgumentParser) -> None:
     )
 
 
+def _plan_options(plan: argparse.ArgumentParser) -> None:
+    plan.add_argument("profile", metavar="PROFILE", help="a *.modprof.json file")
+    plan.add_argument(
+        "--budget",
+        required=True,
+        metavar="BUDGET",
+        help="activation memory to fit: bytes (200000000), a share of today's (0.5) or a "
+        "percentage (50%%)",
+    )
+    plan.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="JSON",
+        help="where the plan is written (default: PROFILE with .modprof.json replaced by "
+        ".plan.json); wandb_modprof.apply_checkpoint_plan(model, JSON) applies it",
+    )
+
+
 def _chart_options(chart: argparse.ArgumentParser) -> None:
     chart.add_argument(
         "--entity", default=None, help="W&B user or team (default: your default entity)"
@@ -252,6 +271,14 @@ COMMANDS: dict[str, Command] = {
         "one profile only, and the ratio of the model totals.",
         _compare_options,
         takes_mode=True,
+    ),
+    "plan": Command(
+        "profile file -> the modules to checkpoint for an activation-memory budget (JSON)",
+        "Choose the modules to wrap in activation checkpointing so the activation memory fits "
+        "--budget at the least recompute time, from the profile's measured saved bytes and "
+        "forward times; print the plan (bytes freed, recompute, why; the modules left out and "
+        "why) and write it as JSON for wandb_modprof.apply_checkpoint_plan.",
+        _plan_options,
     ),
     "register-chart": Command(
         "register the panel's Vega spec as a W&B chart preset (once per entity)",

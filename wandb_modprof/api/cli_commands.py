@@ -102,6 +102,42 @@ def _summary(args: argparse.Namespace) -> bool:
     return True
 
 
+def _budget(text: str) -> int | float | str:
+    """`--budget` as `Profile.checkpoint_plan` takes it: "50%" as given, "0.5" a share, "2e8"
+    or "200000000" bytes (which the plan checks)."""
+    text = text.strip()
+    if text.endswith("%"):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise ModProfError(
+            f"--budget expected bytes (200000000), a share (0.5) or a percentage (50%); got "
+            f"{text!r}"
+        ) from None
+    return value if value <= 1 else int(value) if value.is_integer() else value
+
+
+def _plan(args: argparse.Namespace) -> bool:
+    """`plan PROFILE --budget B`: what to checkpoint; the plan printed and written as JSON."""
+    import json
+
+    from wandb_modprof.sinks.files import write_atomic
+    from wandb_modprof.sinks.text.checkpoint_plan import format_plan
+
+    budget = _budget(args.budget)
+    prof = _load(args.profile)
+    output = args.output
+    if output is None:
+        output = str(Path(args.profile).with_name(_label(args.profile) + ".plan.json"))
+    target = _check_output(output, "plan", (args.profile,))
+    plan = prof.checkpoint_plan(budget)
+    text = json.dumps(plan.to_json(), indent=1) + "\n"
+    write_atomic(target, text.encode("utf-8"), f"cannot write plan to {str(target)!r}")
+    _write(format_plan(plan) + f"\nwritten to {target}\n")
+    return True
+
+
 def _compare(args: argparse.Namespace) -> bool:
     """`compare A B`: ratios B / A; False where the --fail-above gate found a regression."""
     from wandb_modprof.sinks.text.compare import compare, format_comparison
@@ -163,6 +199,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], bool]] = {
     "report": _report,
     "summary": _summary,
     "compare": _compare,
+    "plan": _plan,
     "register-chart": _register_chart,
 }
 
