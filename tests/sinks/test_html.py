@@ -413,7 +413,7 @@ def test_a_failing_report_warns_once_and_the_sample_is_still_logged(
 def test_the_page_is_rendered_from_the_package_templates(gpt: wandb_modprof.Profile) -> None:
     from importlib import resources
 
-    folder = resources.files("wandb_modprof.sinks") / "templates"
+    folder = resources.files("wandb_modprof.sinks.report") / "templates"
     boot = (folder / "report.js").read_text("utf-8")
     assert f"read('{SPEC_ID}')" in boot and f"read('{ROWS_ID}')" in boot
     text = report_html([("gpt", gpt)])
