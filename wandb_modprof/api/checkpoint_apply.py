@@ -10,10 +10,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -25,6 +26,7 @@ from torch.utils.checkpoint import checkpoint
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.records.checkpoint import CheckpointPlan
+from wandb_modprof.view.checkpoint_outcome import PlanOutcome, plan_outcome
 
 # Our wrapper says what it is (a dunder attribute: the function's own, nothing global), so a
 # second plan over the same module is refused instead of checkpointing twice.
@@ -58,6 +60,13 @@ class AppliedPlan:
         """True until `remove()`."""
         return bool(self._wrapped)
 
+    def outcome(self, profile_after: object) -> PlanOutcome:
+        """The plan beside the run: `profile_after` (a `Profile` or its `snapshot()`) profiled
+        the model with this plan applied. Realised activation bytes, memory peak, step time
+        and each planned module's recompute time, each with the prediction and the error
+        (`view.checkpoint_outcome`); `.text()` prints it."""
+        return plan_outcome(self.plan, profile_after)
+
     def remove(self) -> None:
         """Restore every wrapped module's forward (a second call does nothing)."""
         while self._wrapped:
@@ -88,8 +97,13 @@ def apply_checkpoint_plan(
     `plan`: a `CheckpointPlan` (`Profile.checkpoint_plan`), its `to_json()` dict, or the path
     of a JSON file holding that dict. Refused with a `ModProfError`: a compiled model
     (`torch.compile`; plan and apply before compiling), a plan naming modules the model lacks
-    or the root, a module already wrapped, and a module whose subtree has a module with running
-    statistics in training mode (a recompute would update them twice).
+    or the root, and a module already wrapped.
+
+    Running statistics (BatchNorm, InstanceNorm with `track_running_stats`) are updated once
+    per step, as without the plan: the recompute in backward runs with every such module of
+    the subtree that is training having its `running_mean`, `running_var` and
+    `num_batches_tracked` copied before and copied back after (in training they normalise
+    with the batch's statistics, so the recompute's outputs are the forward's).
 
     A wrapped forward checkpoints only when grad is enabled (evaluation runs as before). Keyword
     arguments reach the forward, except those `checkpoint` itself takes (`use_reentrant`,
@@ -129,7 +143,7 @@ def apply_checkpoint_plan(
     for name in checked.module_names:
         module = modules[name]
         own = module.__dict__.get("forward", _NONE)
-        setattr(module, "forward", _checkpointed(module.forward))  # noqa: B010  (a method)
+        setattr(module, "forward", _checkpointed(module.forward, module))  # noqa: B010  (a method)
         applied._wrapped.append(_Wrapped(module, name, own))
     return applied
 
@@ -178,23 +192,59 @@ def _check_module(module: nn.Module, name: str) -> None:
             f"apply_checkpoint_plan: expected modules not checkpointed yet; got {name!r} "
             "already wrapped by a plan (remove() that plan first)"
         )
-    for sub_name, sub in module.named_modules():
-        tracks = getattr(sub, "track_running_stats", False)
-        if tracks and getattr(sub, "running_mean", None) is not None and sub.training:
-            where = f"{name}.{sub_name}" if sub_name else name
-            raise ModProfError(
-                f"apply_checkpoint_plan: expected modules without running statistics in "
-                f"training mode; got {where!r} ({type(sub).__name__}) inside {name!r}: its "
-                "recompute would update the running statistics twice"
-            )
 
 
-def _checkpointed(forward: Callable[..., Any]) -> Callable[..., Any]:
+def _checkpointed(forward: Callable[..., Any], module: nn.Module) -> Callable[..., Any]:
+    # modules that may keep running statistics (read again at every recompute: a module may
+    # be put in eval mode, or its statistics switched off, after the plan is applied)
+    norms = [m for m in module.modules() if hasattr(m, "track_running_stats")]
+
     @functools.wraps(forward)
     def run(*args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return forward(*args, **kwargs)
-        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+        once = _stats_updated_once(forward, norms)
+        return checkpoint(once, *args, use_reentrant=False, **kwargs)
 
     setattr(run, _MARK, True)
     return run
+
+
+def _stats_updated_once(forward: Callable[..., Any], norms: list[nn.Module]) -> Callable[..., Any]:
+    """`forward` for one checkpointed call: `checkpoint` runs it in the forward, then again for
+    each recompute in backward; those later runs leave running statistics as they found them."""
+    runs = 0
+
+    def once(*args: Any, **kwargs: Any) -> Any:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            return forward(*args, **kwargs)
+        with _running_stats_kept(norms):
+            return forward(*args, **kwargs)
+
+    return once
+
+
+RUNNING_STATS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+@contextlib.contextmanager
+def _running_stats_kept(norms: list[nn.Module]) -> Iterator[None]:
+    """Copies of the running statistics of every module in `norms` that updates them now
+    (training, `track_running_stats`), put back on leaving (also when the recompute stops
+    early: non-reentrant checkpointing raises once it has what backward needs)."""
+    kept: list[tuple[torch.Tensor, torch.Tensor]] = []
+    with torch.no_grad():
+        for m in norms:
+            if m.training and getattr(m, "track_running_stats", False):
+                for name in RUNNING_STATS:
+                    buffer = getattr(m, name, None)
+                    if isinstance(buffer, torch.Tensor):
+                        kept.append((buffer, buffer.clone()))
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, copy in kept:
+                buffer.copy_(copy)

@@ -57,8 +57,13 @@ class CheckpointPlan:
     activation bytes are expected within that of the prediction. Not covered: tensor
     arguments the call's subtree never saved (an attention mask), which the checkpoint keeps
     as well. `excluded` lists `(call key, reason)` for calls the plan refused to consider (the
-    root, running statistics in training, a module called from several places, nothing
-    measured)."""
+    root, a module called from several places, nothing measured).
+
+    `peak_bytes_now`: the root's memory peak, the larger of its forward and backward peaks
+    (`fwd_mem_peak_bytes`, `bwd_mem_peak_bytes`: each above what was live as it started; on
+    CPU the peak of the saved-tensor memory curve); `predicted_peak_bytes`: the forward peak
+    less the bytes freed, or the backward peak if larger (the plan does not lower it, and the
+    recompute runs in it). None where the profile has no peak (plans written before them)."""
 
     budget_bytes: int
     activation_bytes_now: int
@@ -69,6 +74,8 @@ class CheckpointPlan:
     calls: tuple[PlannedCall, ...]
     excluded: tuple[tuple[str, str], ...]
     model_name: str = ""
+    peak_bytes_now: int | None = None
+    predicted_peak_bytes: int | None = None
 
     @property
     def module_names(self) -> tuple[str, ...]:
@@ -92,6 +99,8 @@ class CheckpointPlan:
             "predicted_step_ms": self.predicted_step_ms,
             "step_ms_now": self.step_ms_now,
             "margin_bytes": self.margin_bytes,
+            "peak_bytes_now": self.peak_bytes_now,
+            "predicted_peak_bytes": self.predicted_peak_bytes,
             "calls": [
                 {
                     "key": c.key,
@@ -146,6 +155,8 @@ class CheckpointPlan:
             calls=tuple(calls),
             excluded=tuple(excluded),
             model_name=_str(top, "model_name", where),
+            peak_bytes_now=_optional_int(top, "peak_bytes_now", where),
+            predicted_peak_bytes=_optional_int(top, "predicted_peak_bytes", where),
         )
 
 
@@ -179,6 +190,11 @@ def _int(data: Mapping[str, Any], name: str, where: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         _bad(f"{where}.{name}", "an integer", value)
     return value
+
+
+def _optional_int(data: Mapping[str, Any], name: str, where: str) -> int | None:
+    """Absent or null: None (plans written before the field existed)."""
+    return None if data.get(name) is None else _int(data, name, where)
 
 
 def _float(data: Mapping[str, Any], name: str, where: str) -> float:

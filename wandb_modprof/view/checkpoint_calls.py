@@ -26,19 +26,12 @@ from dataclasses import dataclass
 from wandb_modprof.records.calls import CallInfo
 from wandb_modprof.records.sample import ModuleStats
 
-# Module types that keep running statistics updated by every training forward. The profile
-# holds types, not settings: an InstanceNorm built with track_running_stats=True is not seen
-# here (`apply_checkpoint_plan` checks the modules themselves); FrozenBatchNorm2d updates
-# nothing.
-RUNNING_STATS_TYPES = ("BatchNorm",)
-
 
 @dataclass(frozen=True)
 class CallEstimate:
     """One call, measured (`act_bytes`, `act_self_bytes`, `fwd_ms`, `bwd_ms`: medians; None
     where not measured) and estimated (`kept_bytes`: inputs and shared outputs a checkpoint
-    keeps; `freed_bytes`: `act_bytes` less that, never below 0). `running_stats` names the
-    first module with running statistics in its subtree ("" if none)."""
+    keeps; `freed_bytes`: `act_bytes` less that, never below 0)."""
 
     call: CallInfo
     act_bytes: int | None
@@ -47,7 +40,6 @@ class CallEstimate:
     bwd_ms: float | None
     kept_bytes: int
     freed_bytes: int
-    running_stats: str
 
 
 # What a call's statistics are read from: `ModuleStats`, or (act_bytes, act_self_bytes) pairs
@@ -70,7 +62,6 @@ def estimate_calls(calls: Sequence[CallInfo], stats: Saved) -> list[CallEstimate
     last_leaf = [-1] * n  # the last leaf at or before position p
     for p in range(n):
         last_leaf[p] = p if leaves[p] else (last_leaf[p - 1] if p else -1)
-    running = _running_stats(order, ends)
     out: list[CallEstimate] = []
     for p, call in enumerate(order):
         act, _, fwd_ms, bwd_ms = measured[p]
@@ -87,7 +78,6 @@ def estimate_calls(calls: Sequence[CallInfo], stats: Saved) -> list[CallEstimate
                 bwd_ms=bwd_ms,
                 kept_bytes=kept,
                 freed_bytes=max((act or 0) - kept, 0),
-                running_stats=running[p],
             )
         )
     return out
@@ -142,18 +132,11 @@ def _subtree_ends(order: list[CallInfo]) -> list[int]:
     return ends
 
 
-def _running_stats(order: list[CallInfo], ends: list[int]) -> list[str]:
-    """Per position, the first module with running statistics in the call's subtree."""
-    found = [""] * len(order)
-    for p in range(len(order) - 1, -1, -1):
-        call = order[p]
-        if any(t in call.module_type for t in RUNNING_STATS_TYPES) and not (
-            call.module_type.startswith("Frozen")
-        ):
-            found[p] = f"{call.module_type} ({call.module_name})"
-        else:
-            q = p + 1
-            while q < ends[p] and not found[p]:
-                found[p] = found[q]
-                q = ends[q]
-    return found
+def memory_peaks(stat: ModuleStats | None) -> tuple[int | None, int | None]:
+    """The call's forward and backward memory peaks (`fwd_mem_peak_bytes`,
+    `bwd_mem_peak_bytes`: medians, each above what was live as it started; None where not
+    measured)."""
+    if stat is None:
+        return None, None
+    fwd, bwd = stat.typical("fwd_mem_peak_bytes"), stat.typical("bwd_mem_peak_bytes")
+    return (None if fwd is None else round(fwd)), (None if bwd is None else round(bwd))

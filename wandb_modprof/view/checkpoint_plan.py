@@ -28,9 +28,10 @@ A module, not a call, is wrapped: a module called k times per step is planned as
 whose bytes and recompute are the sums over its k calls (their parent calls must belong to one
 module, so that the items still form a tree). Chosen modules form an antichain of that tree
 (`view.checkpoint_knapsack`). Left out, each with its reason in `CheckpointPlan.excluded`: the
-root call; a call whose subtree holds a module with running statistics (BatchNorm) while
-training (the recompute would update them twice); a module called from several parent modules
-or inside itself; a call with no `act_bytes` or `fwd_ms` measured.
+root call; a module called from several parent modules or inside itself; a call with no
+`act_bytes` or `fwd_ms` measured. A subtree holding BatchNorm in training may be planned:
+`apply_checkpoint_plan` keeps its running statistics as one forward leaves them (they are
+saved before the recompute and put back after it).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.records.checkpoint import CheckpointPlan, PlannedCall
 from wandb_modprof.records.snapshot import ProfileData
-from wandb_modprof.view.checkpoint_calls import CallEstimate, estimate_calls
+from wandb_modprof.view.checkpoint_calls import CallEstimate, estimate_calls, memory_peaks
 from wandb_modprof.view.checkpoint_knapsack import max_freed, plan_antichain
 from wandb_modprof.view.graphs import merge
 
@@ -91,8 +92,7 @@ def checkpoint_plan(data: ProfileData, budget: int | float | str) -> CheckpointP
         )
     now = root.act_bytes
     budget_bytes = parse_budget(budget, now, where)
-    training = any(s.training for s in data.structures) or not data.structures
-    items, excluded = _items(estimates, training)
+    items, excluded = _items(estimates)
     parents = [it.parent for it in items]
     freed = [it.freed for it in items]
     selectable = [it.excluded is None for it in items]
@@ -114,17 +114,29 @@ def checkpoint_plan(data: ProfileData, budget: int | float | str) -> CheckpointP
         chosen = plan_antichain(parents, freed, cost, selectable, need, BUCKETS[1]) or widest
     planned = tuple(_planned(items[i]) for i in chosen)
     step_ms = (root.fwd_ms or 0.0) + (root.bwd_ms or 0.0)
+    freed_bytes = sum(p.bytes_freed for p in planned)
+    fwd_peak, bwd_peak = memory_peaks(data.stats.get(root.call.key))
     return CheckpointPlan(
         budget_bytes=budget_bytes,
         activation_bytes_now=now,
-        predicted_activation_bytes=now - sum(p.bytes_freed for p in planned),
+        predicted_activation_bytes=now - freed_bytes,
         predicted_step_ms=step_ms + sum(p.recompute_ms for p in planned),
         step_ms_now=step_ms,
         margin_bytes=sum(items[i].kept for i in chosen),
         calls=planned,
         excluded=tuple(excluded),
         model_name=data.model_name,
+        peak_bytes_now=_larger(fwd_peak, bwd_peak),
+        predicted_peak_bytes=(
+            None if fwd_peak is None else _larger(max(fwd_peak - freed_bytes, 0), bwd_peak)
+        ),
     )
+
+
+def _larger(a: int | None, b: int | None) -> int | None:
+    """The larger of two peaks, either of which may be unmeasured (None)."""
+    known = [v for v in (a, b) if v is not None]
+    return max(known) if known else None
 
 
 def parse_budget(budget: object, now: int, where: str) -> int:
@@ -152,9 +164,7 @@ def parse_budget(budget: object, now: int, where: str) -> int:
     return int(now * share)
 
 
-def _items(
-    estimates: list[CallEstimate], training: bool
-) -> tuple[list[_Item], list[tuple[str, str]]]:
+def _items(estimates: list[CallEstimate]) -> tuple[list[_Item], list[tuple[str, str]]]:
     """One item per module in the tree (forward order of its first call) and the excluded
     calls. A module whose calls have parents in several modules (or in itself) is left out of
     the tree with its descendants: its bytes stay inside its parent calls' `act_bytes`."""
@@ -187,7 +197,7 @@ def _items(
             outside.add(name)
             reason = f"inside {owner}, which is left out of the plan"
         else:
-            reason = _unselectable(calls, training)
+            reason = _unselectable(calls)
             parent = -1 if owner in roots else index[owner]
             index[name] = len(items)
             items.append(_Item(name, tuple(calls), parent, reason))
@@ -196,17 +206,10 @@ def _items(
     return items, excluded
 
 
-def _unselectable(calls: list[CallEstimate], training: bool) -> str | None:
+def _unselectable(calls: list[CallEstimate]) -> str | None:
     for c in calls:
         if c.act_bytes is None or c.fwd_ms is None:
             return "no act_bytes or fwd_ms measured"
-    if training:
-        for c in calls:
-            if c.running_stats:
-                return (
-                    f"contains {c.running_stats} in training mode: recompute would update "
-                    "running statistics twice"
-                )
     return None
 
 

@@ -1,6 +1,6 @@
 """A checkpoint plan as text for a terminal (`wandb-modprof plan`): the budget, today's and the
-predicted activation memory and step time, then the planned modules, each with the bytes it
-frees, its recompute time and why it was chosen, then the modules left out and why.
+predicted activation memory, step time and memory peak, then the planned modules, each with the
+bytes it frees, its recompute time and why it was chosen, then the modules left out and why.
 
 >>> print(format_plan(plan))                                          # doctest: +SKIP
 Checkpoint plan for TinyGPT: activation memory 1.07 MiB -> 456 KiB (budget 549 KiB, ±96 KiB)
@@ -33,8 +33,13 @@ def format_plan(plan: CheckpointPlan) -> str:
         f"margin {size(plan.margin_bytes)})",
         f"step time {ms(plan.step_ms_now)} -> {ms(plan.predicted_step_ms)} predicted "
         f"(+{ms(plan.recompute_ms)} of recompute)",
-        "",
     ]
+    if plan.peak_bytes_now is not None and plan.predicted_peak_bytes is not None:
+        lines.append(
+            f"memory peak {size(plan.peak_bytes_now)} -> {size(plan.predicted_peak_bytes)} "
+            "predicted"
+        )
+    lines.append("")
     if not plan.calls:
         lines.append("Nothing to checkpoint: today's activation memory is within the budget.")
     else:
