@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from models import ResNet, TinyGPT
+from models import MoEStack, ResNet, TinyGPT, gpt2_from_config, moe_input
 
 import wandb_modprof
 from wandb_modprof.view.table import ProfileTable
@@ -35,6 +35,28 @@ def gpt_table(steps: int = 3, seed: int = 0) -> ProfileTable:
         for _ in range(steps):
             model(tokens).sum().backward()
     return prof.table()
+
+
+def gpt2_profile(layers: int = 4, steps: int = 3) -> wandb_modprof.Profile:
+    """A GPT-2 from transformers' config (random weights), its language-model loss."""
+    torch.manual_seed(0)
+    model = gpt2_from_config(layers=layers)
+    ids = torch.randint(0, 512, (2, 64))
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(steps):
+            model(input_ids=ids, labels=ids).loss.backward()
+    return prof
+
+
+def moe_profile(steps: int = 2) -> wandb_modprof.Profile:
+    """`tests/models.py`'s MoEStack (2 layers of 128 experts), every expert of the first hit."""
+    torch.manual_seed(0)
+    model = MoEStack()
+    x = moe_input(model)
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(steps):
+            model(x).square().mean().backward()
+    return prof
 
 
 def records(table: ProfileTable) -> list[dict[str, Any]]:

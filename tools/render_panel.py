@@ -102,8 +102,7 @@ def moe_profile() -> Any:
 def screenshot(
     browser: Any, prof: Any, mode: str, scale: str, path: Path, opens: list[str]
 ) -> None:
-    table = prof.table()
-    rows = [dict(zip(table.columns, row, strict=True)) for row in table.rows]
+    rows = prof.table().records()
     panel = browser.open_panel(_spec.filled({}), rows, width=WIDTH, height=HEIGHT)
     for label in opens:  # drill down the way a user does
         panel.click("node_rect", lambda item, label=label: item.datum.get("label") == label)
@@ -136,8 +135,7 @@ def size_screenshots(browser: Any, out: Path) -> None:
         ("resnet18", resnet18_profile),
         ("moe", moe_profile),
     ):
-        table = make().table()
-        rows = [dict(zip(table.columns, row, strict=True)) for row in table.rows]
+        rows = make().table().records()
         for width, height in SIZES:
             panel = browser.open_panel(_spec.filled({}), rows, width=width, height=height)
             if panel.errors():
@@ -152,8 +150,7 @@ def hero_screenshot(browser: Any, prof: Any, path: Path) -> None:
     """The GPT-2 panel at `HERO_WIDTH` x `HERO_HEIGHT`, opened at `transformer`, fwd + bwd, the
     graph zoomed to `HERO_ZOOM` and panned so that blocks h.0 ... ln_f stand left of the hover
     card of the hottest block; captured at `HERO_PIXEL_RATIO` device pixels per CSS pixel."""
-    table = prof.table()
-    rows = [dict(zip(table.columns, row, strict=True)) for row in table.rows]
+    rows = prof.table().records()
     panel = browser.open_panel(_spec.filled({}), rows, width=HERO_WIDTH, height=HERO_HEIGHT)
     panel.click("node_rect", lambda item: item.datum.get("label") == "transformer")
     panel.click("mode_entry", lambda item: item.datum.get("key") == "fwd_bwd")

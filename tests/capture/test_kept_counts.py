@@ -255,8 +255,7 @@ def test_the_panel_says_which_calls_have_no_flops(chromium: Any) -> None:
     model = TopK()
     with watched(model) as result:
         train(model, routes)
-    table = result().table()
-    rows = [dict(zip(table.columns, row, strict=True)) for row in table.rows]
+    rows = result().table().records()
     panel = chromium.open_panel(_spec.filled({}), rows, width=1100, height=640)
     try:
         assert [i.text for i in panel.items("message") if i.mark == "message" and i.text] == []

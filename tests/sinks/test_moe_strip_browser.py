@@ -9,11 +9,8 @@ from typing import Any
 
 import browser
 import pytest
-import torch
-from models import MoEStack, moe_input
-from panel import ranked_names
+from panel import moe_profile, ranked_names
 
-import wandb_modprof
 from wandb_modprof.sinks import spec as _spec
 
 MIN_TEXT_PX = 9
@@ -23,13 +20,7 @@ FOLDED = "experts \u00d7128"  # the lane of a layer's 128 experts
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict[str, Any]]:
-    torch.manual_seed(0)
-    model = MoEStack()
-    x = moe_input(model)
-    with wandb_modprof.profile(model) as prof:
-        for _ in range(2):
-            model(x).square().mean().backward()
-    return prof.table().resolved()
+    return moe_profile().table().resolved()
 
 
 def _open(chromium: browser.Browser, rows: list[dict[str, Any]], size: tuple[int, int]) -> Any:

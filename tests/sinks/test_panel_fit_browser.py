@@ -20,7 +20,8 @@ from typing import Any
 import browser
 import pytest
 import torch
-from models import MoEStack, ResNet18, gpt2_from_config, moe_input
+from models import ResNet18
+from panel import gpt2_profile, moe_profile
 
 import wandb_modprof
 from wandb_modprof.records.modes import mode as mode_of
@@ -35,16 +36,6 @@ _BOX_OF = (
 )
 
 
-def _gpt2() -> Any:
-    torch.manual_seed(0)
-    model = gpt2_from_config(layers=4)
-    ids = torch.randint(0, 512, (2, 64))
-    with wandb_modprof.profile(model) as prof:
-        for _ in range(3):
-            model(input_ids=ids, labels=ids).loss.backward()
-    return prof
-
-
 def _resnet18() -> Any:
     torch.manual_seed(0)
     model = ResNet18()
@@ -55,26 +46,12 @@ def _resnet18() -> Any:
     return prof
 
 
-def _moe() -> Any:
-    torch.manual_seed(0)
-    model = MoEStack()
-    x = moe_input(model)
-    with wandb_modprof.profile(model) as prof:
-        for _ in range(2):
-            model(x).square().mean().backward()
-    return prof
-
-
-MODELS = {"gpt2": _gpt2, "resnet18": _resnet18, "moe": _moe}
+MODELS = {"gpt2": gpt2_profile, "resnet18": _resnet18, "moe": moe_profile}
 
 
 @pytest.fixture(scope="module")
 def tables() -> dict[str, Any]:
     return {name: make().table() for name, make in MODELS.items()}
-
-
-def _rows(table: Any) -> list[dict[str, Any]]:
-    return [dict(zip(table.columns, row, strict=True)) for row in table.rows]
 
 
 def _inside(item: browser.Item, box: tuple[float, float, float, float], slack: float = 1) -> bool:
@@ -195,7 +172,9 @@ def test_the_panel_opens_readable_and_whole(
     size: tuple[int, int],
 ) -> None:
     width, height = size
-    panel = chromium.open_panel(_spec.filled({}), _rows(tables[model]), width=width, height=height)
+    panel = chromium.open_panel(
+        _spec.filled({}), tables[model].records(), width=width, height=height
+    )
     try:
         where = f"{model} {width}x{height}"
         for key in ("fwd_bwd", "act", "eff"):
@@ -217,7 +196,9 @@ def test_a_drilled_view_is_whole_and_its_crumbs_clear(
     """The MoE's first layer (a grid of 128 experts) and one expert two levels further down:
     every box inside, the crumbs clear of the buttons."""
     width, height = size
-    panel = chromium.open_panel(_spec.filled({}), _rows(tables["moe"]), width=width, height=height)
+    panel = chromium.open_panel(
+        _spec.filled({}), tables["moe"].records(), width=width, height=height
+    )
     try:
         if panel.signal("view_now") != "layers.0#0":
             panel.click("node_rect", lambda i: i.datum.get("label") == "layers.0")
@@ -246,7 +227,7 @@ def test_deep_breadcrumbs_give_way_from_the_left(chromium: browser.Browser) -> N
     with wandb_modprof.profile(model) as prof:
         for _ in range(2):
             model(torch.randn(2, 4)).sum().backward()
-    panel = chromium.open_panel(_spec.filled({}), _rows(prof.table()), width=640, height=400)
+    panel = chromium.open_panel(_spec.filled({}), prof.table().records(), width=640, height=400)
     try:
         for _ in range(8):
             opened = [i for i in panel.items("node_rect") if i.datum.get("has_view") and i.visible]

@@ -15,7 +15,8 @@ from typing import Any
 import browser
 import pytest
 import torch
-from models import MoEStack, gpt2_from_config, moe_input
+from models import gpt2_from_config
+from panel import moe_profile
 
 import wandb_modprof
 from wandb_modprof.records.modes import MODES
@@ -53,8 +54,7 @@ def profile() -> Any:
 
 @pytest.fixture(scope="module")
 def rows(profile: Any) -> list[dict[str, Any]]:
-    table = profile.table()
-    return [dict(zip(table.columns, row, strict=True)) for row in table.rows]
+    return profile.table().records()
 
 
 def _texts(panel: browser.Panel, marks: list[str]) -> list[browser.Item]:
@@ -156,14 +156,7 @@ def test_a_grid_of_experts_is_readable_and_whole(
     chromium: browser.Browser, size: tuple[int, int]
 ) -> None:
     """A layer's 128 experts drawn as a grid (`view/blocks.py`): small boxes, each with a `+`."""
-    torch.manual_seed(0)
-    model = MoEStack()
-    x = moe_input(model)
-    with wandb_modprof.profile(model) as prof:
-        for _ in range(2):
-            model(x).square().mean().backward()
-    table = prof.table()
-    rows = [dict(zip(table.columns, row, strict=True)) for row in table.rows]
+    rows = moe_profile().table().records()
     spec = _spec.filled({})
     width, height = size
     panel = chromium.open_panel(spec, rows, width=width, height=height)

@@ -14,7 +14,8 @@ from typing import Any
 import browser
 import pytest
 import torch
-from models import ResNet, gpt2_from_config, resnet_input
+from models import ResNet, resnet_input
+from panel import gpt2_profile
 
 import wandb_modprof
 from wandb_modprof.sinks import spec as _spec
@@ -57,13 +58,7 @@ def resnet() -> Any:
 
 @pytest.fixture(scope="module")
 def gpt2() -> Any:
-    torch.manual_seed(0)
-    model = gpt2_from_config(layers=4)
-    ids = torch.randint(0, 512, (2, 64))
-    with wandb_modprof.profile(model) as prof:
-        for _ in range(3):
-            model(input_ids=ids, labels=ids).loss.backward()
-    return prof
+    return gpt2_profile()
 
 
 def _js(panel: browser.Panel, expr: str) -> Any:

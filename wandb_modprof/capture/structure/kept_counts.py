@@ -44,6 +44,9 @@ _FWD = ("fwd_flops", "bwd_flops", "fwd_bytes", "fwd_ops")
 _FWD_SELF = ("fwd_self_flops", "bwd_self_flops", "fwd_self_bytes", "fwd_self_ops")
 _BWD = ("bwd_bytes", "bwd_ops")
 _BWD_SELF = ("bwd_self_bytes", "bwd_self_ops")
+# Each direction's inclusive fields, own fields, and the flags that say they are known.
+_FORWARD = (_FWD, _FWD_SELF, ("flops_known", "work_known"))
+_BACKWARD = (_BWD, _BWD_SELF, ("bwd_work_known",))
 
 
 class Sink(Protocol):
@@ -146,22 +149,18 @@ def fill(
     out: list[CallInfo] = []
     for i, call in enumerate(calls):
         changes: dict[str, Any] = {}  # (CallInfo fields: ints and flags)
-        if not call.flops_known:
-            inclusive = fwd_sum[i] or _counts(fwd_counted.get(call.key), _FWD)
-            own = fwd_own[i] or _counts(fwd_counted.get(call.key), _FWD_SELF)
+        for known_here, counted, summed, own_here, (inclusive_f, own_f, flags) in (
+            (call.flops_known, fwd_counted, fwd_sum[i], fwd_own[i], _FORWARD),
+            (call.bwd_work_known, bwd_counted, bwd_sum[i], bwd_own[i], _BACKWARD),
+        ):
+            if known_here:  # its graph's own pass counted it: nothing to fill
+                continue
+            inclusive = summed or _counts(counted.get(call.key), inclusive_f)
+            own = own_here or _counts(counted.get(call.key), own_f)
             if inclusive is not None and own is not None:
-                changes.update(zip(_FWD, inclusive, strict=True))
-                changes.update(zip(_FWD_SELF, own, strict=True))
-                changes.update(flops_known=True, work_known=True)
-            else:
-                complete = False
-        if not call.bwd_work_known:
-            inclusive = bwd_sum[i] or _counts(bwd_counted.get(call.key), _BWD)
-            own = bwd_own[i] or _counts(bwd_counted.get(call.key), _BWD_SELF)
-            if inclusive is not None and own is not None:
-                changes.update(zip(_BWD, inclusive, strict=True))
-                changes.update(zip(_BWD_SELF, own, strict=True))
-                changes.update(bwd_work_known=True)
+                changes.update(zip(inclusive_f, inclusive, strict=True))
+                changes.update(zip(own_f, own, strict=True))
+                changes.update(dict.fromkeys(flags, True))
             else:
                 complete = False
         if not changes:
