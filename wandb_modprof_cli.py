@@ -46,6 +46,7 @@ MODE_KEYS = (  # = wandb_modprof.records.modes.MODE_KEYS
     "eff",
     "eff_bwd",
     "imbalance",
+    "ckpt",
 )
 DEFAULT_MODE = "fwd_bwd"  # = wandb_modprof.records.modes.DEFAULT_MODE
 SCALES = ("linear", "log")  # = wandb_modprof.records.modes.SCALES

@@ -212,6 +212,27 @@ view graphs, layout, rows), also for a
 """,
     ),
     Benchmark(
+        "checkpoint",
+        "What to checkpoint: predicted against realised",
+        (),
+        """\
+What a checkpoint plan (`prof.checkpoint_plan`) predicts against what the planned model
+realises, on CPU, for GPT-2 (transformers, from a config), a torchvision-shaped ResNet-18 with
+BatchNorm in training, and a Qwen2 mixture of experts with one module per expert, at 75, 50 and
+25 % of today's activation memory. Each model is profiled, planned, the plan applied
+(`apply_checkpoint_plan`) and the planned model profiled again: its root call's activation
+bytes, memory peak and step time beside the prediction (`applied.outcome`). The truth has
+nothing of ours attached: the bytes saved for backward counted with plain saved-tensor hooks
+on an unwatched step (unplanned and planned), and the step time of unwatched copies (unplanned,
+an A/A control, one per plan) run side by side in shuffled blocks, 20 rounds, one torch thread:
+the realised step-time ratio planned / unplanned against the predicted one. On CPU the memory
+is the saved-tensor bytes and the peaks are read from the profile's saved-tensor curve; on CUDA
+(`--device cuda`) they are the allocator's. Targets: the realised peak within 10 % of the
+prediction, the activation memory never above the budget by more than the plan's stated
+margin, the step-time ratio within 15 %.
+""",
+    ),
+    Benchmark(
         "layout",
         "Layout of large views",
         (),

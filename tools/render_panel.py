@@ -24,8 +24,12 @@ ResNet-18, `moe`) show what a panel says before anyone touches it at the sizes W
 640x400 (a custom chart in a workspace section, W&B's default), 1100x640 (opened full width)
 and 1600x900 (full screen), in the default mode, as it opens.
 
+`panel_resnet18_ckpt.png`: the ResNet-18 at 1100x640 in the "Checkpoint value" mode, with the
+card of the first module of the plan at 50 % (docs/checkpointing.md).
+
 `--only NAME` renders one model's pictures (`hero`: the hero picture only; `sizes`: the size
-pictures only). Needs `make vendor` and Debian's chromium (as the browser tests do).
+pictures only; `checkpoint`: the checkpoint picture only). Needs `make vendor` and Debian's
+chromium (as the browser tests do).
 """
 
 from __future__ import annotations
@@ -146,6 +150,23 @@ def size_screenshots(browser: Any, out: Path) -> None:
             print(f"wrote {path}")
 
 
+def checkpoint_screenshot(browser: Any, path: Path) -> None:
+    """The ResNet-18 panel in the "Checkpoint value" mode, the first planned module hovered."""
+    rows = resnet18_profile().table().records()
+    panel = browser.open_panel(_spec.filled({}), rows, width=WIDTH, height=HEIGHT)
+    panel.click("mode_entry", lambda item: item.datum.get("key") == "ckpt")
+    planned = [i for i in panel.items("node_rect") if i.datum.get("ckpt_state") == 1]
+    if not planned:
+        raise SystemExit("the 50 % plan checkpoints no module of the ResNet-18's top view")
+    key = planned[0].datum["node_key"]
+    panel.hover("node_rect", lambda item: item.datum.get("node_key") == key)
+    if panel.errors():
+        raise SystemExit(f"the panel reported errors: {panel.errors()}")
+    panel.screenshot(path)
+    panel.close()
+    print(f"wrote {path}")
+
+
 def hero_screenshot(browser: Any, prof: Any, path: Path) -> None:
     """The GPT-2 panel at `HERO_WIDTH` x `HERO_HEIGHT`, opened at `transformer`, fwd + bwd, the
     graph zoomed to `HERO_ZOOM` and panned so that blocks h.0 ... ln_f stand left of the hover
@@ -205,7 +226,8 @@ def report_screenshot(browser: Any, prof: Any, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="docs/images", type=Path)
-    parser.add_argument("--only", choices=("gpt2", "resnet", "moe", "hero", "sizes"), default=None)
+    only = ("gpt2", "resnet", "moe", "hero", "sizes", "checkpoint")
+    parser.add_argument("--only", choices=only, default=None)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
@@ -214,12 +236,14 @@ def main() -> None:
     with launch() as browser:
         if args.only in (None, "sizes"):
             size_screenshots(browser, args.out)
+        if args.only in (None, "checkpoint"):
+            checkpoint_screenshot(browser, args.out / "panel_resnet18_ckpt.png")
         for name, make, opens in (
             ("gpt2", gpt2_profile, ["transformer"]),
             ("resnet", resnet_profile, ["layer2", "0"]),
             ("moe", moe_profile, ["layers.0"]),
         ):
-            if args.only == "sizes" or (
+            if args.only in ("sizes", "checkpoint") or (
                 args.only not in (None, name) and not (args.only == "hero" and name == "gpt2")
             ):
                 continue

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -318,3 +319,101 @@ def test_an_unreachable_budget_names_the_best_plan(runs):
     _, _, data = runs["MLP"]
     with pytest.raises(ModProfError, match=r"best reachable is \d+ bytes \(\d+%\), checkpointing"):
         checkpoint_plan(data, 1)
+
+
+class _ByKeyword(nn.Module):
+    """Blocks called with their input by keyword (as Hugging Face models call attention:
+    `self_attn(hidden_states=...)`), or by position: the same computation."""
+
+    def __init__(self, keyword: bool) -> None:
+        super().__init__()
+        self.keyword = keyword
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32))
+            for _ in range(3)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = x + (block(input=x) if self.keyword else block(x))
+        return x
+
+
+def test_a_tensor_given_by_keyword_is_kept_as_a_saved_tensor():
+    """`checkpoint` keeps a keyword tensor in a closure the saved-tensor hooks never see, so
+    the input a checkpoint keeps went uncounted; the wrapper hands it over by position: the
+    realised bytes are the positional call's, and training stays bitwise the same."""
+    x = torch.randn(8, 32)
+    got = {}
+    for keyword in (False, True):
+        torch.manual_seed(0)
+        model = _ByKeyword(keyword)
+        twin = copy.deepcopy(model)
+        plan = profiled(model, x).checkpoint_plan("50%")
+        assert set(plan.module_names) <= {f"blocks.{i}" for i in range(3)} and plan.calls
+        with apply_checkpoint_plan(model, plan):
+            got[keyword] = realised(model, x)
+            loss(model, x).backward()
+        loss(twin, x).backward()
+        for (name, a), b in zip(model.named_parameters(), twin.parameters(), strict=True):
+            assert a.grad is not None and torch.equal(a.grad, b.grad), name
+        error = got[keyword] - plan.predicted_activation_bytes
+        assert abs(error) <= plan.margin_bytes, (keyword, error, plan.margin_bytes)
+    assert got[True] == got[False]
+
+
+class _Cache:
+    """A key/value cache as transformers' `Cache` classes are found (`update`,
+    `get_seq_length`): every call appends its keys."""
+
+    def __init__(self) -> None:
+        self.keys: list[torch.Tensor] = []
+
+    def update(self, key: torch.Tensor) -> torch.Tensor:
+        self.keys.append(key)
+        return torch.cat(self.keys, dim=1)
+
+    def get_seq_length(self) -> int:
+        return sum(k.shape[1] for k in self.keys)
+
+
+class _CachedAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.k = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor, past_key_values: _Cache | None = None) -> torch.Tensor:
+        keys = self.k(x) if past_key_values is None else past_key_values.update(self.k(x))
+        return self.out(torch.softmax(x @ keys.transpose(1, 2), -1) @ keys)
+
+
+class _CachedModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.ModuleList(_CachedAttention() for _ in range(2))
+
+    def forward(self, x: torch.Tensor, cache: _Cache | None = None) -> torch.Tensor:
+        for attn in self.attn:
+            x = x + attn(x, past_key_values=cache)
+        return x
+
+
+def test_a_call_given_a_kv_cache_runs_unwrapped_with_one_warning():
+    """A recompute would append to the cache a second time (transformers' Qwen2 then fails in
+    the backward on mismatched sizes): such a call runs as without the plan, the training goes
+    on, and a warning names the module and the fix once."""
+    torch.manual_seed(0)
+    model, x = _CachedModel(), torch.randn(2, 4, 16)
+    plan = profiled(model, x).checkpoint_plan("50%")
+    assert plan.calls
+    with apply_checkpoint_plan(model, plan):
+        with pytest.warns(RuntimeWarning, match=r"key/value cache \(_Cache\).*use_cache = False"):
+            cache = _Cache()
+            model(x, cache=cache).pow(2).mean().backward()
+        assert cache.get_seq_length() == 4 * len(model.attn)  # one append per call
+        cache = _Cache()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # warned once per module: no more
+            model(x, cache=cache).pow(2).mean().backward()
+        loss(model, x).backward()  # no cache: checkpointed as planned

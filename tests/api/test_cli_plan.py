@@ -67,3 +67,19 @@ def test_the_plan_never_overwrites_its_profile(
     assert main(["plan", str(path), "--budget", "50%", "-o", str(path)]) == EXIT_INPUT
     assert path.read_bytes() == before
     assert "is the input profile" in capsys.readouterr().err
+
+
+def test_summary_in_checkpoint_mode_marks_the_plan_at_half(
+    saved: tuple[Path, torch.nn.Module], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`summary --mode ckpt`: ranked by bytes freed per ms of recompute, the plan at 50 % (the
+    panel's) named line by line and its modules marked as the panel marks them."""
+    path, _ = saved
+    plan = wandb_modprof.load(path).checkpoint_plan("50%")
+    assert main(["summary", str(path), "--mode", "ckpt", "--top", "30"]) == EXIT_OK
+    out = capsys.readouterr().out
+    n = len(plan.calls)
+    assert f"Plan at 50 %: {n} module{'' if n == 1 else 's'}" in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    marked = {r[2].split("#")[0] for r in rows if r[1] == "○"}
+    assert marked == set(plan.module_names)

@@ -36,6 +36,7 @@ from wandb_modprof.records.sample import ModuleStats, RunningStat
 from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.sinks.text.summary import format_mode_summary, format_summary
 from wandb_modprof.sinks.text.values import ModeValues, ModuleValue, mode_values
+from wandb_modprof.view.checkpoint_cells import STATE_CODES
 from wandb_modprof.view.table import build_table
 
 TIB = 1024**4
@@ -93,6 +94,9 @@ def _missing(row: dict[str, Any], column: str) -> bool:
     return missing == "*" or column in missing.split(",")
 
 
+PLANNED = STATE_CODES["planned"]
+
+
 def _table_values(data: ProfileData, key: str) -> ModeValues:
     """`mode_values` as it was computed before: from the full table (with every view laid
     out), reading the module node rows with `Mode.value` and the mode's meta row."""
@@ -114,6 +118,8 @@ def _table_values(data: ProfileData, key: str) -> ModeValues:
             if not m.rank_by or any(_missing(r, c) for c in m.rank_by)
             else sum(float(r[c]) for c in m.rank_by),
             "" if not m.bound_by or _missing(r, m.bound_by) else BOUNDS[int(r[m.bound_by]) - 1],
+            # the "Checkpoint value" mode: the module is in the table's plan (at 50 %)
+            m.key == "ckpt" and not _missing(r, "ckpt_state") and r["ckpt_state"] == PLANNED,
         )
         for r in nodes
     )
@@ -222,6 +228,8 @@ def test_mode_values_equal_the_tables_in_every_mode(
         measured = [v for v in fast.modules if v.value is not None]
         if name in ("resnet", "gpt2") and key in ("fwd", "bwd", "act", "param", "flops"):
             assert measured, (name, key)  # the comparison is not vacuous
+        if name in ("resnet", "gpt2") and key == "ckpt":
+            assert measured and any(v.planned for v in fast.modules), (name, key)
         if name == "ranks" and key == "imbalance":
             assert len(measured) >= 3, measured
 

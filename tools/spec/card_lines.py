@@ -16,6 +16,7 @@ from tools.spec.expressions import (
     share,
 )
 from tools.spec.transforms import numbered
+from wandb_modprof.records.checkpoint import STATE_TEXT, STATES
 from wandb_modprof.records.modes import MODES
 from wandb_modprof.records.roofline import BOUND_TEXT, BOUNDS
 from wandb_modprof.view.columns import BOUND_CODES
@@ -130,11 +131,24 @@ def _card_notes() -> list[str]:
         "datum.node_key) && !indata('vedges', 'dst_key', datum.node_key) && "
         "!indata('vframed', 'member', datum.node_key) ? "
         "'No edges: appeared after the graph was drawn' : ''",
+        # The "Checkpoint value" mode (`view.checkpoint_cells`): where the call's module stands in
+        # the plan, and what checkpointing the call would free for what recompute
+        f"mode === 'ckpt' && !{missing('ckpt_state')} && datum.ckpt_state >= 1 && "
+        f"datum.ckpt_state <= {len(STATES)} ? 'Plan: ' + {_state_texts()}[datum.ckpt_state - 1] "
+        ": ''",
+        f"mode === 'ckpt' && !{missing('ckpt_freed_bytes')} ? 'Frees ~' + "
+        f"({fmt_bytes('datum.ckpt_freed_bytes')}) + (isValid(datum.fwd_ms) ? ' for ' + "
+        f"({fmt_ms('datum.fwd_ms')}) + ' recompute' : '') : ''",
         # a module call no structure pass ran has no FLOP count (meta `flops_unknown`)
         "flops_text && datum.node_kind === 'module' && "
         "indexof(split(datum.missing, ','), 'fwd_flops') >= 0 ? "
         "'FLOPs not counted: no structure pass ran this call' : ''",
     ]
+
+
+def _state_texts() -> str:
+    """The plan states' words (`records.checkpoint.STATE_TEXT`) as a Vega array literal."""
+    return "[" + ", ".join(f"'{STATE_TEXT[s]}'" for s in STATES) + "]"
 
 
 def _bound_lines(way: str, name: str) -> tuple[str, str, str]:

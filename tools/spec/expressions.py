@@ -85,6 +85,7 @@ def fmt(unit: str, v: str) -> str:
     branches: list[tuple[tuple[Unit, ...], str]] = [
         ((Unit.MS,), fmt_ms(v)),
         ((Unit.BYTES,), fmt_bytes(v)),
+        ((Unit.BYTES_PER_MS,), f"({fmt_bytes(v)}) + '/ms'"),
         ((Unit.FLOPS, Unit.FLOP_S), decimal),
         ((Unit.RATIO,), fmt_ratio(v)),
         ((Unit.NORM,), fmt_norm(v)),
@@ -101,6 +102,7 @@ def fmt(unit: str, v: str) -> str:
 FORMATTERS: dict[Unit, Callable[[str], str]] = {
     Unit.MS: fmt_ms,
     Unit.BYTES: fmt_bytes,
+    Unit.BYTES_PER_MS: lambda v: f"({fmt_bytes(v)}) + '/ms'",
     Unit.FLOPS: lambda v: fmt_decimal(v, "'FLOP'"),
     Unit.FLOP_S: lambda v: fmt_decimal(v, "'FLOP/s'"),
     Unit.RATIO: fmt_ratio,
@@ -115,7 +117,10 @@ def share(total_key: str, v: str) -> str:
 
 
 # ---- the legend's layout ---------------------------------------------------------------------
-LEGEND_COLUMNS = {0: [Group.TIME, Group.COMPUTE, Group.RANKS], 1: [Group.MEMORY, Group.HEALTH]}
+LEGEND_COLUMNS = {
+    0: [Group.TIME, Group.COMPUTE, Group.RANKS],
+    1: [Group.MEMORY, Group.HEALTH, Group.PLAN],
+}
 
 
 def mode_cell(m: Mode) -> tuple[int, int]:

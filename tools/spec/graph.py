@@ -21,6 +21,7 @@ Mark = dict[str, Any]
 PORT = "datum.node_kind === 'input' || datum.node_kind === 'output'"
 BLOCK = "(datum.node_kind === 'block')"
 BLOCK_FILL = "#f3f5f9"
+CKPT_MODE = "ckpt"  # the mode that marks the modules in the checkpoint plan (`records.modes`)
 LABEL_PX = f"max({MIN_TEXT_PX}, {NODE_FONT_PX} * k)"
 # Below the zoom that shows every label (`show_text`), a node still shows its label where the
 # whole label fits its box at 9 px (0.6 em a character, the layout's estimate): a fitted view of
@@ -155,8 +156,25 @@ def _nodes() -> list[Mark]:
             ("text", "node_label", label),
             ("text", "node_sublabel", sub),
             ("text", "node_open", plus),
+            ("symbol", "node_planned", _planned_mark()),
         )
     ]
+
+
+def _planned_mark() -> dict[str, Any]:
+    """The "Checkpoint value" mode's mark on a module in the plan (`ckpt_state` 1): a white
+    dot edged black on the box's top-left corner (clear of its centred label), the same size
+    at every zoom (the sidebar's plan heading and the ranked list name it "○")."""
+    return {
+        "shape": {"value": "circle"},
+        "x": {"field": "sx"},
+        "y": {"field": "sy"},
+        "size": {"signal": f"mode === '{CKPT_MODE}' && datum.ckpt_state === 1 ? 50 : 0"},
+        "fill": {"value": "#ffffff"},
+        "stroke": {"value": "#000000"},
+        "strokeWidth": {"value": 1.5},
+        "zindex": {"value": 2},
+    }
 
 
 def _message() -> list[Mark]:

@@ -16,6 +16,8 @@ from tools.spec.transforms import numbered, sequence
 from wandb_modprof.records.modes import MODES, SCALES, Unit
 from wandb_modprof.sinks.spec import SPEC_VERSION
 
+CKPT = "ckpt"  # the mode whose totals are the checkpoint plan's (`records.modes`)
+
 Data = dict[str, Any]
 N = len(MODES)
 
@@ -190,7 +192,12 @@ def _totals() -> list[Data]:
             "name": "totals",
             "transform": [
                 sequence(len(joined)),
-                _formula("line", "[" + ", ".join(joined) + "][datum.i]"),
+                # the "Checkpoint value" mode: the plan's lines in place of the totals
+                _formula(
+                    "line",
+                    f"mode === '{CKPT}' ? (split(ckpt_text, '\\n')[datum.i] || '') : "
+                    "[" + ", ".join(joined) + "][datum.i]",
+                ),
                 _filter("datum.line !== ''"),
                 numbered(),
             ],
@@ -237,14 +244,19 @@ def _messages() -> list[Data]:
             "name": "banner",
             "transform": [
                 sequence(1),
-                _filter("reduced_text !== '' || unseen_text !== '' || flops_note !== ''"),
+                _filter(
+                    "reduced_text !== '' || unseen_text !== '' || flops_note !== '' || "
+                    "ckpt_note !== ''"
+                ),
                 _formula(
                     "text",
                     "(reduced_text ? 'Reduced to fit the table: ' + reduced_text : '')"
                     " + (reduced_text && unseen_text ? ' · ' : '')"
                     " + (unseen_text ? 'Graph: ' + unseen_text : '')"
                     " + ((reduced_text || unseen_text) && flops_note ? ' · ' : '')"
-                    " + (flops_note ? 'FLOPs: ' + flops_note : '')",
+                    " + (flops_note ? 'FLOPs: ' + flops_note : '')"
+                    " + ((reduced_text || unseen_text) && ckpt_note ? ' · ' : '')"
+                    " + (ckpt_note ? ckpt_note + ' (○ marked)' : '')",
                 ),
             ],
         },

@@ -131,6 +131,11 @@ def top() -> Data:
                 "datum.n_same > 1 ? datum.short_who + ' ' + "
                 "replace(datum.node_key, regexp('^.*#'), '#') : datum.short_who",
             ),
-            _formula("rank_text", "datum.rank + '. ' + datum.short_who"),
+            _formula(
+                "rank_text",
+                # the "Checkpoint value" mode marks the modules in the plan as the graph does
+                "datum.rank + '. ' + (mode === 'ckpt' && datum.ckpt_state === 1 ? '○ ' : '') + "
+                "datum.short_who",
+            ),
         ],
     }

@@ -36,7 +36,8 @@ def totals_and_top() -> list[Mark]:
                 "x": {"value": 0},
                 "y": {"signal": "totals_y + 10"},
                 "text": {
-                    "signal": "!totals_on ? '' : statistic === 'median' ? "
+                    "signal": "!totals_on ? '' : mode === 'ckpt' ? "
+                    "'CHECKPOINT PLAN (○ checkpointed)' : statistic === 'median' ? "
                     "'PER STEP (median over samples)' : 'PER STEP (mean: no medians kept)'"
                 },
             }

@@ -164,6 +164,15 @@ def _meta() -> list[Signal]:
         # calls without FLOP counts (meta `flops_unknown`), said in the Compute modes only
         {"name": "flops_text", "update": _first("m_flops_unknown", "meta_value", "''")},
         {"name": "flops_note", "update": f"indexof({COMPUTE_KEYS}, mode) >= 0 ? flops_text : ''"},
+        # the checkpoint plan at the table's budget (meta `ckpt_plan`, `view.checkpoint_cells`):
+        # its lines, shown in place of the totals in the "Checkpoint value" mode
+        {"name": "ckpt_text", "update": _first("m_ckpt_plan", "meta_value", "''")},
+        # ... and in the banner, on one line, where those have no room (`totals_on`)
+        {
+            "name": "ckpt_note",
+            "update": "mode === 'ckpt' && !totals_on ? "
+            "replace(ckpt_text, regexp('\\n', 'g'), ' · ') : ''",
+        },
         # the model's first step in its process (`view.meta.cold_meta`): what became of it
         {"name": "cold_text", "update": _first("m_cold", "meta_value", "''")},
         # the compiled region (`view.meta.region_meta`) the current view lies in: its root
@@ -172,7 +181,10 @@ def _meta() -> list[Signal]:
         {"name": "region_label", "update": _first("region_at", "rlabel", "''")},
         # how many regions, and the calls fused inside them all (the totals' last line)
         {"name": "regions_tot", "update": _first("regions_sum", "", "{'n': 0, 'fused': 0}")},
-        {"name": "banner_h", "update": "reduced_text || unseen_text || flops_note ? 22 : 0"},
+        {
+            "name": "banner_h",
+            "update": "reduced_text || unseen_text || flops_note || ckpt_note ? 22 : 0",
+        },
         {"name": "gw", "update": f"max(60, width - {GX0})"},
         # the detail strip (`strip.py`) takes its height and a gap below the graph
         {

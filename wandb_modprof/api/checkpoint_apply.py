@@ -25,6 +25,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from wandb_modprof._errors import ModProfError
+from wandb_modprof._warn import warn_at_user
 from wandb_modprof.records.checkpoint import CheckpointPlan
 from wandb_modprof.view.checkpoint_outcome import PlanOutcome, plan_outcome
 
@@ -107,7 +108,9 @@ def apply_checkpoint_plan(
 
     A wrapped forward checkpoints only when grad is enabled (evaluation runs as before). Keyword
     arguments reach the forward, except those `checkpoint` itself takes (`use_reentrant`,
-    `context_fn`, `determinism_check`, `debug`, `preserve_rng_state`). A module that modifies
+    `context_fn`, `determinism_check`, `debug`, `preserve_rng_state`); tensors among them are
+    handed to `checkpoint` by position, so the input it keeps is a saved tensor the profile
+    counts. A module that modifies
     its input in place cannot be checkpointed (the kept input changes; torch's version check
     raises in backward); the planner never picks an in-place leaf (it frees nothing).
 
@@ -143,7 +146,8 @@ def apply_checkpoint_plan(
     for name in checked.module_names:
         module = modules[name]
         own = module.__dict__.get("forward", _NONE)
-        setattr(module, "forward", _checkpointed(module.forward, module))  # noqa: B010  (a method)
+        wrapped = _checkpointed(module.forward, module, name)
+        setattr(module, "forward", wrapped)  # noqa: B010  (a method)
         applied._wrapped.append(_Wrapped(module, name, own))
     return applied
 
@@ -194,20 +198,59 @@ def _check_module(module: nn.Module, name: str) -> None:
         )
 
 
-def _checkpointed(forward: Callable[..., Any], module: nn.Module) -> Callable[..., Any]:
+def _checkpointed(
+    forward: Callable[..., Any], module: nn.Module, name: str = ""
+) -> Callable[..., Any]:
     # modules that may keep running statistics (read again at every recompute: a module may
     # be put in eval mode, or its statistics switched off, after the plan is applied)
     norms = [m for m in module.modules() if hasattr(m, "track_running_stats")]
+    warned = False
 
     @functools.wraps(forward)
     def run(*args: Any, **kwargs: Any) -> Any:
+        nonlocal warned
         if not torch.is_grad_enabled():
             return forward(*args, **kwargs)
+        cache = _kv_cache(args, kwargs)
+        if cache is not None:  # a recompute would extend the cache a second time: run plainly
+            if not warned:
+                warned = True
+                warn_at_user(
+                    f"wandb_modprof: apply_checkpoint_plan: {name or 'a planned module'} is not "
+                    f"checkpointed while its call gets a key/value cache ({cache}): a "
+                    "recompute would append to the cache again and break the backward. Train "
+                    "with model.config.use_cache = False (as transformers' own gradient "
+                    "checkpointing does) for the plan to apply.",
+                    RuntimeWarning,
+                )
+            return forward(*args, **kwargs)
         once = _stats_updated_once(forward, norms)
-        return checkpoint(once, *args, use_reentrant=False, **kwargs)
+        # Tensors given by keyword go to `checkpoint` by position: it keeps positional tensors
+        # as saved tensors (counted in `act_bytes`, released after backward), keyword ones only
+        # in a closure that saved-tensor hooks never see (the kept input would go uncounted).
+        names = [k for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+        if not names:
+            return checkpoint(once, *args, use_reentrant=False, **kwargs)
+        n = len(args)
+
+        def by_keyword(*flat: Any, **rest: Any) -> Any:
+            return once(*flat[:n], **rest, **dict(zip(names, flat[n:], strict=True)))
+
+        tensors = [kwargs.pop(k) for k in names]
+        return checkpoint(by_keyword, *args, *tensors, use_reentrant=False, **kwargs)
 
     setattr(run, _MARK, True)
     return run
+
+
+def _kv_cache(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str | None:
+    """The type of a key/value cache among a call's arguments (a `transformers` Cache: it has
+    `update` and `get_seq_length`), None if there is none."""
+    for value in (*args, *kwargs.values()):
+        kind = type(value)
+        if hasattr(kind, "update") and hasattr(kind, "get_seq_length"):
+            return kind.__name__
+    return None
 
 
 def _stats_updated_once(forward: Callable[..., Any], norms: list[nn.Module]) -> Callable[..., Any]:

@@ -163,20 +163,26 @@ class Profile:
             },
         }
 
-    def table(self, max_rows: int = 10_000) -> ProfileTable:
+    def table(
+        self, max_rows: int = 10_000, checkpoint_budget: int | float | str | None = "50%"
+    ) -> ProfileTable:
         """The flat table every view draws: view / node / edge / meta rows, at most `max_rows`.
+        `checkpoint_budget`: the checkpoint plan its "Checkpoint value" mode shows (as
+        `checkpoint_plan` takes it; None: no plan).
 
         Examples:
             >>> table = prof.table()                                      # doctest: +SKIP
             >>> [r for r in table.records() if r["row_kind"] == "meta"]  # doctest: +SKIP
         """
         from wandb_modprof.stats.quiet_gc import paused_gc
+        from wandb_modprof.view.checkpoint_cells import check_budget
         from wandb_modprof.view.table import build_table
 
         if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 100:
             raise ModProfError(f"max_rows must be an int >= 100; got {max_rows!r}")
+        budget = check_budget(checkpoint_budget, "Profile.table(checkpoint_budget=...)")
         with paused_gc():  # many short-lived rows, no cycles (`stats/quiet_gc.py`)
-            return build_table(self.snapshot(), max_rows)
+            return build_table(self.snapshot(), max_rows, checkpoint_budget=budget)
 
     def export_chrome_trace(self, path: str | os.PathLike[str], torch_profiler: Any = None) -> Path:
         """Write the last sample as a Chrome / Perfetto trace: a `<module>.forward` span per
@@ -232,12 +238,14 @@ class Profile:
         mode: str = DEFAULT_MODE,
         scale: str = DEFAULT_SCALE,
         title: str | None = None,
+        checkpoint_budget: int | float | str | None = "50%",
     ) -> Path:
         """Write the panel as one self-contained HTML file (Vega inlined: opens from disk with
         no network; every click, hover, drag and zoom of the panel works).
 
         `mode` / `scale` set how it opens (`records.modes.MODE_KEYS`, "linear" / "log"); a profile
-        without samples gives a page saying so. See
+        without samples gives a page saying so. `checkpoint_budget`: the plan its "Checkpoint
+        value" mode shows (as `checkpoint_plan` takes it; None: no plan). See
         `wandb_modprof.sinks.report.html.report_html` for several profiles and compare mode.
 
         Examples:
@@ -247,7 +255,14 @@ class Profile:
         from wandb_modprof.sinks.report.html import write_report
 
         label = self.model_name
-        return write_report(path, [(label, self.snapshot())], mode=mode, scale=scale, title=title)
+        return write_report(
+            path,
+            [(label, self.snapshot())],
+            mode=mode,
+            scale=scale,
+            title=title,
+            checkpoint_budget=checkpoint_budget,
+        )
 
     def _repr_html_(self) -> str:
         """Jupyter: the report in a sandboxed `<iframe srcdoc>` (scripts run without trusting

@@ -21,6 +21,18 @@ from typing import Any, NoReturn
 
 from wandb_modprof._errors import ModProfError
 
+# Where a module stands in the plan the table carries (`view.checkpoint_cells`; the table's
+# `ckpt_state` holds 1 + the index): chosen, a candidate not chosen, or left out and why.
+STATES = ("planned", "candidate", "root", "shared", "inside", "unmeasured")
+STATE_TEXT = {
+    "planned": "checkpointed in the plan",
+    "candidate": "not in the plan (a cheaper choice fits)",
+    "root": "the model itself: never checkpointed",
+    "shared": "left out: called from several modules",
+    "inside": "left out: inside a module called from several",
+    "unmeasured": "left out: no activation bytes or forward time",
+}
+
 PLAN_FORMAT = "wandb_modprof.checkpoint_plan"
 PLAN_VERSION = 1
 

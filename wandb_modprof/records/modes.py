@@ -40,6 +40,8 @@ class Unit(_StrEnum):
     """An L2 norm: 4 significant digits, no unit."""
     PERCENT = "percent"
     """A share in percent: 3 significant digits and a percent sign (76%, 7.6%, 0.35%)."""
+    BYTES_PER_MS = "bytes_per_ms"
+    """Bytes per millisecond, written as bytes with "/ms" after them (1.5 MiB/ms)."""
 
 
 class Combine(_StrEnum):
@@ -64,6 +66,8 @@ class Group(_StrEnum):
     """FLOPs and FLOP/s."""
     RANKS = "Ranks"
     """Distributed runs: imbalance between ranks."""
+    PLAN = "Checkpoint"
+    """What activation checkpointing would free per ms of recompute, and the plan."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,7 @@ def _read(row: Mapping[str, object], columns: tuple[str, ...]) -> list[float] | 
 
 
 _T, _M, _H, _C, _R = Group.TIME, Group.MEMORY, Group.HEALTH, Group.COMPUTE, Group.RANKS
+_P = Group.PLAN
 _SUM, _MAX = Combine.SUM, Combine.MAX
 MODES: tuple[Mode, ...] = (
     Mode("fwd", "Forward", _T, Unit.MS, ("fwd_ms",), _SUM, "total_fwd_ms"),
@@ -183,6 +188,18 @@ MODES: tuple[Mode, ...] = (
     ),
     # max / mean over ranks of the call's fwd + bwd time (distributed runs only): stragglers
     Mode("imbalance", "Rank imbalance", _R, Unit.RATIO, ("rank_imbalance",), _SUM, ""),
+    # The bytes checkpointing the call would free per ms of forward its backward would run
+    # again (`view.checkpoint_cells`): the hottest are the best buys; the modules in the plan
+    # at the table's budget are marked, its totals beside the legend.
+    Mode(
+        "ckpt",
+        "Checkpoint value",
+        _P,
+        Unit.BYTES_PER_MS,
+        ("ckpt_value",),
+        _SUM,
+        "",
+    ),
 )
 MODE_KEYS: tuple[str, ...] = tuple(m.key for m in MODES)
 DEFAULT_MODE = "fwd_bwd"

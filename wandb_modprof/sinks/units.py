@@ -29,8 +29,8 @@ def format_value(unit: str, value: float | None) -> str:
         return NOT_MEASURED
     if unit == "ms":
         return _time(value)
-    if unit == "bytes":
-        return _bytes(value)
+    if unit in ("bytes", "bytes_per_ms"):
+        return _bytes(value) + ("/ms" if unit == "bytes_per_ms" else "")
     if unit in ("flops", "flop_s"):
         return _decimal(value, "FLOP" if unit == "flops" else "FLOP/s")
     if unit in ("ratio", "percent"):

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from wandb_modprof.records.calls import CallInfo
 from wandb_modprof.records.sample import ModuleStats
+from wandb_modprof.view.values import finite
 
 
 @dataclass(frozen=True)
@@ -90,12 +91,13 @@ def _measured(
         return None, None, None, None
     if isinstance(stat, tuple):
         return stat[0], stat[1], 0.0, 0.0
-    act, own = stat.typical("act_bytes"), stat.typical("act_self_bytes")
+    # (a loaded file may hold values that are no finite float: not measured, as in the table)
+    act, own = finite(stat.typical("act_bytes")), finite(stat.typical("act_self_bytes"))
     return (
         None if act is None else round(act),
         None if own is None else round(own),
-        stat.typical("fwd_ms"),
-        stat.typical("bwd_ms"),
+        finite(stat.typical("fwd_ms")),
+        finite(stat.typical("bwd_ms")),
     )
 
 
@@ -138,5 +140,8 @@ def memory_peaks(stat: ModuleStats | None) -> tuple[int | None, int | None]:
     measured)."""
     if stat is None:
         return None, None
-    fwd, bwd = stat.typical("fwd_mem_peak_bytes"), stat.typical("bwd_mem_peak_bytes")
+    fwd, bwd = (
+        finite(stat.typical("fwd_mem_peak_bytes")),
+        finite(stat.typical("bwd_mem_peak_bytes")),
+    )
     return (None if fwd is None else round(fwd)), (None if bwd is None else round(bwd))

@@ -37,13 +37,14 @@ saved before the recompute and put back after it).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from wandb_modprof._errors import ModProfError
+from wandb_modprof.records.calls import CallInfo
 from wandb_modprof.records.checkpoint import CheckpointPlan, PlannedCall
 from wandb_modprof.records.snapshot import ProfileData
-from wandb_modprof.view.checkpoint_calls import CallEstimate, estimate_calls, memory_peaks
+from wandb_modprof.view.checkpoint_calls import CallEstimate, Saved, estimate_calls, memory_peaks
 from wandb_modprof.view.checkpoint_knapsack import max_freed, plan_antichain
 from wandb_modprof.view.graphs import merge
 
@@ -75,16 +76,39 @@ class _Item:
         return sum(c.fwd_ms or 0.0 for c in self.calls)
 
 
+@dataclass(frozen=True)
+class Candidates:
+    """What a plan chooses from, whatever the budget: every call's estimate, the modules as
+    items of a tree, the calls left out with their reason, and the state each module is in
+    (`STATES`: the table's `ckpt_state`, before a plan marks the chosen)."""
+
+    estimates: tuple[CallEstimate, ...]
+    items: tuple[_Item, ...]
+    excluded: tuple[tuple[str, str], ...]
+    states: dict[str, str]  # module name -> "candidate", "root", "shared", "inside", ...
+
+
+def candidates(calls: Sequence[CallInfo], stats: Saved) -> Candidates:
+    """The modules a plan may choose from `calls` (a merged call tree, forward order)."""
+    estimates = estimate_calls(calls, stats)
+    items, excluded, states = _items(estimates)
+    return Candidates(tuple(estimates), tuple(items), tuple(excluded), states)
+
+
 def checkpoint_plan(data: ProfileData, budget: int | float | str) -> CheckpointPlan:
     """The modules to checkpoint so that the predicted activation bytes fit `budget`: bytes
     (int), a fraction of today's activation memory (float in (0, 1]) or a percentage string
     ("50%"), at the least predicted recompute time. Raises `ModProfError` for a bad budget,
     a profile without activation bytes, or a budget no plan reaches (naming the best one).
     """
-    where = f"checkpoint_plan(budget={budget!r})"
     tree = merge(data.structures, data.stats.values())
-    estimates = estimate_calls(tree.calls, data.stats)
-    root = next((e for e in estimates if e.call.parent_key is None), None)
+    return plan_from(candidates(tree.calls, data.stats), data, budget)
+
+
+def plan_from(found: Candidates, data: ProfileData, budget: int | float | str) -> CheckpointPlan:
+    """`checkpoint_plan` from the candidates of `data`'s merged call tree."""
+    where = f"checkpoint_plan(budget={budget!r})"
+    root = next((e for e in found.estimates if e.call.parent_key is None), None)
     if root is None or root.act_bytes is None:
         raise ModProfError(
             f"{where}: expected a profile with activation bytes measured (a sampled step with "
@@ -92,7 +116,7 @@ def checkpoint_plan(data: ProfileData, budget: int | float | str) -> CheckpointP
         )
     now = root.act_bytes
     budget_bytes = parse_budget(budget, now, where)
-    items, excluded = _items(estimates)
+    items, excluded = found.items, found.excluded
     parents = [it.parent for it in items]
     freed = [it.freed for it in items]
     selectable = [it.excluded is None for it in items]
@@ -124,7 +148,7 @@ def checkpoint_plan(data: ProfileData, budget: int | float | str) -> CheckpointP
         step_ms_now=step_ms,
         margin_bytes=sum(items[i].kept for i in chosen),
         calls=planned,
-        excluded=tuple(excluded),
+        excluded=excluded,
         model_name=data.model_name,
         peak_bytes_now=_larger(fwd_peak, bwd_peak),
         predicted_peak_bytes=(
@@ -164,10 +188,13 @@ def parse_budget(budget: object, now: int, where: str) -> int:
     return int(now * share)
 
 
-def _items(estimates: list[CallEstimate]) -> tuple[list[_Item], list[tuple[str, str]]]:
-    """One item per module in the tree (forward order of its first call) and the excluded
-    calls. A module whose calls have parents in several modules (or in itself) is left out of
-    the tree with its descendants: its bytes stay inside its parent calls' `act_bytes`."""
+def _items(
+    estimates: list[CallEstimate],
+) -> tuple[list[_Item], list[tuple[str, str]], dict[str, str]]:
+    """One item per module in the tree (forward order of its first call), the excluded calls,
+    and each module's state (`STATES`). A module whose calls have parents in several modules
+    (or in itself) is left out of the tree with its descendants: its bytes stay inside its
+    parent calls' `act_bytes`."""
     by_key = {e.call.key: e for e in estimates}
     roots = {e.call.module_name for e in estimates if e.call.parent_key is None}
     by_module: dict[str, list[CallEstimate]] = {}
@@ -182,12 +209,14 @@ def _items(estimates: list[CallEstimate]) -> tuple[list[_Item], list[tuple[str, 
         for e in estimates
         if e.call.parent_key is None
     ]
+    states = dict.fromkeys(roots, "root")
     for name, calls in by_module.items():
         parents = [by_key.get(c.call.parent_key or "") for c in calls]
         owners = {p.call.module_name for p in parents if p is not None}
         owner = next(iter(owners)) if len(owners) == 1 and None not in parents else None
         if owner is None or owner == name:
             outside.add(name)
+            states[name] = "shared"
             what = "itself" if name in owners else f"{len(owners)} modules"
             reason: str | None = (
                 f"called from {what} ({', '.join(sorted(owners)[:3])}): wrapping the module "
@@ -195,15 +224,17 @@ def _items(estimates: list[CallEstimate]) -> tuple[list[_Item], list[tuple[str, 
             )
         elif owner in outside:
             outside.add(name)
+            states[name] = "inside"
             reason = f"inside {owner}, which is left out of the plan"
         else:
             reason = _unselectable(calls)
+            states[name] = "candidate" if reason is None else "unmeasured"
             parent = -1 if owner in roots else index[owner]
             index[name] = len(items)
             items.append(_Item(name, tuple(calls), parent, reason))
         if reason is not None:
             excluded.append((calls[0].call.key, reason + _more(calls)))
-    return items, excluded
+    return items, excluded, states
 
 
 def _unselectable(calls: list[CallEstimate]) -> str | None:

@@ -51,6 +51,11 @@ EFFICIENCY_COLUMNS = (
     "bwd_bound",
 )
 BOUND_CODES = {bound: code for code, bound in enumerate(BOUNDS, start=1)}
+# The checkpoint plan at the table's budget (`view.checkpoint_cells`): the bytes checkpointing
+# the call would free, those per ms of its forward (the "Checkpoint value" mode), and where
+# its module stands in the plan (a code: 1 + the index in `records.checkpoint.STATES`). A call
+# no plan may choose has its state only.
+CHECKPOINT_COLUMNS = ("ckpt_freed_bytes", "ckpt_value", "ckpt_state")
 
 TEXT_COLUMNS = (
     "row_kind",
@@ -108,6 +113,7 @@ METRIC_COLUMNS = (
     + FLOP_COLUMNS
     + WORK_COLUMNS
     + EFFICIENCY_COLUMNS
+    + CHECKPOINT_COLUMNS
 )
 NUMBER_COLUMNS = (
     LAYOUT_COLUMNS + METRIC_COLUMNS + RANK_NUMBER_COLUMNS + TIMELINE_COLUMNS + ("meta_number",)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from math import isfinite
 from operator import itemgetter
@@ -65,6 +65,8 @@ class RowSource:
     groups: Mapping[str, list[str]]
     views: frozenset[str]
     roofline: Roofline | None = None  # the machine's peaks (`records.roofline`); None: unknown
+    # call key -> its checkpoint-plan cells (`view.checkpoint_cells`); empty: no plan
+    checkpoint: Mapping[str, dict[str, float]] = field(default_factory=dict)
 
 
 def meta_rows(meta: Sequence[MetaRow]) -> list[Row]:
@@ -237,6 +239,7 @@ def _node_values(
             "group_count": 1,
         }
         values = module_values(stats, call if call.flops_known else None, src.roofline)
+        values.update(src.checkpoint.get(call.key, {}))
         if src.ranks is not None:
             values.update(rank_values(src.ranks.fwd_bwd.get(call.key)))
         return cells, values, stats

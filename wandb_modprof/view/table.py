@@ -63,8 +63,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from wandb_modprof.view.checkpoint_cells import DEFAULT_BUDGET, checkpoint_cells
 from wandb_modprof.view.columns import (
     BOOL_COLUMNS,
+    CHECKPOINT_COLUMNS,
     COLUMNS,
     FLOP_COLUMNS,
     INT_COLUMNS,
@@ -101,6 +103,7 @@ if TYPE_CHECKING:
 # sinks and tests look for it.
 __all__ = [
     "BOOL_COLUMNS",
+    "CHECKPOINT_COLUMNS",
     "COLUMNS",
     "FLOP_COLUMNS",
     "INT_COLUMNS",
@@ -193,14 +196,23 @@ def _heat(graph: ViewGraph, stats: Mapping[str, ModuleStats]) -> tuple[float, ..
 _REF_COLUMNS = ("node_ref", "name_ref", "src_ref", "dst_ref")
 
 
-def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = "") -> ProfileTable:
+def build_table(
+    prof: ProfileData,
+    max_rows: int = MAX_ROWS,
+    full_detail: str = "",
+    checkpoint_budget: int | float | str | None = DEFAULT_BUDGET,
+) -> ProfileTable:
     """The profile as one flat table of at most `max_rows` rows (see the module docstring):
     merge the structure passes into one call tree, reduce its views to the row budget, lay
     out each view drawn, then write the rows. `full_detail` (where the full profile is, e.g.
-    the W&B artifact `sinks.wandb.wandb_log` logs) ends a reduced table's note."""
+    the W&B artifact `sinks.wandb.wandb_log` logs) ends a reduced table's note.
+    `checkpoint_budget`: the checkpoint plan the table carries (`view.checkpoint_cells`;
+    None: none)."""
     tree, graphs = call_graphs(prof.structures, prof.stats.values())
     roofline = profile_roofline(prof.structures, tree.calls, prof.stats)
+    plan = checkpoint_cells(prof, tree.calls, prof.stats, checkpoint_budget)
     meta = profile_meta(prof, tree, has_views=bool(graphs), roofline=roofline)
+    meta += plan.meta
     # The timeline's rows come out of the budget first, as many as it needs with every view
     # drawn, within its own budget (`view/timeline.py`) and never below one view's room.
     # (one `ViewSpans` for both timelines: the second reuses the views the reduction kept)
@@ -230,6 +242,7 @@ def build_table(prof: ProfileData, max_rows: int = MAX_ROWS, full_detail: str = 
         groups=reduction.groups,
         views=frozenset(g.view_key for g in reduction.graphs),
         roofline=roofline,
+        checkpoint=plan.values,
     )
     rows = meta_rows(meta)
     refs = number_views([g.view_key for g in reduction.graphs], calls)

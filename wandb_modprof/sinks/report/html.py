@@ -56,6 +56,7 @@ from wandb_modprof.sinks.files import check_path, missing_directory, write_atomi
 from wandb_modprof.sinks.report.table_notes import table_notes
 from wandb_modprof.sinks.report.vega_bundle import vega_bundle
 from wandb_modprof.sinks.units import format_value
+from wandb_modprof.view.checkpoint_cells import DEFAULT_BUDGET, check_budget
 
 if TYPE_CHECKING:
     import jinja2
@@ -225,6 +226,7 @@ def report_html(
     mode: str = DEFAULT_MODE,
     scale: str = DEFAULT_SCALE,
     compare: bool = False,
+    checkpoint_budget: int | float | str | None = DEFAULT_BUDGET,
 ) -> str:
     """One self-contained HTML page showing `profiles` in the panel (see the module docstring).
 
@@ -239,8 +241,11 @@ def report_html(
         scale: "linear" or "log".
         compare: open in compare mode, coloured by the ratio of the second profile to the
             first (the baseline); needs at least two profiles.
+        checkpoint_budget: the checkpoint plan the "Checkpoint value" mode shows (bytes, a
+            share or "50%", as `Profile.checkpoint_plan` takes; None: no plan).
     """
     pairs = check_profiles(profiles, "report_html()")
+    budget = check_budget(checkpoint_budget, "report_html(checkpoint_budget=...)")
     mode = check_choice("mode", mode, MODE_KEYS)
     scale = check_choice("scale", scale, SCALES)
     if not isinstance(compare, bool):
@@ -254,7 +259,10 @@ def report_html(
 
     from wandb_modprof.view.table import build_table  # with the layout (igraph): lazily
 
-    tables = [(label, prof.model_name, build_table(prof)) for label, prof in pairs]
+    tables = [
+        (label, prof.model_name, build_table(prof, checkpoint_budget=budget))
+        for label, prof in pairs
+    ]
     return tables_html(tables, mode, scale, compare=compare, title=title)
 
 

@@ -318,7 +318,8 @@ def format_mode_summary(values: ModeValues, n: int, notes: Sequence[str] = ()) -
     counted: set[str] = set()
     rows = []
     for rank, v in enumerate(shown, 1):
-        cells = [str(rank), v.key, v.module_type, str(v.calls), format_value(m.unit, v.value)]
+        key = f"○ {v.key}" if v.planned else v.key  # (the panel's mark of a planned module)
+        cells = [str(rank), key, v.module_type, str(v.calls), format_value(m.unit, v.value)]
         if m.total:
             repeat = per_module and v.module_name in counted
             counted.add(v.module_name)
@@ -331,6 +332,8 @@ def format_mode_summary(values: ModeValues, n: int, notes: Sequence[str] = ()) -
     lines = [head, f"top {len(shown)} of {len(measured)} module calls{by} ({kind} over samples)"]
     if m.bound_by:
         lines += roofline_notes(values.modules, shown)
+    if values.plan:  # the checkpoint plan at the table's budget, as the panel shows it
+        lines += [*values.plan, "(○: checkpointed in the plan; `wandb-modprof plan` for others)"]
     held = [v for v in shown if v.gc_samples]
     if held:
         calls = ", ".join(

@@ -27,6 +27,7 @@ from wandb_modprof.records.ranks import RankData
 from wandb_modprof.records.roofline import BOUNDS, Roofline
 from wandb_modprof.records.sample import ModuleStats
 from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_data
+from wandb_modprof.view.checkpoint_cells import NO_CELLS, STATE_CODES, checkpoint_cells
 from wandb_modprof.view.graphs import call_graphs
 from wandb_modprof.view.regions import Region, regions
 from wandb_modprof.view.values import (
@@ -55,6 +56,8 @@ class ModuleValue:
     # "overhead", "none" for a call without work, "above_compute" / "above_memory" for one
     # faster than its roofline), where known
     bound: str = ""
+    # the "Checkpoint value" mode: the call's module is in the table's checkpoint plan
+    planned: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class ModeValues:
     regions: tuple[Region, ...] = ()
     roofline: Roofline | None = None  # the machine's peaks (`records.roofline`), where known
     root_key: str = ""  # the root call's key, whose statistics make `total` ("": no call)
+    # the "Checkpoint value" mode: the plan's lines at the table's budget (`view.checkpoint_cells`)
+    plan: tuple[str, ...] = ()
 
     def ranked(self) -> list[ModuleValue]:
         """The measured calls, most first: by value, or by what the mode ranks by (the
@@ -116,9 +121,11 @@ def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValu
     order = [calls[n.node_key] for g in graphs for n in g.nodes if n.kind == "module"]
     per_module = Counter(c.module_name for c in order)
     roofline = profile_roofline(data.structures, tree.calls, data.stats)
+    plan = checkpoint_cells(data, tree.calls, data.stats) if m.key == "ckpt" else NO_CELLS
     modules = []
     for c in order:
         measured = _columns(data.stats.get(c.key), c, data.ranks, roofline)
+        measured.update(plan.values.get(c.key, {}))
         bound = measured.get(m.bound_by) if m.bound_by else None
         modules.append(
             ModuleValue(
@@ -130,6 +137,7 @@ def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValu
                 gc_samples=_gc_samples(data.stats.get(c.key)),
                 rank=_rank(m, measured),
                 bound=BOUNDS[int(bound) - 1] if bound is not None else "",
+                planned=measured.get("ckpt_state") == STATE_CODES["planned"],
             )
         )
     root = tree.calls[0] if tree.calls else None
@@ -144,6 +152,7 @@ def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValu
         regions(tree),
         roofline,
         root.key if root is not None else "",
+        tuple(line for _, text, _ in plan.meta for line in text.split("\n")),
     )
 
 
