@@ -38,14 +38,15 @@ BUDGETS = ("75%", "50%", "25%")
 
 
 class _Logits(torch.nn.Module):
-    """GPT-2 returning its logits, so the runs' loss (`checkpoint_runs.loss`) applies."""
+    """GPT-2 returning its logits, so the runs' loss (`checkpoint_runs.loss`) applies; no
+    KV cache, as in training (a call given one is not checkpointed)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.gpt = gpt2_from_config()
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.gpt(input_ids=ids).logits
+        return self.gpt(input_ids=ids, use_cache=False).logits  # training: no KV cache
 
 
 def _models(quick: bool) -> dict[str, object]:

@@ -67,7 +67,10 @@ def test_the_table_marks_the_plan_the_api_gives(gpt: wandb_modprof.Profile, budg
     n = len(plan.calls)
     assert lines[0].endswith(f": {n} module{'' if n == 1 else 's'}"), lines
     assert meta["meta_number"] == plan.budget_bytes
-    assert lines[2].startswith("+") and "recompute" in lines[2]
+    extra = plan.predicted_step_ms - plan.step_ms_now
+    assert lines[2].startswith("+") and lines[2].endswith(
+        f"step time (+{100 * extra / plan.step_ms_now:.3g} %)"
+    ), lines
 
 
 def test_bytes_freed_and_value_are_the_estimates_per_ms_of_forward(
@@ -154,3 +157,47 @@ def test_every_state_has_a_code_and_words() -> None:
 
     assert set(STATE_CODES) == set(STATES) == set(STATE_TEXT)
     assert sorted(STATE_CODES.values()) == list(range(1, len(STATES) + 1))
+
+
+def test_a_process_without_the_measurement_plans_unpriced_and_says_so(
+    gpt: wandb_modprof.Profile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker process that only builds tables has not imported torch's compiler stack, which
+    measuring checkpoint's own cost would (about a second): its table's plan leaves that cost
+    out, is the plan priced at 0, and its last line says so."""
+    import wandb_modprof.view.checkpoint_cells as cells
+
+    monkeypatch.setattr(cells, "known_call_ms", lambda: None)
+    data = gpt.snapshot()
+    tree = merge(data.structures, data.stats.values())
+    got = cells.checkpoint_cells(data, tree.calls, data.stats)
+    ((_, text, _),) = got.meta
+    assert text.split("\n")[2].endswith(", checkpointing not priced")
+    plan = gpt.checkpoint_plan("50%")  # (priced: this process measured it)
+    assert plan.checkpoint_call_ms > 0
+    from wandb_modprof.view.checkpoint_plan import checkpoint_plan
+
+    unpriced = checkpoint_plan(data, "50%", call_ms=0.0)
+    marked = {
+        next(c.module_name for c in tree.calls if c.key == key)
+        for key, v in got.values.items()
+        if v["ckpt_state"] == STATE_CODES["planned"]
+    }
+    assert marked == set(unpriced.module_names)
+
+
+def test_the_measurement_is_taken_only_where_it_costs_no_import() -> None:
+    """In a fresh process that builds tables, nothing imports `torch._dynamo` and nothing is
+    measured; the cost measured is small and positive."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import wandb_modprof.view.table, wandb_modprof.sinks.text.summary\n"
+        "from wandb_modprof.capture.backward.checkpoint_cost import known_call_ms, "
+        "checkpoint_call_ms\n"
+        "print(known_call_ms(), 'torch._dynamo' in sys.modules)\n"
+        "cost = checkpoint_call_ms(); print(0 < cost < 50, known_call_ms() == cost)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["None False", "True True"], out.stdout

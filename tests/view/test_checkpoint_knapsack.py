@@ -119,11 +119,37 @@ def test_a_module_called_twice_is_one_item_of_both_calls():
             ("block.act#1", "block#1", 150, 150, 1.0),
         ]
     )
-    plan = checkpoint_plan(data, 150)
+    plan = checkpoint_plan(data, 150, call_ms=0.0)
     assert [(c.module_name, c.calls, c.bytes_freed) for c in plan.calls] == [("block", 2, 300)]
     assert plan.recompute_ms == 6.0 and plan.step_ms_now == 30.0 and plan.margin_bytes == 100
     assert plan.predicted_activation_bytes == 100 and plan.predicted_step_ms == 36.0
     assert "over 2 calls" in plan.calls[0].why
+
+
+def test_each_planned_call_is_priced_with_the_cost_of_checkpointing_it():
+    """Two children free what their parent frees for less recompute (1 + 1 ms against 2.5):
+    without a cost per call they are chosen; at 1 ms per checkpointed call the parent alone is
+    cheaper (3.5 against 4), and the predicted step time holds that cost."""
+    data = _data(
+        [
+            ("<root>#0", None, 400, 0, 10.0),
+            ("p#0", "<root>#0", 300, 0, 2.5),
+            ("p.a#0", "p#0", 150, 0, 1.0),
+            ("p.a.fc#0", "p.a#0", 50, 50, 0.5),
+            ("p.a.act#0", "p.a#0", 100, 100, 0.5),
+            ("p.b#0", "p#0", 150, 0, 1.0),
+            ("p.b.fc#0", "p.b#0", 50, 50, 0.5),
+            ("p.b.act#0", "p.b#0", 100, 100, 0.5),
+        ]
+    )
+    free = checkpoint_plan(data, 220, call_ms=0.0)
+    assert [c.module_name for c in free.calls] == ["p.a", "p.b"]
+    assert free.predicted_step_ms == free.step_ms_now + 2.0 and free.checkpoint_ms == 0.0
+    priced = checkpoint_plan(data, 220, call_ms=1.0)
+    assert [c.module_name for c in priced.calls] == ["p"]
+    assert priced.checkpoint_call_ms == 1.0 and priced.checkpoint_ms == 1.0
+    assert priced.predicted_step_ms == priced.step_ms_now + 2.5 + 1.0
+    assert "(+1 ms of checkpointing)" in priced.calls[0].why
 
 
 def test_a_module_shared_by_two_parents_is_left_out():
@@ -144,7 +170,7 @@ def test_a_module_shared_by_two_parents_is_left_out():
     assert reasons["act#0"].startswith("called from 2 modules (a, b): wrapping the module")
     assert reasons["act#0"].endswith("(and its 1 other call(s))")
     assert reasons["c#0"] == "no act_bytes or fwd_ms measured"
-    assert [c.module_name for c in checkpoint_plan(data, 100).calls] == ["a", "b"]
+    assert [c.module_name for c in checkpoint_plan(data, 100, call_ms=0.0).calls] == ["a", "b"]
 
 
 def test_a_shared_output_is_counted_as_kept():

@@ -174,6 +174,7 @@ class Profile:
             >>> table = prof.table()                                      # doctest: +SKIP
             >>> [r for r in table.records() if r["row_kind"] == "meta"]  # doctest: +SKIP
         """
+        from wandb_modprof.capture.backward.checkpoint_cost import checkpoint_call_ms as cost
         from wandb_modprof.stats.quiet_gc import paused_gc
         from wandb_modprof.view.checkpoint_cells import check_budget
         from wandb_modprof.view.table import build_table
@@ -182,7 +183,10 @@ class Profile:
             raise ModProfError(f"max_rows must be an int >= 100; got {max_rows!r}")
         budget = check_budget(checkpoint_budget, "Profile.table(checkpoint_budget=...)")
         with paused_gc():  # many short-lived rows, no cycles (`stats/quiet_gc.py`)
-            return build_table(self.snapshot(), max_rows, checkpoint_budget=budget)
+            # (priced as `checkpoint_plan` prices it, so the two plans are the same)
+            return build_table(
+                self.snapshot(), max_rows, checkpoint_budget=budget, checkpoint_call_ms=cost()
+            )
 
     def export_chrome_trace(self, path: str | os.PathLike[str], torch_profiler: Any = None) -> Path:
         """Write the last sample as a Chrome / Perfetto trace: a `<module>.forward` span per

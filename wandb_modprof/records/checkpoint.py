@@ -63,7 +63,10 @@ class CheckpointPlan:
     `activation_bytes_now`: the root call's `act_bytes` in the profile. The prediction:
     `predicted_activation_bytes` = now less the planned calls' `bytes_freed`, and
     `predicted_step_ms` = `step_ms_now` (the root's forward + backward) plus their
-    `recompute_ms`. `margin_bytes` is the part of the prediction that rests on an estimate
+    `recompute_ms` plus `checkpoint_call_ms` (what torch's checkpointing itself costs per
+    call beyond the recompute, measured on the host that planned:
+    `capture.backward.checkpoint_cost`; 0 in plans written before it) for each planned call.
+    `margin_bytes` is the part of the prediction that rests on an estimate
     rather than a measurement: the inputs and shared outputs that checkpointing keeps, sized
     from the first and last saves of each planned call (`view.checkpoint_plan`); the realised
     activation bytes are expected within that of the prediction. Not covered: tensor
@@ -88,6 +91,7 @@ class CheckpointPlan:
     model_name: str = ""
     peak_bytes_now: int | None = None
     predicted_peak_bytes: int | None = None
+    checkpoint_call_ms: float = 0.0
 
     @property
     def module_names(self) -> tuple[str, ...]:
@@ -98,6 +102,12 @@ class CheckpointPlan:
     def recompute_ms(self) -> float:
         """The backward time the plan adds: the sum of the planned calls' `recompute_ms`."""
         return sum(c.recompute_ms for c in self.calls)
+
+    @property
+    def checkpoint_ms(self) -> float:
+        """The backward and forward time checkpointing itself adds beyond the recomputes:
+        `checkpoint_call_ms` for each planned call."""
+        return self.checkpoint_call_ms * sum(c.calls for c in self.calls)
 
     def to_json(self) -> dict[str, Any]:
         """Plain builtins (`json.dumps` takes them), with `format` and `version` fields."""
@@ -113,6 +123,7 @@ class CheckpointPlan:
             "margin_bytes": self.margin_bytes,
             "peak_bytes_now": self.peak_bytes_now,
             "predicted_peak_bytes": self.predicted_peak_bytes,
+            "checkpoint_call_ms": self.checkpoint_call_ms,
             "calls": [
                 {
                     "key": c.key,
@@ -169,6 +180,9 @@ class CheckpointPlan:
             model_name=_str(top, "model_name", where),
             peak_bytes_now=_optional_int(top, "peak_bytes_now", where),
             predicted_peak_bytes=_optional_int(top, "predicted_peak_bytes", where),
+            checkpoint_call_ms=(
+                _float(top, "checkpoint_call_ms", where) if "checkpoint_call_ms" in top else 0.0
+            ),
         )
 
 

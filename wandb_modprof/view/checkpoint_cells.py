@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wandb_modprof._errors import ModProfError
+from wandb_modprof.capture.backward.checkpoint_cost import known_call_ms
 from wandb_modprof.records.calls import CallInfo
 from wandb_modprof.records.checkpoint import STATES, CheckpointPlan
 from wandb_modprof.records.sample import ModuleStats
@@ -53,10 +54,14 @@ def checkpoint_cells(
     calls: Sequence[CallInfo],
     stats: Mapping[str, ModuleStats],
     budget: int | float | str | None = DEFAULT_BUDGET,
+    call_ms: float | None = None,
 ) -> CheckpointCells:
     """The cells of `calls` (the merged tree's, forward order) and the plan's meta row at
     `budget` (see `Profile.checkpoint_plan`; None: no plan, no cells). A profile without
-    activation bytes has none either."""
+    activation bytes has none either. `call_ms`: what checkpointing costs per call beyond the
+    recompute (None: this process's measurement where it has one without a second's import,
+    `capture.backward.checkpoint_cost.known_call_ms`, else the plan leaves it out and its last
+    line says so)."""
     if budget is None or not calls:
         return NO_CELLS
     found = candidates(calls, stats)
@@ -66,12 +71,13 @@ def checkpoint_cells(
     parse_budget(budget, root.act_bytes, f"checkpoint_budget={budget!r}")  # bad input: raise
     planned: set[str] = set()
     meta: tuple[MetaRow, ...]
+    priced = call_ms if call_ms is not None else known_call_ms()
     try:
-        plan = plan_from(found, data, budget)
+        plan = plan_from(found, data, budget, 0.0 if priced is None else priced)
     except ModProfError:  # no plan reaches the budget: say so, mark nothing
         meta = (("ckpt_plan", _unreached(found, budget, root.act_bytes), None),)
     else:
-        meta = _plan_lines(plan)
+        meta = _plan_lines(plan, priced is not None)
         planned = set(plan.module_names)
     values: dict[str, dict[str, float]] = {}
     for e in found.estimates:
@@ -96,7 +102,7 @@ def check_budget(budget: object, where: str) -> int | float | str | None:
     return budget  # type: ignore[return-value]
 
 
-def _plan_lines(plan: CheckpointPlan) -> tuple[MetaRow, ...]:
+def _plan_lines(plan: CheckpointPlan, priced: bool) -> tuple[MetaRow, ...]:
     share = _percent(plan.budget_bytes, plan.activation_bytes_now)
     n = len(plan.calls)
     freed = plan.activation_bytes_now - plan.predicted_activation_bytes
@@ -106,7 +112,7 @@ def _plan_lines(plan: CheckpointPlan) -> tuple[MetaRow, ...]:
         f"Plan at {share}: {n} module{'' if n == 1 else 's'}",
         f"frees {_size(freed)} of {_size(plan.activation_bytes_now)}"
         + (f" (±{_size(plan.margin_bytes)})" if plan.margin_bytes else ""),
-        f"+{_ms(extra)} recompute{step}",
+        f"+{_ms(extra)} step time{step}" + ("" if priced else ", checkpointing not priced"),
     )
     return (("ckpt_plan", "\n".join(lines), float(plan.budget_bytes)),)
 

@@ -41,6 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from wandb_modprof._errors import ModProfError
+from wandb_modprof.capture.backward.checkpoint_cost import checkpoint_call_ms
 from wandb_modprof.records.calls import CallInfo
 from wandb_modprof.records.checkpoint import CheckpointPlan, PlannedCall
 from wandb_modprof.records.snapshot import ProfileData
@@ -95,18 +96,25 @@ def candidates(calls: Sequence[CallInfo], stats: Saved) -> Candidates:
     return Candidates(tuple(estimates), tuple(items), tuple(excluded), states)
 
 
-def checkpoint_plan(data: ProfileData, budget: int | float | str) -> CheckpointPlan:
+def checkpoint_plan(
+    data: ProfileData, budget: int | float | str, call_ms: float | None = None
+) -> CheckpointPlan:
     """The modules to checkpoint so that the predicted activation bytes fit `budget`: bytes
     (int), a fraction of today's activation memory (float in (0, 1]) or a percentage string
     ("50%"), at the least predicted recompute time. Raises `ModProfError` for a bad budget,
     a profile without activation bytes, or a budget no plan reaches (naming the best one).
     """
     tree = merge(data.structures, data.stats.values())
-    return plan_from(candidates(tree.calls, data.stats), data, budget)
+    return plan_from(candidates(tree.calls, data.stats), data, budget, call_ms)
 
 
-def plan_from(found: Candidates, data: ProfileData, budget: int | float | str) -> CheckpointPlan:
-    """`checkpoint_plan` from the candidates of `data`'s merged call tree."""
+def plan_from(
+    found: Candidates, data: ProfileData, budget: int | float | str, call_ms: float | None = None
+) -> CheckpointPlan:
+    """`checkpoint_plan` from the candidates of `data`'s merged call tree. `call_ms`: what
+    checkpointing costs per call beyond the recompute (None: measured on this host,
+    `capture.backward.checkpoint_cost`); every planned call is priced with it."""
+    per_call = checkpoint_call_ms() if call_ms is None else call_ms
     where = f"checkpoint_plan(budget={budget!r})"
     root = next((e for e in found.estimates if e.call.parent_key is None), None)
     if root is None or root.act_bytes is None:
@@ -121,7 +129,7 @@ def plan_from(found: Candidates, data: ProfileData, budget: int | float | str) -
     freed = [it.freed for it in items]
     selectable = [it.excluded is None for it in items]
     need = now - budget_bytes
-    cost = [it.recompute_ms for it in items]
+    cost = [it.recompute_ms + per_call * len(it.calls) for it in items]
     chosen = plan_antichain(parents, freed, cost, selectable, need, BUCKETS[0])
     if chosen is None:
         reachable, widest = max_freed(parents, freed, selectable)
@@ -136,7 +144,7 @@ def plan_from(found: Candidates, data: ProfileData, budget: int | float | str) -
             )
         # reachable, but not at that resolution: finer, else the widest antichain (it fits)
         chosen = plan_antichain(parents, freed, cost, selectable, need, BUCKETS[1]) or widest
-    planned = tuple(_planned(items[i]) for i in chosen)
+    planned = tuple(_planned(items[i], per_call) for i in chosen)
     step_ms = (root.fwd_ms or 0.0) + (root.bwd_ms or 0.0)
     freed_bytes = sum(p.bytes_freed for p in planned)
     fwd_peak, bwd_peak = memory_peaks(data.stats.get(root.call.key))
@@ -144,7 +152,7 @@ def plan_from(found: Candidates, data: ProfileData, budget: int | float | str) -
         budget_bytes=budget_bytes,
         activation_bytes_now=now,
         predicted_activation_bytes=now - freed_bytes,
-        predicted_step_ms=step_ms + sum(p.recompute_ms for p in planned),
+        predicted_step_ms=step_ms + sum(p.recompute_ms + per_call * p.calls for p in planned),
         step_ms_now=step_ms,
         margin_bytes=sum(items[i].kept for i in chosen),
         calls=planned,
@@ -154,6 +162,7 @@ def plan_from(found: Candidates, data: ProfileData, budget: int | float | str) -
         predicted_peak_bytes=(
             None if fwd_peak is None else _larger(max(fwd_peak - freed_bytes, 0), bwd_peak)
         ),
+        checkpoint_call_ms=per_call,
     )
 
 
@@ -248,13 +257,14 @@ def _more(calls: list[CallEstimate]) -> str:
     return f" (and its {len(calls) - 1} other call(s))" if len(calls) > 1 else ""
 
 
-def _planned(item: _Item) -> PlannedCall:
+def _planned(item: _Item, per_call: float) -> PlannedCall:
     first = item.calls[0]
     act = sum(c.act_bytes or 0 for c in item.calls)
     calls = f" over {len(item.calls)} calls" if len(item.calls) > 1 else ""
     why = (
         f"frees {_size(item.freed)} of {_size(act)} saved{calls} (keeps ~{_size(item.kept)} "
         f"of inputs and shared outputs) for {item.recompute_ms:.3g} ms of recompute"
+        f" (+{per_call * len(item.calls):.2g} ms of checkpointing)"
     )
     return PlannedCall(
         key=first.call.key,

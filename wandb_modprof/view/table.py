@@ -201,16 +201,18 @@ def build_table(
     max_rows: int = MAX_ROWS,
     full_detail: str = "",
     checkpoint_budget: int | float | str | None = DEFAULT_BUDGET,
+    checkpoint_call_ms: float | None = None,
 ) -> ProfileTable:
     """The profile as one flat table of at most `max_rows` rows (see the module docstring):
     merge the structure passes into one call tree, reduce its views to the row budget, lay
     out each view drawn, then write the rows. `full_detail` (where the full profile is, e.g.
     the W&B artifact `sinks.wandb.wandb_log` logs) ends a reduced table's note.
     `checkpoint_budget`: the checkpoint plan the table carries (`view.checkpoint_cells`;
-    None: none)."""
+    None: none), `checkpoint_call_ms` what it prices each checkpointed call at beyond the
+    recompute (None: this process's measurement where it has one)."""
     tree, graphs = call_graphs(prof.structures, prof.stats.values())
     roofline = profile_roofline(prof.structures, tree.calls, prof.stats)
-    plan = checkpoint_cells(prof, tree.calls, prof.stats, checkpoint_budget)
+    plan = checkpoint_cells(prof, tree.calls, prof.stats, checkpoint_budget, checkpoint_call_ms)
     meta = profile_meta(prof, tree, has_views=bool(graphs), roofline=roofline)
     meta += plan.meta
     # The timeline's rows come out of the budget first, as many as it needs with every view

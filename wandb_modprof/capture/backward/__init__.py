@@ -4,8 +4,10 @@ The nodes a sampled step hooked, in parallel lists (`nodes`); the step session's
 half (`node_stamps`): hooking the nodes as calls return and stamping each as it runs, in
 C++ where the compiled hooks are built (`native_stamps.cpp`, built and loaded by
 `native_build`);
-forwards run again by activation checkpointing during the backward (`recompute`); and the
-NVTX ranges of forward calls and backward nodes (`nvtx`), which the node stamps close. May
+forwards run again by activation checkpointing during the backward (`recompute`), and what
+checkpointing costs per call beyond that rerun on this host (`checkpoint_cost`, for the
+checkpoint planner); and the NVTX ranges of forward calls and backward nodes (`nvtx`), which
+the node stamps close. May
 import every other sub-package (`step`, `model`, `forward`, `memory`, `structure`), the
 leaves at the top of `capture/`, `records` and the base modules.
 """

@@ -32,7 +32,8 @@ def format_plan(plan: CheckpointPlan) -> str:
         f"{size(plan.predicted_activation_bytes)} predicted (budget {size(plan.budget_bytes)}, "
         f"margin {size(plan.margin_bytes)})",
         f"step time {ms(plan.step_ms_now)} -> {ms(plan.predicted_step_ms)} predicted "
-        f"(+{ms(plan.recompute_ms)} of recompute)",
+        f"(+{ms(plan.recompute_ms)} of recompute, +{ms(plan.checkpoint_ms)} of checkpointing "
+        f"at {ms(plan.checkpoint_call_ms)} per call)",
     ]
     if plan.peak_bytes_now is not None and plan.predicted_peak_bytes is not None:
         lines.append(

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from wandb_modprof._validate import check_choice
+from wandb_modprof.capture.backward.checkpoint_cost import checkpoint_call_ms
 from wandb_modprof.records.calls import CallInfo
 from wandb_modprof.records.modes import MODE_KEYS, Mode, mode
 from wandb_modprof.records.ranks import RankData
@@ -121,7 +122,10 @@ def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValu
     order = [calls[n.node_key] for g in graphs for n in g.nodes if n.kind == "module"]
     per_module = Counter(c.module_name for c in order)
     roofline = profile_roofline(data.structures, tree.calls, data.stats)
-    plan = checkpoint_cells(data, tree.calls, data.stats) if m.key == "ckpt" else NO_CELLS
+    # (priced as `Profile.checkpoint_plan` prices it: the plan `wandb-modprof plan` writes)
+    plan = NO_CELLS
+    if m.key == "ckpt":
+        plan = checkpoint_cells(data, tree.calls, data.stats, call_ms=checkpoint_call_ms())
     modules = []
     for c in order:
         measured = _columns(data.stats.get(c.key), c, data.ranks, roofline)

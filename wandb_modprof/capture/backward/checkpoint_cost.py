@@ -1,0 +1,74 @@
+"""What activation checkpointing costs per call beyond the forward it runs again: torch's
+non-reentrant `checkpoint` machinery (its saved-tensor hooks, the frame it keeps, the recompute
+it sets up in backward), measured once per process on this host.
+
+A checkpoint plan's predicted step time (`view.checkpoint_plan`) adds this to each planned
+call's recompute, and its knapsack prices every call with it, so a plan of many tiny calls
+(the experts of a mixture of experts, a fraction of a millisecond each) is not taken for
+cheap. Measured on the host: the cost is Python and dispatcher work. On an accelerator whose
+host runs ahead of it, part of it hides behind the device's work, so there it is an upper
+estimate.
+
+>>> 0.0 < checkpoint_call_ms() < 50.0
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+ROUNDS = 5  # interleaved rounds; the median of their per-call costs is the answer
+CALLS = 15  # calls per round and variant
+
+
+def known_call_ms() -> float | None:
+    """`checkpoint_call_ms()` where this process measured it or can without importing torch's
+    compiler stack (`torch._dynamo`, which `checkpoint` imports on its first call: about a
+    second; a process that profiled a model has it, a worker process that only builds tables
+    has not); None otherwise."""
+    if checkpoint_call_ms.cache_info().currsize or "torch._dynamo" in sys.modules:
+        return checkpoint_call_ms()
+    return None
+
+
+@functools.cache
+def checkpoint_call_ms() -> float:
+    """The median extra time (ms) one checkpointed call of a tiny `nn.Linear` takes, forward
+    and backward, over the same call unwrapped plus one more forward of it (the recompute,
+    which a plan prices from the profile). At least 0; cached for the process."""
+    with torch.enable_grad():
+        lin = nn.Linear(4, 4)
+        x = torch.randn(2, 4, requires_grad=True)
+
+        def plain() -> None:
+            lin(x).sum().backward()
+
+        def wrapped() -> None:
+            out: torch.Tensor = checkpoint(lin, x, use_reentrant=False)
+            out.sum().backward()  # type: ignore[no-untyped-call]
+
+        def forward() -> None:
+            lin(x)
+
+        costs = []
+        for _ in range(ROUNDS):
+            t_plain, t_wrapped, t_forward = (_per_call(f) for f in (plain, wrapped, forward))
+            costs.append(t_wrapped - t_plain - t_forward)
+    return max(0.0, statistics.median(costs))
+
+
+def _per_call(run: object) -> float:
+    """The mean ms of one of `CALLS` calls of `run`, after one untimed call."""
+    assert callable(run)
+    run()
+    start = time.perf_counter()
+    for _ in range(CALLS):
+        run()
+    return (time.perf_counter() - start) * 1000.0 / CALLS
