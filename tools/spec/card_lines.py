@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tools.spec.data import Data, _filter, _formula
 from tools.spec.expressions import (
+    CKPT_ON,
     fmt,
     fmt_bytes,
     fmt_decimal,
@@ -133,10 +134,10 @@ def _card_notes() -> list[str]:
         "'No edges: appeared after the graph was drawn' : ''",
         # The "Checkpoint value" mode (`view.checkpoint_cells`): where the call's module stands in
         # the plan, and what checkpointing the call would free for what recompute
-        f"mode === 'ckpt' && !{missing('ckpt_state')} && datum.ckpt_state >= 1 && "
+        f"{CKPT_ON} && !{missing('ckpt_state')} && datum.ckpt_state >= 1 && "
         f"datum.ckpt_state <= {len(STATES)} ? 'Plan: ' + {_state_texts()}[datum.ckpt_state - 1] "
         ": ''",
-        f"mode === 'ckpt' && !{missing('ckpt_freed_bytes')} ? 'Frees ~' + "
+        f"{CKPT_ON} && !{missing('ckpt_freed_bytes')} ? 'Frees ~' + "
         f"({fmt_bytes('datum.ckpt_freed_bytes')}) + (isValid(datum.fwd_ms) ? ' for ' + "
         f"({fmt_ms('datum.fwd_ms')}) + ' recompute' : '') : ''",
         # a module call no structure pass ran has no FLOP count (meta `flops_unknown`)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from wandb_modprof.records.modes import MODES, Combine, Group, Mode, Unit
+from wandb_modprof.records.modes import CHECKPOINT_MODE, MODES, Combine, Group, Mode, Unit
+from wandb_modprof.view.checkpoint_cells import STATE_CODES
 
 SIG = "'.3~r'"  # 3 significant digits, no exponent, no trailing zeros (units._sig)
 
@@ -77,6 +78,12 @@ def fmt_percent(v: str) -> str:
 
 def fmt_norm(v: str) -> str:
     return f"format({v}, '.4~g')"
+
+
+# The "Checkpoint value" mode is on; and the node's module is in the table's checkpoint plan
+# (`view.checkpoint_cells`) with that mode on: the graph's mark and the ranked list's "○".
+CKPT_ON = f"mode === '{CHECKPOINT_MODE}'"
+IN_PLAN = f"{CKPT_ON} && datum.ckpt_state === {STATE_CODES['planned']}"
 
 
 def fmt(unit: str, v: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tools.spec.expressions import IN_PLAN
 from tools.spec.marks import encode, text, text_mark
 from tools.spec.theme import (
     GX0,
@@ -21,7 +22,6 @@ Mark = dict[str, Any]
 PORT = "datum.node_kind === 'input' || datum.node_kind === 'output'"
 BLOCK = "(datum.node_kind === 'block')"
 BLOCK_FILL = "#f3f5f9"
-CKPT_MODE = "ckpt"  # the mode that marks the modules in the checkpoint plan (`records.modes`)
 LABEL_PX = f"max({MIN_TEXT_PX}, {NODE_FONT_PX} * k)"
 # Below the zoom that shows every label (`show_text`), a node still shows its label where the
 # whole label fits its box at 9 px (0.6 em a character, the layout's estimate): a fitted view of
@@ -169,7 +169,7 @@ def _planned_mark() -> dict[str, Any]:
         "shape": {"value": "circle"},
         "x": {"field": "sx"},
         "y": {"field": "sy"},
-        "size": {"signal": f"mode === '{CKPT_MODE}' && datum.ckpt_state === 1 ? 50 : 0"},
+        "size": {"signal": f"{IN_PLAN} ? 50 : 0"},
         "fill": {"value": "#ffffff"},
         "stroke": {"value": "#000000"},
         "strokeWidth": {"value": 1.5},

@@ -9,14 +9,12 @@ from typing import Any
 
 from tools.spec.card_lines import card
 from tools.spec.data import _filter, _formula
-from tools.spec.expressions import fmt, fmt_ratio, mode_cell
+from tools.spec.expressions import CKPT_ON, fmt, fmt_ratio, mode_cell
 from tools.spec.ranked import top
 from tools.spec.theme import CRUMB_CHAR_W_PX, CRUMB_ELLIPSIS_PX, MAX_RUNS
 from tools.spec.transforms import numbered, sequence
 from wandb_modprof.records.modes import MODES, SCALES, Unit
 from wandb_modprof.sinks.spec import SPEC_VERSION
-
-CKPT = "ckpt"  # the mode whose totals are the checkpoint plan's (`records.modes`)
 
 Data = dict[str, Any]
 N = len(MODES)
@@ -195,7 +193,7 @@ def _totals() -> list[Data]:
                 # the "Checkpoint value" mode: the plan's lines in place of the totals
                 _formula(
                     "line",
-                    f"mode === '{CKPT}' ? (split(ckpt_text, '\\n')[datum.i] || '') : "
+                    f"{CKPT_ON} ? (split(ckpt_text, '\\n')[datum.i] || '') : "
                     "[" + ", ".join(joined) + "][datum.i]",
                 ),
                 _filter("datum.line !== ''"),

@@ -5,7 +5,7 @@ others listed. Its marks are in `sidebar_lists`."""
 from __future__ import annotations
 
 from tools.spec.data import Data, _filter, _formula
-from tools.spec.expressions import fmt
+from tools.spec.expressions import IN_PLAN, fmt
 
 TOP_NAME_CHARS = 16  # a ranked entry's name, at most (its column is 100 px)
 
@@ -134,8 +134,7 @@ def top() -> Data:
             _formula(
                 "rank_text",
                 # the "Checkpoint value" mode marks the modules in the plan as the graph does
-                "datum.rank + '. ' + (mode === 'ckpt' && datum.ckpt_state === 1 ? '○ ' : '') + "
-                "datum.short_who",
+                f"datum.rank + '. ' + ({IN_PLAN} ? '○ ' : '') + datum.short_who",
             ),
         ],
     }

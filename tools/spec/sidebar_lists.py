@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tools.spec.expressions import CKPT_ON
 from tools.spec.marks import HEADING, encode, text_mark
 from tools.spec.theme import ACTIVE_FILL, MUTED, ROW, SIDE_W
 from wandb_modprof.records.modes import MODES
@@ -36,7 +37,7 @@ def totals_and_top() -> list[Mark]:
                 "x": {"value": 0},
                 "y": {"signal": "totals_y + 10"},
                 "text": {
-                    "signal": "!totals_on ? '' : mode === 'ckpt' ? "
+                    "signal": f"!totals_on ? '' : {CKPT_ON} ? "
                     "'CHECKPOINT PLAN (○ checkpointed)' : statistic === 'median' ? "
                     "'PER STEP (median over samples)' : 'PER STEP (mean: no medians kept)'"
                 },

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.spec.expressions import legend_rows
+from tools.spec.expressions import CKPT_ON, legend_rows
 from tools.spec.theme import (
     GX0,
     GY0,
@@ -170,7 +170,7 @@ def _meta() -> list[Signal]:
         # ... and in the banner, on one line, where those have no room (`totals_on`)
         {
             "name": "ckpt_note",
-            "update": "mode === 'ckpt' && !totals_on ? "
+            "update": f"{CKPT_ON} && !totals_on ? "
             "replace(ckpt_text, regexp('\\n', 'g'), ' · ') : ''",
         },
         # the model's first step in its process (`view.meta.cold_meta`): what became of it

@@ -198,9 +198,7 @@ def _check_module(module: nn.Module, name: str) -> None:
         )
 
 
-def _checkpointed(
-    forward: Callable[..., Any], module: nn.Module, name: str = ""
-) -> Callable[..., Any]:
+def _checkpointed(forward: Callable[..., Any], module: nn.Module, name: str) -> Callable[..., Any]:
     # modules that may keep running statistics (read again at every recompute: a module may
     # be put in eval mode, or its statistics switched off, after the plan is applied)
     norms = [m for m in module.modules() if hasattr(m, "track_running_stats")]
@@ -216,7 +214,7 @@ def _checkpointed(
             if not warned:
                 warned = True
                 warn_at_user(
-                    f"wandb_modprof: apply_checkpoint_plan: {name or 'a planned module'} is not "
+                    f"wandb_modprof: apply_checkpoint_plan: {name} is not "
                     f"checkpointed while its call gets a key/value cache ({cache}): a "
                     "recompute would append to the cache again and break the backward. Train "
                     "with model.config.use_cache = False (as transformers' own gradient "

@@ -123,6 +123,8 @@ def _read(row: Mapping[str, object], columns: tuple[str, ...]) -> list[float] | 
 
 _T, _M, _H, _C, _R = Group.TIME, Group.MEMORY, Group.HEALTH, Group.COMPUTE, Group.RANKS
 _P = Group.PLAN
+# The mode whose panel marks the modules of the table's checkpoint plan and shows its lines
+CHECKPOINT_MODE = "ckpt"
 _SUM, _MAX = Combine.SUM, Combine.MAX
 MODES: tuple[Mode, ...] = (
     Mode("fwd", "Forward", _T, Unit.MS, ("fwd_ms",), _SUM, "total_fwd_ms"),
@@ -192,7 +194,7 @@ MODES: tuple[Mode, ...] = (
     # again (`view.checkpoint_cells`): the hottest are the best buys; the modules in the plan
     # at the table's budget are marked, its totals beside the legend.
     Mode(
-        "ckpt",
+        CHECKPOINT_MODE,
         "Checkpoint value",
         _P,
         Unit.BYTES_PER_MS,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from wandb_modprof._validate import check_choice
 from wandb_modprof.capture.backward.checkpoint_cost import checkpoint_call_ms
 from wandb_modprof.records.calls import CallInfo
-from wandb_modprof.records.modes import MODE_KEYS, Mode, mode
+from wandb_modprof.records.modes import CHECKPOINT_MODE, MODE_KEYS, Mode, mode
 from wandb_modprof.records.ranks import RankData
 from wandb_modprof.records.roofline import BOUNDS, Roofline
 from wandb_modprof.records.sample import ModuleStats
@@ -124,7 +124,7 @@ def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValu
     roofline = profile_roofline(data.structures, tree.calls, data.stats)
     # (priced as `Profile.checkpoint_plan` prices it: the plan `wandb-modprof plan` writes)
     plan = NO_CELLS
-    if m.key == "ckpt":
+    if m.key == CHECKPOINT_MODE:
         plan = checkpoint_cells(data, tree.calls, data.stats, call_ms=checkpoint_call_ms())
     modules = []
     for c in order:
