@@ -63,6 +63,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from wandb_modprof.capture.step.random_state import keeping
 from wandb_modprof.view.checkpoint_cells import DEFAULT_BUDGET, checkpoint_cells
 from wandb_modprof.view.columns import (
     BOOL_COLUMNS,
@@ -196,6 +197,7 @@ def _heat(graph: ViewGraph, stats: Mapping[str, ModuleStats]) -> tuple[float, ..
 _REF_COLUMNS = ("node_ref", "name_ref", "src_ref", "dst_ref")
 
 
+@keeping("a table build")
 def build_table(
     prof: ProfileData,
     max_rows: int = MAX_ROWS,

@@ -22,7 +22,10 @@ import time
 
 import torch
 from torch import nn
+from torch.nn.utils import skip_init
 from torch.utils.checkpoint import checkpoint
+
+from wandb_modprof.capture.step.random_state import keeping
 
 ROUNDS = 5  # interleaved rounds; the median of their per-call costs is the answer
 CALLS = 15  # calls per round and variant
@@ -39,13 +42,21 @@ def known_call_ms() -> float | None:
 
 
 @functools.cache
+@keeping("the checkpoint cost's calibration")
 def checkpoint_call_ms() -> float:
     """The median extra time (ms) one checkpointed call of a tiny `nn.Linear` takes, forward
     and backward, over the same call unwrapped plus one more forward of it (the recompute,
-    which a plan prices from the profile). At least 0; cached for the process."""
+    which a plan prices from the profile). At least 0; cached for the process.
+
+    Its data are constants: `nn.Linear(4, 4)` would initialise its weights from torch's global
+    generator and `torch.randn` draw from it, moving every later dropout mask and data draw of
+    the user's run (`skip_init` builds the layer without initialising it)."""
     with torch.enable_grad():
-        lin = nn.Linear(4, 4)
-        x = torch.randn(2, 4, requires_grad=True)
+        lin: nn.Linear = skip_init(nn.Linear, 4, 4)  # type: ignore[no-untyped-call]
+        with torch.no_grad():
+            lin.weight.fill_(0.25)
+            lin.bias.fill_(0.5)
+        x = torch.full((2, 4), 0.5, requires_grad=True)
 
         def plain() -> None:
             lin(x).sum().backward()

@@ -29,6 +29,7 @@ from torch.nn.modules import module as _module
 
 from wandb_modprof.capture.inert_hook import InertHook
 from wandb_modprof.capture.step.clock import CpuClock, HookCost
+from wandb_modprof.capture.step.random_state import keeping
 
 _CALLS = 64  # hooked calls per batch
 _BATCHES = 9
@@ -145,6 +146,7 @@ def _observed() -> bool:
 
 
 @functools.cache
+@keeping("the hook cost's calibration")
 def _measure() -> HookCost:
     return HookCost(call_ns=_call_ns(), pack_ns=_pack_ns())
 

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
+from wandb_modprof.capture.step.random_state import keeping
 from wandb_modprof.records.roofline import Roofline
 
 # name fragment -> (dense FLOP/s by dtype, memory bytes/s). Dense tensor-core peaks from the
@@ -78,6 +79,7 @@ def calibrated() -> bool:
 
 
 @functools.cache
+@keeping("the roofline's calibration")
 def measured_roofline(device_name: str, dtype_name: str) -> Roofline:
     """The calibration, once per process, device and dtype (cached)."""
     device = torch.device(device_name)
