@@ -441,3 +441,40 @@ def test_every_floating_dtype_is_measured_in_every_mode(kind: str, how: str) -> 
         for name, size in (("b", 8), ("c", 2)):
             params = (16 * 16 + 16) if name == "b" else (16 * 8 + 8)
             assert rows[name]["param_bytes"] == params * size
+
+
+@pytest.mark.parametrize(
+    "first, log_freq, structure",
+    [("a structure pass", 2, True), ("a sample", 1, True), ("a plain step", 3, False)],
+)
+@pytest.mark.parametrize("kind", sorted(LAZY))
+def test_lazy_modules_work_whichever_step_comes_first(
+    kind: str, first: str, log_freq: int, structure: bool
+) -> None:
+    """Watched before their first forward, whatever that first step is. A structure pass due on
+    it waits for a later step: `materialize()` under the pass's dispatch mode raised
+    "Multiple dispatch failed for 'torch.ops.aten.detach'" into the training loop."""
+    make, shape, lazy_names = LAZY[kind]
+    x = torch.randn(*shape)
+    runs: dict[str, list[Any]] = {}
+    for mode in ("plain", "watch"):
+        torch.manual_seed(1234)
+        model = make()
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+        with recorded_warnings() as caught:
+            if mode == "plain":
+                runs[mode] = [train(model, x, optimizer), train(model, x, optimizer)]
+                continue
+            handle = wandb_modprof.watch(
+                model, log_freq=log_freq, structure=structure, run=disabled_run()
+            )
+            runs[mode] = [train(model, x, optimizer), train(model, x, optimizer)]
+            prof = handle.unwatch()
+    assert_bitwise(runs["plain"], runs["watch"], first)
+    assert ours(caught) == []
+    assert prof.num_samples >= 2
+    if structure:  # the pass ran once the modules held data: every lazy layer has its FLOPs
+        rows = module_rows(prof)
+        for name in lazy_names:
+            if name != "1":  # (BatchNorm: no FLOPs counted)
+                assert (rows[name]["fwd_flops"] or 0) > 0, (name, rows[name]["missing"])
