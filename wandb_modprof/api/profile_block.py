@@ -12,6 +12,7 @@ from wandb_modprof.api.profile import Profile
 from wandb_modprof.capture.hooks import Capture
 from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.capture.options import Options, parse_options
+from wandb_modprof.capture.root_hooks import recover_interrupted_captures
 from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 
@@ -43,6 +44,8 @@ class ProfileBlock:
         return self._forwards
 
     def __enter__(self) -> Profile:
+        # a step of another model that an exception cut short leaves nothing pushed here
+        recover_interrupted_captures()
         _registry.claim(self.model, self, "profiling")
         try:
             self._capture.attach()

@@ -30,6 +30,7 @@ from wandb_modprof.api.step_counter import StepCounter
 from wandb_modprof.capture.hooks import Capture
 from wandb_modprof.capture.model.wrappers import check_supported, type_name
 from wandb_modprof.capture.options import Options, parse_options
+from wandb_modprof.capture.root_hooks import recover_interrupted_captures
 from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.records import modes as _modes
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE
@@ -163,6 +164,7 @@ class WatchHandle:
         """Remove every hook (module, root, optimizer), log the samples not logged yet (waits
         for the device) and the final HTML report (`<key>/report`), and return the final
         profile."""
+        recover_interrupted_captures()  # (this model's too: a step an exception cut short)
         if self._capture.attached:
             if self._handoff is not None:
                 self._handoff.closing = True
@@ -351,6 +353,7 @@ def watch(
     info = rank_info()
     logs = info is None or info.rank == 0
     run = current_run(run) if logs else None
+    recover_interrupted_captures()  # another model's step an exception cut short
     handle = WatchHandle(model, log_freq, run, optimizer, options, budget)
     try:
         _registry.claim(model, handle, "watching")

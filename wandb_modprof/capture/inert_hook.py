@@ -22,13 +22,13 @@ class InertHook:
 
     __slots__ = ("fn",)
 
-    def __init__(self, fn: Callable[..., None] | None) -> None:
+    def __init__(self, fn: Callable[..., Any] | None) -> None:
         self.fn = fn
 
-    def __call__(self, *args: Any) -> None:
+    def __call__(self, *args: Any) -> Any:
         fn = self.fn
         if fn is None:
-            return
+            return None
         # Everything up to the untraced call stays in this frame: Dynamo skips this code
         # (`skip_hook_frames`) but would trace any function called from here.
         untraced = _UNTRACED.get("call")
@@ -41,8 +41,9 @@ class InertHook:
                 untraced(fn, args)
             finally:
                 _state.under_compile = False
-            return
-        fn(*args)
+            return None
+        # (the root pre-hook's `(args, kwargs)` on a sampled step: `root_hooks.ForwardFrame`)
+        return fn(*args)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Callable[..., None]:
         return COPIED_HOOK

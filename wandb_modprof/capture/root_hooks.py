@@ -26,7 +26,7 @@ from wandb_modprof.capture.forward.callstack import call_depth
 from wandb_modprof.capture.memory.static_memory import ROOT_NAME
 from wandb_modprof.capture.session_hooks import SessionHooks
 from wandb_modprof.capture.step import autograd_private as ap
-from wandb_modprof.capture.step import gc_pause
+from wandb_modprof.capture.step import gc_pause, interrupt_guard
 from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.capture.step_queue import prune_sessions
 from wandb_modprof.capture.structure.pass_modes import structure_pass_active
@@ -45,65 +45,73 @@ class RootHooks(SessionHooks):
     _first_steps: int  # counts down over the first two steps, then never read again
     root_hook_s: float  # the root hooks' own seconds so far (`api.overhead`)
 
-    def _root_pre(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+    def _root_pre(self, module: nn.Module, args: Any, kwargs: Any) -> ForwardFrame | None:
         start = perf_counter()
         try:
-            # The unsampled path: a counter, a few attribute reads and one C call.
-            if ap.in_backward():
-                self._pre(module, args, kwargs)  # a checkpoint recompute of the root
-                return
-            if self._root_depth:
-                if call_depth(module) > 1:  # the root calls itself: one step, not several
-                    self._root_depth += 1
-                    if self._forward is not None or self.structures.current is not None:
-                        self._pre(module, args, kwargs)
-                    return
-                self._recover_interrupted()
-            self._root_depth = 1
-            self._index_checked = False
-            if self._first_steps:  # (later steps: one attribute read)
-                self._first_steps -= 1
-                self._cold_step = self._cold and self._first_steps == 1
-                _registry.stepped(self.model)
-            if gc_pause.holding():  # a sampled window left without its end (a failed backward)
-                gc_pause.release_all()
-            if self.sample_due:
-                self._deliver_fn()
-            if self._stale_sessions:
-                self._stale_sessions = [
-                    s for s in self._stale_sessions if not s.pop_saved_tensors_hooks()
-                ]
-            if self._sessions:
-                self._sessions = prune_sessions(self._sessions, _MAX_PENDING)
-                for pending in self._sessions:
-                    pending.superseded = True
-            if self.structures.stale or self.structures.backward is not None:
-                self.structures.between_steps()
-            step = self._should_sample(module)
-            if (step is not None or self.structures.due) and ap.functorch_active():
-                self._skip_transformed_step()  # (a step, counted, but not measured)
-                return
-            # A model with compiled code: its graph is traced on fake tensors, before this step.
-            if self.structures.due:  # (an unsampled step with no graph due: attribute reads)
-                self.structures.before_step(module, args, kwargs)
-            # A sampled step while no graph was captured yet derives the graph from its own
-            # forward (`step_dataflow`): one forward + backward gives the whole profile.
-            derive = step is not None and self.structures.derive_from_sample()
-            if not derive and self.structures.due and self.structures.can_start(module):
-                # A structure pass is never timed: this step's sample (if it was one) is skipped.
-                self.structures.start(module, args, kwargs)
-                return
-            if step is None:
-                if self.children_hooked:
-                    self._maybe_detach_children()
-                return
-            if structure_pass_active():
-                return  # another model's structure pass runs through this forward: not timed
-            self._start(step, module, args, kwargs, derive)
+            if self._enter_root(module, args, kwargs):
+                return ForwardFrame((args, kwargs))  # a window opened: see `ForwardFrame`
         except Exception as error:
             self._internal_error(ROOT_NAME, error)
         finally:
             self.root_hook_s += perf_counter() - start
+        return None
+
+    def _enter_root(self, module: nn.Module, args: Any, kwargs: Any) -> bool:  # noqa: PLR0911  (an exit per kind of step)
+        """What this forward is (the module's docstring); True where it opened a window of
+        ours (a sampled forward or a structure pass)."""
+        # The unsampled path: a counter, a few attribute reads and one C call.
+        if ap.in_backward():
+            self._pre(module, args, kwargs)  # a checkpoint recompute of the root
+            return False
+        if self._root_depth:
+            if call_depth(module) > 1:  # the root calls itself: one step, not several
+                self._root_depth += 1
+                if self._forward is not None or self.structures.current is not None:
+                    self._pre(module, args, kwargs)
+                return False
+            self._recover_interrupted()
+        self._root_depth = 1
+        self._index_checked = False
+        if self._first_steps:  # (later steps: one attribute read)
+            self._first_steps -= 1
+            self._cold_step = self._cold and self._first_steps == 1
+            _registry.stepped(self.model)
+        if gc_pause.holding():  # a window left without its end (a failed backward)
+            recover_interrupted_captures(entering=self)
+        if self.sample_due:
+            self._deliver_fn()
+        if self._stale_sessions:
+            self._stale_sessions = [
+                s for s in self._stale_sessions if not s.pop_saved_tensors_hooks()
+            ]
+        if self._sessions:
+            self._sessions = prune_sessions(self._sessions, _MAX_PENDING)
+            for pending in self._sessions:
+                pending.superseded = True
+        if self.structures.stale or self.structures.backward is not None:
+            self.structures.between_steps()
+        step = self._should_sample(module)
+        if (step is not None or self.structures.due) and ap.functorch_active():
+            self._skip_transformed_step()  # (a step, counted, but not measured)
+            return False
+        # A model with compiled code: its graph is traced on fake tensors, before this step.
+        if self.structures.due:  # (an unsampled step with no graph due: attribute reads)
+            self.structures.before_step(module, args, kwargs)
+        # A sampled step while no graph was captured yet derives the graph from its own
+        # forward (`step_dataflow`): one forward + backward gives the whole profile.
+        derive = step is not None and self.structures.derive_from_sample()
+        if not derive and self.structures.due and self.structures.can_start(module):
+            # A structure pass is never timed: this step's sample (if it was one) is skipped.
+            self.structures.start(module, args, kwargs)
+            return True
+        if step is None:
+            if self.children_hooked:
+                self._maybe_detach_children()
+            return False
+        if structure_pass_active():
+            return False  # another model's structure pass runs through this forward: not timed
+        self._start(step, module, args, kwargs, derive)
+        return True
 
     def _root_post(self, module: nn.Module, args: Any, kwargs: Any, result: Any) -> None:
         start = perf_counter()
@@ -156,3 +164,75 @@ class RootHooks(SessionHooks):
         if session is not None:
             self._end_failed_forward(session)
         self._maybe_detach_children()
+
+    def recover_dead_windows(self, interrupted: bool) -> None:
+        """From outside this model's forward (another model's root entry, `profile()`,
+        `watch()`, `unwatch()`), or from the SIGINT handler (`interrupted`: every window of
+        this thread is about to unwind): end a root forward no longer on the stack (a
+        `KeyboardInterrupt` skipped its exit hook) and a sampled backward that began but never
+        reached its end callback (a node raised); pop what a stale session or pass left pushed."""
+        if self._root_depth and (interrupted or call_depth(self.model) == 0):
+            self._recover_interrupted()
+        self._end_dead_backwards()
+        if self._stale_sessions:
+            self._stale_sessions = [
+                s for s in self._stale_sessions if not s.pop_saved_tensors_hooks()
+            ]
+        self.structures.between_steps()
+
+    def _end_dead_backwards(self) -> None:
+        # Outside a backward on this thread, a begun one that is not closed has raised: the
+        # engine ran no end callback of ours after it (the sample is dropped).
+        for session in self._sessions:
+            if session.bwd_started and not session.closed:
+                session.abandon()
+
+
+class ForwardFrame(tuple):  # type: ignore[type-arg]
+    """The root pre-hook's `(args, kwargs)` on a sampled step or a structure pass: the same
+    two objects, handed back to `Module._call_impl`, which keeps them in a local of the
+    forward's frame until that frame is gone. A forward that a `KeyboardInterrupt` (or another
+    `BaseException`) cut short skipped our exit hook; its frame goes when the exception does
+    (at the end of the `except` block that caught it, unless something keeps the traceback),
+    and with it this object, whose finaliser then ends the windows the forward left open
+    (`recover_interrupted_captures`). After a forward that returned there is nothing to end:
+    one check of the collector's holds."""
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        try:
+            if gc_pause.holding():
+                recover_interrupted_captures()
+        except Exception:  # (a finaliser must not raise; at interpreter exit globals are gone)
+            return
+
+
+def recover_interrupted_captures(
+    entering: RootHooks | None = None, interrupted: bool = False
+) -> None:
+    """End every window of ours that an exception left open (`RootHooks.recover_dead_windows`)
+    in every attached capture; then, where no forward of ours is still running, release the
+    collector. `entering`: a capture whose root forward starts now (its own leftovers were
+    handled on entry). Never inside a backward, except for a SIGINT (`interrupted`)."""
+    if ap.in_backward() and not interrupted:
+        return
+    live = False
+    for capture in _registry.attached_captures():
+        if entering is not None and capture is entering:
+            entering._end_dead_backwards()
+            continue
+        try:
+            capture.recover_dead_windows(interrupted)
+        except Exception as error:  # never break the user's code: that capture warns once
+            capture.warn_once("<recovery after an interrupted step>", error)
+        live = live or bool(capture._root_depth)
+    if not live:
+        gc_pause.release_all()
+
+
+def _recover_on_sigint() -> None:
+    recover_interrupted_captures(interrupted=True)
+
+
+interrupt_guard.register(_recover_on_sigint)

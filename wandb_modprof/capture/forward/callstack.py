@@ -4,10 +4,18 @@ forward was cut short by a `KeyboardInterrupt` (always-call hooks run on `Except
 from __future__ import annotations
 
 import sys
+from types import CodeType
 
 from torch import nn
 
-_CALL_IMPL_CODE = nn.Module._call_impl.__code__
+# The code objects of the frames that call a module, each with the local naming the module:
+# `Module._call_impl`, and the boundary around a module compiled in place (`model.compiled`).
+_CALL_CODES: dict[CodeType, str] = {nn.Module._call_impl.__code__: "self"}
+
+
+def add_call_code(code: CodeType, module_local: str) -> None:
+    """Frames running `code` call the module held in their local `module_local`."""
+    _CALL_CODES[code] = module_local
 
 
 def call_depth(module: nn.Module) -> int:
@@ -16,7 +24,8 @@ def call_depth(module: nn.Module) -> int:
     depth = 0
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code is _CALL_IMPL_CODE and frame.f_locals.get("self") is module:
+        local = _CALL_CODES.get(frame.f_code)
+        if local is not None and frame.f_locals.get(local) is module:
             depth += 1
         frame = frame.f_back  # type: ignore[assignment]
     return depth

@@ -24,13 +24,14 @@ from typing import Any, Protocol
 
 from torch import nn
 
+from wandb_modprof.capture.forward.callstack import add_call_code
 from wandb_modprof.capture.inert_hook import InertHook, skip_hook_frames
 from wandb_modprof.capture.model.scripted import ScriptedHandle, is_scripted
 from wandb_modprof.records.calls import CallInfo
 
 ORIG = "_orig_mod"  # OptimizedModule's attribute holding the user's module
 
-PreHook = Callable[[nn.Module, Any, Any], None]
+PreHook = Callable[[nn.Module, Any, Any], object]  # (the root's: `root_hooks.ForwardFrame`)
 PostHook = Callable[[nn.Module, Any, Any, Any], None]
 
 
@@ -144,11 +145,13 @@ class _Boundary:
         module = self.module_ref()
         if module is None:  # (cannot happen while the module is being called)
             return self.compiled(*args, **kwargs)
-        self.pre(module, args, kwargs)
+        window = self.pre(module, args, kwargs)  # noqa: F841  (kept for the call: `ForwardFrame`)
         try:
             result = self.compiled(*args, **kwargs)
-        except Exception:
-            self.post(module, args, kwargs, None)  # as nn.Module's always-call hooks
+        except BaseException:
+            # As nn.Module's always-call hooks, and here also for a KeyboardInterrupt: the
+            # windows of ours this forward opened end before it unwinds.
+            self.post(module, args, kwargs, None)
             raise
         self.post(module, args, kwargs, result)
         return result
@@ -158,6 +161,9 @@ class _Boundary:
 
     def __reduce__(self) -> Any:
         return self.compiled.__reduce__()
+
+
+add_call_code(_Boundary.__call__.__code__, "module")  # (`call_depth` sees these calls)
 
 
 class BoundaryHandle:

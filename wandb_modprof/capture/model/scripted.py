@@ -23,7 +23,7 @@ from torch.nn.modules import module as _module
 
 from wandb_modprof.capture.inert_hook import InertHook
 
-PreHook = Callable[[nn.Module, Any, Any], None]
+PreHook = Callable[[nn.Module, Any, Any], object]
 PostHook = Callable[[nn.Module, Any, Any, Any], None]
 _Entry = tuple[nn.Module, InertHook, InertHook]
 

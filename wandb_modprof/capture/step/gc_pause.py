@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import gc
 
+from wandb_modprof.capture.step import interrupt_guard
+
 
 class _State:
     __slots__ = ("holds", "paused_by_us")
@@ -48,9 +50,11 @@ _STATE = _State()
 
 def hold(token: int) -> None:
     """`token` (a session's id) enters a timed window: the collector off if it is on."""
-    if not _STATE.holds and gc.isenabled():
-        gc.disable()
-        _STATE.paused_by_us = True
+    if not _STATE.holds:
+        interrupt_guard.arm()  # a Ctrl-C now ends the window before it unwinds
+        if gc.isenabled():
+            gc.disable()
+            _STATE.paused_by_us = True
     _STATE.holds.add(token)
 
 
@@ -72,6 +76,7 @@ def holding() -> bool:
 
 
 def _resume() -> None:
+    interrupt_guard.disarm()
     if _STATE.paused_by_us:
         _STATE.paused_by_us = False
         promote_young()

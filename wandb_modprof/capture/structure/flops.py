@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 import torch
+from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
@@ -164,6 +165,12 @@ class FlopCount(TorchDispatchMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
+        if any(issubclass(t, UninitializedTensorMixin) for t in types):
+            # A lazy module materialising its parameters at its first forward (its detach and
+            # copies): not the model's work, and a mode that returned NotImplemented here left
+            # no handler for it ("Multiple dispatch failed"). The pass that materialised is
+            # dropped at its end (`SubmoduleHooks._exit_pass`).
+            return func(*args, **kwargs)
         if not handles(func, types, self.plain_types):
             return NotImplemented
         if self.fake_type is not None:

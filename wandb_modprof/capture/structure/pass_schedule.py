@@ -107,12 +107,6 @@ class PassSchedule:
             return False
         if structure_pass_active():
             return False  # another model's pass is running: ours on a later step
-        if self._index().lazy:
-            # Uninitialised lazy parameters (`nn.LazyLinear` before its first forward): their
-            # `materialize()` fails under the pass's dispatch mode, and the pass would count
-            # their initialisation. This step runs plainly and materialises them; the pass
-            # stays due for a later one.
-            return False
         return module.training or not self._has_fastpath_modules()
 
     def _has_fastpath_modules(self) -> bool:

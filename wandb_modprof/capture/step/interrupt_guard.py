@@ -1,0 +1,77 @@
+"""Ctrl-C inside a sampled window: the process put back before the `KeyboardInterrupt` unwinds.
+
+`Module._call_impl` runs always-call forward hooks on `Exception` only, and the autograd engine
+runs no callback of ours after a node raised. So a `KeyboardInterrupt` inside a sampled forward,
+backward or structure pass would skip every end of ours: the collector stays off
+(`gc_pause`), the saved-tensor hooks and the pass's modes stay pushed, until our code runs
+again. While any such window is open in the main thread (the first `gc_pause.hold` to the last
+release), SIGINT's handler is ours, if it was Python's default one: it first ends every open
+window (`recover`, which `capture.root_hooks` registers) and then raises the
+`KeyboardInterrupt` the default handler would. A handler of the user's (or an ignored SIGINT)
+is left alone; then, as for a `KeyboardInterrupt` raised by code rather than by a signal, the
+windows are ended at our next entry (any watched model's next forward, `profile()`, `watch()`,
+`unwatch()`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+
+_RECOVER: list[Callable[[], None]] = []  # what ends every open window (`register`)
+
+
+class _Armed:
+    __slots__ = ("on",)
+
+    def __init__(self) -> None:
+        self.on = False
+
+
+_ARMED = _Armed()
+
+
+def register(recover: Callable[[], None]) -> None:
+    """`recover()` ends every open window of ours in this thread (called once, at import)."""
+    if recover not in _RECOVER:
+        _RECOVER.append(recover)
+
+
+def arm() -> None:
+    """A window opens: SIGINT ours while it is Python's default handler (main thread only:
+    `signal.signal` works nowhere else)."""
+    if _ARMED.on or threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _on_sigint)
+            _ARMED.on = True
+    except (ValueError, OSError):  # (an interpreter without signals, a restricted host)
+        return
+
+
+def disarm() -> None:
+    """The last window closed: Python's default handler back, unless someone replaced ours."""
+    if not _ARMED.on or threading.current_thread() is not threading.main_thread():
+        return
+    _ARMED.on = False
+    with contextlib.suppress(ValueError, OSError):
+        if signal.getsignal(signal.SIGINT) is _on_sigint:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def armed() -> bool:
+    return _ARMED.on
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    disarm()
+    for recover in _RECOVER:
+        # Nothing may stop the interrupt the user asked for (a window left open is ended at
+        # our next entry instead).
+        with contextlib.suppress(Exception):
+            recover()
+    signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt
