@@ -82,6 +82,7 @@ def _hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     from wandb_modprof.sinks.wandb import wandb_names
 
     monkeypatch.setattr(wandb_names, "_NOTICES", {"offline"})
+    process_before = _process_state()
     yield
     with warnings.catch_warnings():
         # A test that watches to check something else (an error, the hooks, a key) and leaves
@@ -94,6 +95,46 @@ def _hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     wandb = sys.modules.get("wandb")
     if wandb is not None and wandb.run is not None:
         wandb.run.finish()
+    _assert_process_unchanged(process_before)
+
+
+def _process_state() -> dict[str, object]:
+    """What nothing of ours may leave changed once a test's models are unwatched: the
+    collector, the saved-tensor hooks, torch's modes, SIGINT's handler."""
+    import gc
+    import signal
+
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return {
+        "the collector on": gc.isenabled(),
+        "saved-tensor hooks": torch._C._autograd._top_saved_tensors_default_hooks(False),
+        "dispatch modes": len(_get_current_dispatch_mode_stack()),
+        "function modes": len(_get_current_function_mode_stack()),
+        "SIGINT handler": signal.getsignal(signal.SIGINT),
+    }
+
+
+def _assert_process_unchanged(before: dict[str, object]) -> None:
+    """Guards for every test, not cases: the process as the test found it, and no global random
+    generator moved by our own work (`capture.step.random_state` puts a moved one back and
+    records where). Put right before failing, so that one test's leak fails that test only."""
+    import gc
+    import signal
+
+    from wandb_modprof.capture.step import random_state
+
+    after = _process_state()
+    moved = random_state.moved()
+    random_state.forget_moved()
+    if after["the collector on"] != before["the collector on"]:
+        (gc.enable if before["the collector on"] else gc.disable)()
+    if after["SIGINT handler"] != before["SIGINT handler"]:
+        signal.signal(signal.SIGINT, before["SIGINT handler"])  # type: ignore[arg-type]
+    changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+    assert not changed, f"the test left the process changed: {changed}"
+    assert not moved, f"our own work drew from a global random generator: {moved}"
 
 
 if os.environ.get("PYTEST_XDIST_WORKER"):

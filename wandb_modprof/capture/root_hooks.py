@@ -178,7 +178,8 @@ class RootHooks(SessionHooks):
             self._stale_sessions = [
                 s for s in self._stale_sessions if not s.pop_saved_tensors_hooks()
             ]
-        self.structures.between_steps()
+        # (stale passes' modes only: a pass's backward may still come after its forward)
+        self.structures.pop_stale()
 
     def _end_dead_backwards(self) -> None:
         # Outside a backward on this thread, a begun one that is not closed has raised: the
