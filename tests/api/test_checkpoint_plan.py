@@ -237,7 +237,7 @@ def test_running_statistics_are_updated_once_per_step():
     model = nn.Sequential(nn.Conv1d(3, 4, 1), _Norms(), nn.Conv1d(8, 2, 1))
     model[1].frozen.running_mean.uniform_()  # something other than the initial zeros
     twin = copy.deepcopy(model)
-    plan = CheckpointPlan.from_json(_plan_json([_call("1")]))
+    plan = CheckpointPlan.from_json(_plan_json([_call("1", "_Norms")]))
     with apply_checkpoint_plan(twin, plan):
         for step in range(3):
             x = torch.randn(5, 3, 16)
@@ -262,11 +262,11 @@ def _plan_json(calls: list[dict[str, object]]) -> dict[str, object]:
     return plan.to_json() | {"calls": calls}
 
 
-def _call(module_name: str) -> dict[str, object]:
+def _call(module_name: str, module_type: str = "Sequential") -> dict[str, object]:
     return {
         "key": f"{module_name}#0",
         "module_name": module_name,
-        "module_type": "Sequential",
+        "module_type": module_type,
         "bytes_freed": 1,
         "recompute_ms": 1.0,
         "why": "by hand",
@@ -311,6 +311,32 @@ def test_apply_refuses_what_it_cannot_wrap(runs):
         apply_checkpoint_plan(model, plan)
     with pytest.raises(ModProfError, match="expected a CheckpointPlan"):
         apply_checkpoint_plan(model, 42)  # type: ignore[arg-type]
+
+
+def test_a_plan_of_another_model_is_refused_by_its_module_classes(runs):
+    """The MLP stack's plan names blocks 0-3 (Sequentials); a stack of Conv1d has modules of
+    those names too. Refused, naming the first module whose class differs; an entry naming the
+    root is refused as such; an entry without a class is checked by its name only."""
+    _, _, data = runs["MLP"]
+    plan = checkpoint_plan(data, "25%")
+    assert {c.module_type for c in plan.calls} == {"Sequential"}
+    with torch.random.fork_rng(devices=[]):  # the process's random stream left as it was
+        convs = nn.Sequential(*(nn.Conv1d(32, 32, 1) for _ in range(5)))
+    first = plan.module_names[0]
+    with pytest.raises(
+        ModProfError,
+        match=rf"expected the plan's module classes; got '{first}' of class Conv1d where the "
+        r"plan has Sequential( \(\d+ more differ\))? \(a plan of another model\? It was made "
+        r"on Sequential\.\)",
+    ):
+        apply_checkpoint_plan(convs, plan)
+    assert all("forward" not in m.__dict__ for m in convs.modules())  # nothing wrapped
+    root = CheckpointPlan.from_json(_plan_json([_call("0"), _call("", "Sequential")]))
+    with pytest.raises(ModProfError, match=r"got '' \(the root module\) in the plan"):
+        apply_checkpoint_plan(convs, root)
+    by_name = CheckpointPlan.from_json(_plan_json([_call("0", "")]))
+    with apply_checkpoint_plan(convs, by_name) as applied:
+        assert applied.module_names == ("0",)
 
 
 @pytest.mark.parametrize(

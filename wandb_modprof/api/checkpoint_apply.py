@@ -10,28 +10,21 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from wandb_modprof._errors import ModProfError
-from wandb_modprof._warn import warn_at_user
+from wandb_modprof.api.checkpoint_forward import CheckpointedForward
+from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.records.checkpoint import CheckpointPlan
 from wandb_modprof.view.checkpoint_outcome import PlanOutcome, plan_outcome
-
-# Our wrapper says what it is (a dunder attribute: the function's own, nothing global), so a
-# second plan over the same module is refused instead of checkpointing twice.
-_MARK = "__modprof_checkpoint__"
 
 
 @dataclass
@@ -97,22 +90,28 @@ def apply_checkpoint_plan(
 
     `plan`: a `CheckpointPlan` (`Profile.checkpoint_plan`), its `to_json()` dict, or the path
     of a JSON file holding that dict. Refused with a `ModProfError`: a compiled model
-    (`torch.compile`; plan and apply before compiling), a plan naming modules the model lacks
-    or the root, and a module already wrapped.
+    (`torch.compile`; plan and apply before compiling), a plan naming the root (`''`), a module
+    the model lacks or a module of another class than the plan's `module_type` (the plan of
+    another model), and a module already wrapped.
 
-    Running statistics (BatchNorm, InstanceNorm with `track_running_stats`) are updated once
-    per step, as without the plan: the recompute in backward runs with every such module of
-    the subtree that is training having its `running_mean`, `running_var` and
-    `num_batches_tracked` copied before and copied back after (in training they normalise
-    with the batch's statistics, so the recompute's outputs are the forward's).
+    A recompute in backward runs as the forward did: buffers the forward writes (running
+    statistics, spectral norm's power-iteration vectors, any buffer updated in place or
+    replaced) are put back as the forward found them for the recompute, and as the backward
+    found them after it, so they are updated once per call, as without the plan; inputs the
+    forward modifies in place (a block opening with `ReLU(inplace=True)`) are kept as copies.
+    Both are learnt at each module's first call, which keeps copies of all its inputs and
+    buffers (`api.checkpoint_forward`).
 
     A wrapped forward checkpoints only when grad is enabled (evaluation runs as before). Keyword
     arguments reach the forward, except those `checkpoint` itself takes (`use_reentrant`,
     `context_fn`, `determinism_check`, `debug`, `preserve_rng_state`); tensors among them are
     handed to `checkpoint` by position, so the input it keeps is a saved tensor the profile
-    counts. A module that modifies
-    its input in place cannot be checkpointed (the kept input changes; torch's version check
-    raises in backward); the planner never picks an in-place leaf (it frees nothing).
+    counts.
+
+    The planned model copies as a model: `copy.deepcopy` (an EMA, `AveragedModel`) gives a
+    planned copy computing from its own weights; `pickle` and `torch.save(model)` write it
+    without the plan (the file loads without wandb_modprof; apply the plan again after
+    loading).
 
     Examples:
         >>> plan = prof.checkpoint_plan(0.5)                                # doctest: +SKIP
@@ -134,22 +133,49 @@ def apply_checkpoint_plan(
             "compiling it"
         )
     modules = dict(model.named_modules(remove_duplicate=False))
-    missing = [n for n in checked.module_names if n not in modules or n == ""]
-    if missing:
-        raise ModProfError(
-            f"apply_checkpoint_plan: expected the plan's modules in {type(model).__name__}; got "
-            f"{len(missing)} it lacks: {', '.join(missing[:5])} (a plan of another model?)"
-        )
+    _check_names(model, modules, checked)
     for name in checked.module_names:
         _check_module(modules[name], name)
     applied = AppliedPlan(checked)
     for name in checked.module_names:
         module = modules[name]
         own = module.__dict__.get("forward", _NONE)
-        wrapped = _checkpointed(module.forward, module, name)
-        setattr(module, "forward", wrapped)  # noqa: B010  (a method)
+        wrapped = CheckpointedForward(module, name, None if own is _NONE else own)
+        setattr(module, "forward", wrapped)  # noqa: B010  (mypy: a method)
         applied._wrapped.append(_Wrapped(module, name, own))
     return applied
+
+
+def _check_names(model: nn.Module, modules: Mapping[str, nn.Module], plan: CheckpointPlan) -> None:
+    """The plan's modules are the model's: named, never the root, of the plan's classes."""
+    where = f"apply_checkpoint_plan(model={type(model).__name__})"
+    made = f" It was made on {plan.model_name}." if plan.model_name else ""
+    hint = f"(a plan of another model?{made})"
+    if "" in plan.module_names:
+        raise ModProfError(
+            f"{where}: expected modules inside the model; got '' (the root module) in the "
+            "plan: the root is never checkpointed (a plan written by hand?)"
+        )
+    missing = [n for n in plan.module_names if n not in modules]
+    if missing:
+        raise ModProfError(
+            f"{where}: expected the plan's modules in the model; got {len(missing)} it lacks: "
+            f"{', '.join(missing[:5])} {hint}"
+        )
+    # The class name the profile recorded (`type_name`: the user's class under DDP or FSDP2
+    # wrappers); a hand-written entry without one is checked by name only.
+    wrong = [
+        (c.module_name, c.module_type, type_name(modules[c.module_name]))
+        for c in plan.calls
+        if c.module_type and type_name(modules[c.module_name]) != c.module_type
+    ]
+    if wrong:
+        name, planned, found = wrong[0]
+        more = f" ({len(wrong) - 1} more differ)" if len(wrong) > 1 else ""
+        raise ModProfError(
+            f"{where}: expected the plan's module classes; got {name!r} of class {found} where "
+            f"the plan has {planned}{more} {hint}"
+        )
 
 
 def _as_plan(plan: object) -> CheckpointPlan:
@@ -191,101 +217,8 @@ def _check_module(module: nn.Module, name: str) -> None:
             f"apply_checkpoint_plan: expected uncompiled modules; got {name!r} compiled "
             "(OptimizedModule): apply the plan before compiling"
         )
-    if getattr(module.__dict__.get("forward"), _MARK, False):
+    if isinstance(module.__dict__.get("forward"), CheckpointedForward):
         raise ModProfError(
             f"apply_checkpoint_plan: expected modules not checkpointed yet; got {name!r} "
             "already wrapped by a plan (remove() that plan first)"
         )
-
-
-def _checkpointed(forward: Callable[..., Any], module: nn.Module, name: str) -> Callable[..., Any]:
-    # modules that may keep running statistics (read again at every recompute: a module may
-    # be put in eval mode, or its statistics switched off, after the plan is applied)
-    norms = [m for m in module.modules() if hasattr(m, "track_running_stats")]
-    warned = False
-
-    @functools.wraps(forward)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        nonlocal warned
-        if not torch.is_grad_enabled():
-            return forward(*args, **kwargs)
-        cache = _kv_cache(args, kwargs)
-        if cache is not None:  # a recompute would extend the cache a second time: run plainly
-            if not warned:
-                warned = True
-                warn_at_user(
-                    f"wandb_modprof: apply_checkpoint_plan: {name} is not "
-                    f"checkpointed while its call gets a key/value cache ({cache}): a "
-                    "recompute would append to the cache again and break the backward. Train "
-                    "with model.config.use_cache = False (as transformers' own gradient "
-                    "checkpointing does) for the plan to apply.",
-                    RuntimeWarning,
-                )
-            return forward(*args, **kwargs)
-        once = _stats_updated_once(forward, norms)
-        # Tensors given by keyword go to `checkpoint` by position: it keeps positional tensors
-        # as saved tensors (counted in `act_bytes`, released after backward), keyword ones only
-        # in a closure that saved-tensor hooks never see (the kept input would go uncounted).
-        names = [k for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
-        if not names:
-            return checkpoint(once, *args, use_reentrant=False, **kwargs)
-        n = len(args)
-
-        def by_keyword(*flat: Any, **rest: Any) -> Any:
-            return once(*flat[:n], **rest, **dict(zip(names, flat[n:], strict=True)))
-
-        tensors = [kwargs.pop(k) for k in names]
-        return checkpoint(by_keyword, *args, *tensors, use_reentrant=False, **kwargs)
-
-    setattr(run, _MARK, True)
-    return run
-
-
-def _kv_cache(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str | None:
-    """The type of a key/value cache among a call's arguments (a `transformers` Cache: it has
-    `update` and `get_seq_length`), None if there is none."""
-    for value in (*args, *kwargs.values()):
-        kind = type(value)
-        if hasattr(kind, "update") and hasattr(kind, "get_seq_length"):
-            return kind.__name__
-    return None
-
-
-def _stats_updated_once(forward: Callable[..., Any], norms: list[nn.Module]) -> Callable[..., Any]:
-    """`forward` for one checkpointed call: `checkpoint` runs it in the forward, then again for
-    each recompute in backward; those later runs leave running statistics as they found them."""
-    runs = 0
-
-    def once(*args: Any, **kwargs: Any) -> Any:
-        nonlocal runs
-        runs += 1
-        if runs == 1:
-            return forward(*args, **kwargs)
-        with _running_stats_kept(norms):
-            return forward(*args, **kwargs)
-
-    return once
-
-
-RUNNING_STATS = ("running_mean", "running_var", "num_batches_tracked")
-
-
-@contextlib.contextmanager
-def _running_stats_kept(norms: list[nn.Module]) -> Iterator[None]:
-    """Copies of the running statistics of every module in `norms` that updates them now
-    (training, `track_running_stats`), put back on leaving (also when the recompute stops
-    early: non-reentrant checkpointing raises once it has what backward needs)."""
-    kept: list[tuple[torch.Tensor, torch.Tensor]] = []
-    with torch.no_grad():
-        for m in norms:
-            if m.training and getattr(m, "track_running_stats", False):
-                for name in RUNNING_STATS:
-                    buffer = getattr(m, name, None)
-                    if isinstance(buffer, torch.Tensor):
-                        kept.append((buffer, buffer.clone()))
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for buffer, copy in kept:
-                buffer.copy_(copy)

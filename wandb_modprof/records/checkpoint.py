@@ -42,10 +42,12 @@ class PlannedCall:
     """One module to checkpoint. Wrapping is per module, so every call of it in a step is
     recomputed: `calls` says how many, and `bytes_freed` / `recompute_ms` sum over them.
 
-    `key` is the module's first call key (`"blocks.0#0"`); `bytes_freed` the activation bytes
-    the plan expects to be released (`act_bytes` less what checkpointing keeps: see
-    `view.checkpoint_plan`); `recompute_ms` the inclusive forward time (`fwd_ms`) that the
-    backward pays again; `why` one line saying so in words."""
+    `key` is the module's first call key (`"blocks.0#0"`); `module_type` its class name as the
+    profile recorded it (`apply_checkpoint_plan` refuses a model whose module of that name is
+    of another class; "" in an entry written by hand: checked by name only); `bytes_freed` the
+    activation bytes the plan expects to be released (`act_bytes` less what checkpointing
+    keeps: see `view.checkpoint_plan`); `recompute_ms` the inclusive forward time (`fwd_ms`)
+    that the backward pays again; `why` one line saying so in words."""
 
     key: str
     module_name: str

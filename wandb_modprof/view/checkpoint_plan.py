@@ -29,9 +29,11 @@ whose bytes and recompute are the sums over its k calls (their parent calls must
 module, so that the items still form a tree). Chosen modules form an antichain of that tree
 (`view.checkpoint_knapsack`). Left out, each with its reason in `CheckpointPlan.excluded`: the
 root call; a module called from several parent modules or inside itself; a call with no
-`act_bytes` or `fwd_ms` measured. A subtree holding BatchNorm in training may be planned:
-`apply_checkpoint_plan` keeps its running statistics as one forward leaves them (they are
-saved before the recompute and put back after it).
+`act_bytes` or `fwd_ms` measured. A subtree that writes state in its forward (BatchNorm's
+running statistics, spectral norm's vectors) or modifies its input in place may be planned:
+`apply_checkpoint_plan` runs its recompute from the buffers and inputs its forward found
+(`api.checkpoint_forward`). Each planned call records its module's class (`module_type`), which
+`apply_checkpoint_plan` checks against the model.
 """
 
 from __future__ import annotations

@@ -8,14 +8,14 @@ from types import CodeType
 
 from torch import nn
 
+from wandb_modprof.capture.model.compiled import BOUNDARY_CALL
+
 # The code objects of the frames that call a module, each with the local naming the module:
 # `Module._call_impl`, and the boundary around a module compiled in place (`model.compiled`).
-_CALL_CODES: dict[CodeType, str] = {nn.Module._call_impl.__code__: "self"}
-
-
-def add_call_code(code: CodeType, module_local: str) -> None:
-    """Frames running `code` call the module held in their local `module_local`."""
-    _CALL_CODES[code] = module_local
+_CALL_CODES: dict[CodeType, str] = {
+    nn.Module._call_impl.__code__: "self",
+    BOUNDARY_CALL[0]: BOUNDARY_CALL[1],
+}
 
 
 def call_depth(module: nn.Module) -> int:

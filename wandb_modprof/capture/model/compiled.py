@@ -24,7 +24,6 @@ from typing import Any, Protocol
 
 from torch import nn
 
-from wandb_modprof.capture.forward.callstack import add_call_code
 from wandb_modprof.capture.inert_hook import InertHook, skip_hook_frames
 from wandb_modprof.capture.model.scripted import ScriptedHandle, is_scripted
 from wandb_modprof.records.calls import CallInfo
@@ -163,7 +162,8 @@ class _Boundary:
         return self.compiled.__reduce__()
 
 
-add_call_code(_Boundary.__call__.__code__, "module")  # (`call_depth` sees these calls)
+# The frames that call a module compiled in place, and their local naming it (`call_depth`).
+BOUNDARY_CALL = (_Boundary.__call__.__code__, "module")
 
 
 class BoundaryHandle:
