@@ -29,6 +29,7 @@ from wandb_modprof.capture.backward import native_build
 from wandb_modprof.capture.backward.nvtx import check_available
 from wandb_modprof.capture.delivery import delivery
 from wandb_modprof.capture.memory.device_memory import AcceleratorMemory, DeviceMemory
+from wandb_modprof.capture.memory.loss_scale import LossScaleWatch
 from wandb_modprof.capture.model.compiled import Removable, hook_calls
 from wandb_modprof.capture.model.transforms import refuse_meta_model
 from wandb_modprof.capture.model.wrappers import type_name
@@ -75,6 +76,8 @@ class Capture(RootHooks):
         self.memory: DeviceMemory | None = None
         if options.device_memory and device.type != "cpu":
             self.memory = AcceleratorMemory(device)
+        # which GradScaler's scale the sampled gradients carry (only where norms are read)
+        self.loss_scales = LossScaleWatch(model, self.warn_once) if options.norms else None
         self.sink = sink
         self.structures = StructureDriver(
             self, sink, options.structure, structure_eligible, (options.peak_flops, options.peak_bw)
@@ -107,6 +110,8 @@ class Capture(RootHooks):
         self._root_handles = hook_calls(self.model, self._root_pre, self._root_post)
         self.attached = True
         _registry.attach_capture(self)
+        if self.loss_scales is not None:
+            self.loss_scales.open()
         if not self._lazy_children:
             self._attach_children()
 
@@ -128,6 +133,8 @@ class Capture(RootHooks):
         self._sessions = []
         self.attached = False
         _registry.detach_capture(self)
+        if self.loss_scales is not None:
+            self.loss_scales.close()
         self.sink.resolve_pending(force=True)
 
     # ---- after each sample (`watch`) ---------------------------------------------------

@@ -5,8 +5,9 @@ The root's entry starts the session (`_start`: the model index, the submodules' 
 `session.StepSession`); every submodule's hook body then routes its call to whichever is
 listening (a checkpoint recompute of a running backward, a structure pass, or the timed
 forward); when the session's backward ends the gradients are read, before the optimizer or
-`zero_grad` runs, and the session goes to the sink (`_on_finish`). An internal error drops
-the sample, warns once and never breaks training (`_internal_error`).
+`zero_grad` runs (their norms to be divided by a GradScaler's loss scale), and the session
+goes to the sink (`_on_finish`). An internal error drops the sample, warns once and never
+breaks training (`_internal_error`).
 
 The base class of `root_hooks.RootHooks` (whose root hooks decide which steps are sampled),
 itself the base of `hooks.Capture`: the hook bodies read the capture's state in one attribute
@@ -27,6 +28,7 @@ from wandb_modprof.capture.forward.invocation import input_shapes
 from wandb_modprof.capture.inert_hook import under_compile
 from wandb_modprof.capture.memory.device_memory import DeviceMemory
 from wandb_modprof.capture.memory.gradient_readings import gradient_state
+from wandb_modprof.capture.memory.loss_scale import LossScaleWatch
 from wandb_modprof.capture.memory.static_memory import ROOT_NAME, StaticReader
 from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.capture.options import Options
@@ -50,6 +52,7 @@ class SessionHooks(SubmoduleHooks):
     optimizer: torch.optim.Optimizer | None
     clock: Clock
     memory: DeviceMemory | None
+    loss_scales: LossScaleWatch | None  # the GradScaler's scale in the gradients (norms on)
     sink: SampleSink
     after_sample: Callable[[], bool] | None  # `watch`'s W&B logging (`set_after_sample`)
     sample_due: bool  # a sample finished: hand it over at the next root forward
@@ -149,7 +152,11 @@ class SessionHooks(SubmoduleHooks):
             assert index is not None  # built by _start
             if session.bwd_started:
                 names = {inv.name for inv in session.invocations}
-                gradients = gradient_state(index, names, self.options.norms)
+                # The gradients carry the loss scale of a GradScaler, if one scaled the loss:
+                # its scale now, to divide their norms by (`memory/loss_scale.py`).
+                scales = self.loss_scales
+                loss_scale = scales.at_backward_end() if scales is not None else None
+                gradients = gradient_state(index, names, self.options.norms, loss_scale)
             else:
                 gradients = None
             # Optimizer state is read when the sample is resolved, after optimizer.step().

@@ -1,6 +1,8 @@
 """A sampled step's gradient readings: per-parameter gradient bytes and parameter / gradient L2
 norms, read at the end of the sampled backward (before the optimizer or `zero_grad` runs) and
-summed per module where the sample is resolved.
+summed per module where the sample is resolved. Gradient norms are divided by the step's loss
+scale where a `torch.amp.GradScaler` multiplied the loss (`loss_scale`): they are the unscaled
+norms, as `clip_grad_norm_` after `scaler.unscale_` reads them.
 
 Read on the training thread per parameter (plain lists, the norms one stacked device tensor:
 no sync inside the backward); summed per module later (`GradientReading.resolve`), in the
@@ -10,11 +12,13 @@ worker process when the sample is handed over, against the model index's tables
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from wandb_modprof.capture.memory.loss_scale import LossScale
 from wandb_modprof.capture.memory.static_memory import (
     Members,
     ModelIndex,
@@ -55,6 +59,11 @@ class GradientReading:
     shared_bytes: dict[str, int] | None  # per module, when gradients share memory (rare)
     param_sq: list[float]  # squared L2 norms ([] : norms off)
     grad_sq: list[float | None]  # None: no gradient
+    # `grad_sq` had a GradScaler's loss scale divided out. A gradient that is not finite is
+    # then the scaler's overflow: it skips that step, discarding these gradients, and the
+    # true norms were lost in the scaled backward, so no module has a gradient norm in that
+    # sample (None). Without a scaler an inf / NaN norm is the model's own, and is kept.
+    loss_scaled: bool = False
 
     def resolve(self, members: Members, names: set[str]) -> GradientState:
         """Per named module: gradient bytes, parameter and gradient norms of its subtree."""
@@ -68,10 +77,13 @@ class GradientReading:
         grad_norm: dict[str, float | None] = {}
         if self.param_sq:
             param_sq, grad_sq = self.param_sq, self.grad_sq
+            overflow = self.loss_scaled and not all(
+                math.isfinite(g) for g in grad_sq if g is not None
+            )
             for name, idx in own.items():
                 param_norm[name] = sum(param_sq[i] for i in idx) ** 0.5
                 with_grad = [g for g in (grad_sq[i] for i in idx) if g is not None]
-                grad_norm[name] = sum(with_grad) ** 0.5 if with_grad else None
+                grad_norm[name] = sum(with_grad) ** 0.5 if with_grad and not overflow else None
         return GradientState(grad_bytes, param_norm, grad_norm)
 
 
@@ -88,15 +100,21 @@ class PendingGradientState:
     param_norms: torch.Tensor | list[torch.Tensor] | None
     grad_norms: torch.Tensor | list[torch.Tensor] | None  # one per parameter with a gradient
     grad_present: list[bool]
+    loss_scale: LossScale | None = None  # settled by the optimizer step after the backward
 
     def reading(self) -> GradientReading:
-        """The readings on the host (one device sync for the norms)."""
+        """The readings on the host (one device sync for the norms), gradient norms divided by
+        the step's loss scale."""
         param_sq = _squares(self.param_norms)
         grad_sq: list[float | None] = []
+        scale = None
         if self.param_norms is not None:
-            it = iter(_squares(self.grad_norms))
+            scale = self.loss_scale.read() if self.loss_scale is not None else None
+            it = iter(_squares(self.grad_norms, scale))
             grad_sq = [next(it) if has else None for has in self.grad_present]
-        return GradientReading(self.grad_sizes, self.shared_bytes, param_sq, grad_sq)
+        return GradientReading(
+            self.grad_sizes, self.shared_bytes, param_sq, grad_sq, loss_scaled=scale is not None
+        )
 
     def resolve(self) -> GradientState:
         return self.reading().resolve(self.members, self.names)
@@ -127,8 +145,11 @@ def _grad_sizes(grads: list[torch.Tensor | None]) -> tuple[list[int], bool]:
     return sizes, unusual or len(addresses) < counted
 
 
-def gradient_state(index: ModelIndex, names: set[str], norms: bool) -> PendingGradientState:
-    """Gradient bytes now; parameter and gradient L2 norms as pending device tensors."""
+def gradient_state(
+    index: ModelIndex, names: set[str], norms: bool, loss_scale: LossScale | None = None
+) -> PendingGradientState:
+    """Gradient bytes now; parameter and gradient L2 norms as pending device tensors, the
+    gradients' to be divided by `loss_scale` when they are read."""
     grads = [_local_grad(p) for p in index.params]
     grad_sizes, maybe_shared = _grad_sizes(grads)
     shared: dict[str, int] | None = None
@@ -152,7 +173,7 @@ def gradient_state(index: ModelIndex, names: set[str], norms: bool) -> PendingGr
         with_grad = [g for g in grads if g is not None]
         grad_norms = _stacked(_l2_norms(with_grad)) if with_grad else None
     return PendingGradientState(
-        index.members, names, grad_sizes, shared, param_norms, grad_norms, present
+        index.members, names, grad_sizes, shared, param_norms, grad_norms, present, loss_scale
     )
 
 
@@ -165,14 +186,22 @@ def _stacked(norms: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
         return norms
 
 
-def _squares(norms: torch.Tensor | list[torch.Tensor] | None) -> list[float]:
-    """Squared norms as floats (the one sync with the device)."""
+def _squares(
+    norms: torch.Tensor | list[torch.Tensor] | None, scale: torch.Tensor | None = None
+) -> list[float]:
+    """Squared norms, divided by `scale` first, as floats (the one sync with the device). In
+    float64: a GradScaler's scale is a power of two, so the division is exact, and an inf or
+    NaN norm (an overflow) stays one."""
     if norms is None:
         return []
     if isinstance(norms, torch.Tensor):
-        squares: list[float] = norms.double().square().cpu().tolist()
+        wide = norms.double()
+        if scale is not None:
+            wide = wide / scale.to(wide.device, torch.float64)
+        squares: list[float] = wide.square().cpu().tolist()
         return squares
-    return [v * v for v in (float(t) for t in norms)]
+    divisor = 1.0 if scale is None else float(scale)
+    return [v * v for v in (float(t) / divisor for t in norms)]
 
 
 def _dense_values(tensor: torch.Tensor) -> torch.Tensor:
