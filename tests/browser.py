@@ -11,7 +11,8 @@ that passes here has met the panel's actual conditions:
 - the spec is deep-frozen (immer's `produce` freezes what it returns), so a spec that Vega
   would need to mutate (inline `data.values`, wandb#6766) fails here as it fails there;
 - `vega.parse` + `new vega.View(..., {hover: true})`, one `runAsync()` with `wandb` empty, then
-  `view.change("wandb", changeset().remove(truthy).insert(rows))` and `runAsync()` again.
+  `view.change("wandb", changeset().remove(truthy).insert(rows))`, `view.resize()` (react-vega
+  re-fits the view after every data update) and `runAsync()` again.
 
 Nothing is fetched: every request the page makes is aborted and reported as an error.
 
@@ -238,6 +239,9 @@ _HARNESS_JS = r"""
   };
   state.setRows = async (rows) => {
     state.view.change('wandb', vega.changeset().remove(vega.truthy).insert(rows));
+    // react-vega (W&B's renderer) re-fits the view after every data update: `autosize` fit
+    // is computed again for the rows' layout (without it the panel drew 1 px shorter here)
+    state.view.resize();
     await state.view.runAsync();
   };
 

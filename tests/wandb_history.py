@@ -56,3 +56,25 @@ def history(run_dir: Path) -> list[dict[str, Any]]:
             row[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
         rows.append(row)
     return rows
+
+
+def artifacts(run_dir: Path) -> list[dict[str, Any]]:
+    """The artifacts the run logged, in order: name, type and metadata (parsed JSON)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    (path,) = run_dir.glob("*.wandb")
+    out = []
+    for raw in _records(path):
+        record = pb.Record()
+        record.ParseFromString(raw)
+        if record.WhichOneof("record_type") != "artifact":
+            continue
+        art = record.artifact
+        out.append(
+            {
+                "name": art.name,
+                "type": art.type,
+                "metadata": json.loads(art.metadata) if art.metadata else {},
+            }
+        )
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -43,6 +44,21 @@ def check_artifact_freq(freq: Any) -> int | None:
             f"(also every N-th logged sample); got {freq!r}"
         )
     return freq
+
+
+def check_table_interval(seconds: Any) -> float | None:
+    ok = seconds is None or (
+        isinstance(seconds, (int, float))
+        and not isinstance(seconds, bool)
+        and math.isfinite(seconds)
+        and seconds > 0
+    )
+    if not ok:
+        raise ModProfError(
+            "table_interval must be None (tables at the 1st, 2nd, 4th, 8th, ... sample only) or "
+            f"a number of seconds > 0 (the longest wait between two tables); got {seconds!r}"
+        )
+    return None if seconds is None else float(seconds)
 
 
 def check_optimizer(optimizer: Any) -> torch.optim.Optimizer | None:

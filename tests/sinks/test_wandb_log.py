@@ -344,6 +344,7 @@ def test_samples_are_logged_at_the_next_forward_outside_the_engine_with_commit_f
         "modprof/TinyGPT/bwd_ms",
         "modprof/TinyGPT/act_bytes",
         "modprof/TinyGPT/overhead_pct",  # the run's measured cost of sampling so far
+        "modprof/TinyGPT/samples",  # the samples folded into the profile so far
     }
     assert 0 <= data["modprof/TinyGPT/overhead_pct"] <= 100
     train_step(model, x)

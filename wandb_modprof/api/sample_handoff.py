@@ -97,18 +97,21 @@ class SampleHandoff(WorkerSupervisor):
         self._ship(acc)
         if acc.remote is not self:  # fell back: the caller logs in-process
             return log.deliver(lambda: _resolved(acc), acc.snapshot, final=final)
+        ask: tuple[object, ...]
         if final:
             ask = ("log", True, log.artifact_freq is not None, log.wants_report(), acc.overhead)
             reply = self._ask_surviving(ask, acc) if self._shipped else None
             if reply is None:  # nothing handed over, or fell back to in-process
                 return log.deliver(lambda: _resolved(acc), acc.snapshot, final=final)
             self._newest = None
+            log.table_due(reply[2], final=True)  # (the final answer carries the table)
             acc.load(reply[9])
             self._log_reply(log, reply, True, acc.overhead)
             return True
         if self._shipped > self._requested:
             self._requested = self._shipped
-            ask = ("log", False, log.artifact_due_next(), False, acc.overhead)
+            table = log.table_due(self._shipped)  # (`sinks.wandb.table_schedule`)
+            ask = ("log", False, log.artifact_due_next(), False, acc.overhead, table)
             self._outstanding = self._request(ask)
         self._drain(acc)
         newest, self._newest = self._newest, None

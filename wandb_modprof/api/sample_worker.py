@@ -127,22 +127,28 @@ class Worker:
                 self.note = f"could not attach to the W&B run ({type(error).__name__}: {text})"
         return self.attached
 
-    def log(self, final: bool, want_file: bool, report: bool) -> tuple[Any, ...]:
+    def log(
+        self, final: bool, want_file: bool, report: bool, table_due: bool = True
+    ) -> tuple[Any, ...]:
         """What the training process logs: (count, totals, columns, rows, report page, profile
         file, model name), when final the profile itself (for `unwatch()`'s result), and a note
         to tell once (or None). Attached to the run, the worker logs the rows and the page
-        itself and answers None for them."""
+        itself and answers None for them. `table_due` False (a sample between scheduled
+        tables, `sinks.wandb.table_schedule`): no table is built, columns and rows are None."""
         from wandb_modprof.sinks.wandb import packed
         from wandb_modprof.view.table import build_table
 
         assert self.acc is not None
         self.acc.resolve_pending(force=True)
         data = self.acc.snapshot()
+        columns: list[str] | None = None
+        rows: list[list[object]] | None = None
+        page = None
         with paused_gc():
-            table = build_table(data, self.max_rows, self.full_detail)
-            columns, rows = packed.logged(table.columns, table.rows)
-            page = None
-            if report and data.num_samples:
+            if table_due or final:
+                table = build_table(data, self.max_rows, self.full_detail)
+                columns, rows = packed.logged(table.columns, table.rows)
+            if report and data.num_samples and columns is not None:
                 from wandb_modprof.sinks.report.html import tables_html
 
                 page = tables_html(
@@ -157,15 +163,15 @@ class Worker:
         totals = data.last.totals if data.last is not None else None
         count, name = data.num_samples, data.model_name
         note, self.note = self.note, None
-        attached = self._attach()
-        if attached is not None:
+        attached = self._attach() if columns is not None else None
+        if attached is not None and columns is not None and rows is not None:
             try:
-                attached.log(count, totals, columns, rows, page, self.acc.overhead)
+                attached.log(count, columns, rows, page)
             except Exception as error:  # the training process logs this one and the rest
                 self.attached = None
                 note = f"logging from the worker failed ({type(error).__name__}: {error})"
             else:
-                columns, rows, page = None, None, None  # type: ignore[assignment]
+                columns, rows, page = None, None, None
         note = note or self.note
         self.note = None
         return (count, totals, columns, rows, page, path, name, data if final else None, note)
@@ -192,6 +198,10 @@ def serve(conn: Connection, worker: Worker, lock: threading.Lock | None = None) 
         # Only the newest plain log request of a batch is answered with a table: an older one
         # would be outdated before the training process read it.
         outdated = [i for i, m in enumerate(messages) if m[0] == "log" and not (m[2] or m[3])][:-1]
+        if outdated and any(len(messages[i]) > 6 and messages[i][6] for i in outdated):
+            # a skipped request's scheduled table goes with the newest one
+            newest = max(i for i, m in enumerate(messages) if m[0] == "log" and not (m[2] or m[3]))
+            messages[newest] = (*messages[newest][:6], True)
         for i, message in enumerate(messages):
             if message[0] == "stop":
                 return
@@ -256,13 +266,15 @@ def handle(worker: Worker, message: tuple[Any, ...], skip: bool) -> tuple[Any, .
     serial = message[1]
     if kind == "log":
         final, want_file, report, worker.acc.overhead = message[2:6]
+        table_due = bool(message[6]) if len(message) > 6 else True
         # Saved once per batch, at its newest log (the final log ends the worker: its
         # statistics go back in the reply). The checkpoint costs about what resolving does.
         if not (final or skip):
             worker.save()
         if skip:
             return ("skipped", serial, worker.acc.num_samples, worker.saved)
-        return ("logged", serial, *worker.log(final, want_file, report), worker.saved)
+        logged = worker.log(final, want_file, report, table_due)
+        return ("logged", serial, *logged, worker.saved)
     if kind == "snapshot":
         worker.save()
         return ("data", serial, worker.snapshot(), worker.saved)

@@ -20,6 +20,7 @@ from wandb_modprof._validate import (
     check_optimizer,
     check_overhead,
     check_run,
+    check_table_interval,
 )
 from wandb_modprof._warn import entry_point, warn_at_user
 from wandb_modprof.api.distributed import RankChannel, open_channel, rank_info
@@ -34,7 +35,9 @@ from wandb_modprof.capture.root_hooks import recover_interrupted_captures
 from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.records import modes as _modes
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE
+from wandb_modprof.records.sample import StepTotals
 from wandb_modprof.records.snapshot import Overhead
+from wandb_modprof.sinks.wandb.table_schedule import DEFAULT_INTERVAL_S
 from wandb_modprof.sinks.wandb.wandb_log import WandbLog
 from wandb_modprof.sinks.wandb.wandb_names import chart_name, model_key
 from wandb_modprof.sinks.wandb.wandb_run import call_at_finish, current_run
@@ -143,7 +146,12 @@ class WatchHandle:
         before = None
         if ranks is not None:
             before = functools.partial(ranks.collect, acc, final=final)
-        return log.deliver(ready, acc.snapshot, final=final, before_table=before)
+
+        def latest() -> tuple[StepTotals | None, Overhead | None]:
+            last = acc.last
+            return (last.totals if last is not None else None), acc.overhead
+
+        return log.deliver(ready, acc.snapshot, final=final, before_table=before, latest=latest)
 
     @property
     def steps(self) -> int:
@@ -245,6 +253,7 @@ def watch(
     default_scale: str = DEFAULT_SCALE,
     chart: str | None = None,
     artifact_freq: int | None = 0,
+    table_interval: float | None = DEFAULT_INTERVAL_S,
     offload: bool | str = "auto",
     overhead: float = DEFAULT_OVERHEAD,
     peak_flops: float | None = None,
@@ -302,6 +311,13 @@ def watch(
             `sinks.wandb.wandb_log`): 0 (default) at `unwatch()`, N > 0 also at every N-th logged
             sample, None never. The panel's table holds at most 10,000 rows; the file holds
             every call.
+        table_interval: the most seconds between two tables logged to W&B (default 3600).
+            Every sample logs its step totals (`<key>/fwd_ms`, `bwd_ms`, `act_bytes`,
+            `overhead_pct`, `samples`); the table (the panel's data, a file in the run) is
+            logged at the 1st, 2nd, 4th, 8th, ... sample, whenever `table_interval` seconds
+            passed since the last one, and at `unwatch()`: at most `2 + log2(samples) +
+            seconds / table_interval` tables (`sinks.wandb.table_schedule`). None: no time
+            limit, at most `2 + log2(samples)` tables however long the run.
         offload: where the work after a sample runs (resolving it, the statistics, the
             table and its W&B rows): "auto" (default) in a worker process when a sample has
             at least 1,000 module calls, True always in the worker, False on the training
@@ -347,6 +363,7 @@ def watch(
     default_scale = check_choice("default_scale", default_scale, _modes.SCALES)
     chart = check_chart(chart)
     artifact_freq = check_artifact_freq(artifact_freq)
+    table_interval = check_table_interval(table_interval)
     setting = check_offload(offload)
     run = check_run(run)
     check_supported(model)
@@ -368,7 +385,7 @@ def watch(
             handle.key = key
             handle.chart = chart_name(run, chart, key)
             handle._wandb_log = WandbLog(
-                run, key, handle.chart, default_mode, default_scale, artifact_freq
+                run, key, handle.chart, default_mode, default_scale, artifact_freq, table_interval
             )
             if handle._ranks is None:
                 handle._offload(setting, handle._wandb_log, default_mode, default_scale)

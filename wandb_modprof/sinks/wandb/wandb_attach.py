@@ -5,7 +5,8 @@ How: W&B's service process (wandb-core) owns the run; any process that can reach
 to the run with `wandb.attach(attach_id=run.id)` and log into it (W&B SDK >= 0.16; offline runs
 too). The training process hands the worker an `AttachTarget` at its start: the run's id, its
 files folder (where W&B writes the table files), the service's address (`WANDB_SERVICE`) and
-the keys to log under. The worker logs each sample's entry (`sinks.wandb.wandb_entry`) with
+the keys to log under. The worker logs each scheduled table (`sinks.wandb.wandb_entry`; the
+per-sample scalars are the training process's, `WandbLog.log_packed`) with
 `commit=False`: it joins the user's next `run.log` row, the row the training thread would
 have joined at the next root forward, and never advances `run.step`. A round trip to the
 service after each log (`run.step`) returns once the service holds the row, before the worker
@@ -22,14 +23,10 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wandb_modprof.sinks.wandb.wandb_entry import entry_of, html_entry
 from wandb_modprof.sinks.wandb.wandb_table import wandb_table_of
-
-if TYPE_CHECKING:
-    from wandb_modprof.records.sample import StepTotals
-    from wandb_modprof.records.snapshot import Overhead
 
 
 @dataclass(frozen=True)
@@ -82,22 +79,17 @@ class AttachedRun:
         self.log_s = 0.0  # time spent logging, for the record
 
     def log(
-        self,
-        count: int,
-        totals: StepTotals | None,
-        columns: list[str],
-        rows: list[list[object]],
-        page: str | None,
-        overhead: Overhead | None,
+        self, count: int, columns: list[str], rows: list[list[object]], page: str | None
     ) -> None:
         """Log the packed table of `count` samples (when new) and the report `page` (when
-        given) as one row part; return once the service holds it."""
+        given) as one row part; return once the service holds it. The per-sample scalars
+        are the training process's to log (`WandbLog.log_packed`), at every sample."""
         start = time.perf_counter()
         t = self.target
         entry: dict[str, Any] = {}
         if count != self.logged_samples:
             cells = wandb_table_of(columns, rows)
-            entry = entry_of(t.key, t.chart, t.string_fields, cells, totals, overhead)
+            entry = entry_of(t.key, t.chart, t.string_fields, cells, None)
         if page is not None:
             entry.update(html_entry(t.key, page))
         if entry:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from wandb_modprof.records.snapshot import Overhead
 
 TOTALS = ("fwd_ms", "bwd_ms", "act_bytes")
+SAMPLES = "samples"  # `<key>/samples`: the samples folded into the profile so far
 REPORT_SUFFIX = "/report"  # `<key>/report`: the HTML report, logged once at unwatch()
 
 
@@ -23,15 +24,17 @@ def entry_of(
     cells: Any,
     totals: StepTotals | None,
     overhead: Overhead | None = None,
+    samples: int | None = None,
 ) -> dict[str, Any]:
-    """One sample's `run.log` dict: the panel (or its table alone, without a chart), the step
-    totals and the measured overhead. Shared by the training process and the worker."""
-    import wandb
-
+    """One log's `run.log` dict: the panel (or its table alone, without a chart; `cells` None:
+    neither, a sample between scheduled tables), the step totals, the measured overhead and
+    the samples so far. Shared by the training process and the worker."""
     entry: dict[str, Any] = {}
-    if chart is None:
+    if cells is not None and chart is None:
         entry[f"{key}_table"] = cells
-    else:
+    elif cells is not None and chart is not None:
+        import wandb
+
         entry[key] = wandb.plot_table(chart, cells, fields={}, string_fields=dict(string_fields))
     if totals is not None:
         for name in TOTALS:
@@ -40,6 +43,8 @@ def entry_of(
                 entry[f"{key}/{name}"] = value
     if overhead is not None:  # `watch`'s measured cost of sampling, % of training time
         entry[f"{key}/overhead_pct"] = 100.0 * overhead.share
+    if samples is not None:
+        entry[f"{key}/{SAMPLES}"] = samples
     return entry
 
 

@@ -1,4 +1,5 @@
-"""The W&B sink of `watch`: every sample logs the module-graph panel and the step totals.
+"""The W&B sink of `watch`: every sample logs the step totals, scheduled ones the module-graph
+panel (`table_schedule`).
 
 >>> run = wandb.init(project="my-project")                     # doctest: +SKIP
 >>> handle = wandb_modprof.watch(model, log_freq=100)          # doctest: +SKIP
@@ -10,12 +11,15 @@ What one log holds, per watched model, under `modprof/<ModelClassName>` (a secon
 model of the same class in the same run gets `modprof/<Class>_1`, a third `_2`, in watch
 order; re-watching the same model object in that run reuses its key):
 
-- `<key>`: `wandb.plot_table(chart, table, fields={}, string_fields={"mode", "scale"})` over
-  a new `wandb.Table` of `Profile.table()`, the profile aggregated over all samples so far.
+- `<key>` (on the samples `table_schedule` picks: the 1st, 2nd, 4th, ..., at most
+  `table_interval` seconds apart, and the last at `unwatch()`): `wandb.plot_table(chart, table,
+  fields={}, string_fields={"mode", "scale"})` over a new `wandb.Table` of `Profile.table()`,
+  the profile aggregated over all samples so far.
   W&B stores the table under `<key>_table` and the panel shows the latest one logged
   (`summaryTable`). A fresh Table every time: W&B ignores a re-logged, mutated one.
-- `<key>/fwd_ms`, `<key>/bwd_ms`, `<key>/act_bytes`: the sample's `StepTotals` (a value that
-  was not measured is left out), so W&B draws them over steps.
+- `<key>/fwd_ms`, `<key>/bwd_ms`, `<key>/act_bytes` (every sample): the sample's `StepTotals`
+  (a value that was not measured is left out), so W&B draws them over steps; with them
+  `<key>/overhead_pct` and `<key>/samples` (the samples so far).
 
 At `unwatch()`: `<key>/report`, a `wandb.Html` of the final profile as the self-contained
 HTML report (`sinks.report.html.report_html`, Vega inlined, about 1 MB plus the table), in the same
@@ -61,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 from wandb_modprof._warn import warn_safely
 from wandb_modprof.records.snapshot import SupportsSnapshot, as_data
+from wandb_modprof.sinks.wandb.table_schedule import DEFAULT_INTERVAL_S, TableSchedule
 from wandb_modprof.sinks.wandb.wandb_entry import entry_of, html_entry
 from wandb_modprof.sinks.wandb.wandb_names import (
     ARTIFACT_TYPE,
@@ -95,12 +100,14 @@ class WandbLog:
         default_mode: str,
         default_scale: str,
         artifact_freq: int | None = 0,
+        table_interval: float | None = DEFAULT_INTERVAL_S,
     ) -> None:
         self.run = run
         self.key = key
         self.chart = chart
         self.string_fields = {"mode": default_mode, "scale": default_scale}
-        self.logged_samples = 0
+        self.logged_samples = 0  # samples whose scalars were logged (every sample's are)
+        self.schedule = TableSchedule(table_interval)  # which logs carry the table
         # None: no artifact; 0: at unwatch only; N: also at every N-th logged sample
         self.artifact_freq = None if run_flag(run, "disabled") else artifact_freq
         self.artifact: Any = None  # the last `wandb.Artifact` logged (None: none yet)
@@ -166,25 +173,29 @@ class WandbLog:
         final: bool,
         overhead: Overhead | None = None,
     ) -> None:
-        """Log a table built elsewhere (`watch`'s worker process, `api.sample_handoff`): the
-        packed cells, the newest sample's totals, the report page (final), and the profile
-        file written there when an artifact is due. `columns` None: the worker logged the
-        rows and the page to the run itself (`sinks.wandb.wandb_attach`); only the bookkeeping and
-        the artifact are left here. Like `deliver`, never raises."""
+        """Log what `watch`'s worker process answered (`api.sample_handoff`): the newest
+        sample's scalars (always, here), the packed cells of a table and the report page
+        (final), and the profile file written there when an artifact is due. `columns` None:
+        no table was due (`table_due`), or the worker logged the rows and the page to the run
+        itself (`sinks.wandb.wandb_attach`); the scalars, the bookkeeping and the artifact are
+        left here. Like `deliver`, never raises."""
         try:
             new = count != self.logged_samples
             report = final and count > 0 and page is not None and self.wants_report()
             if not (new or report or (final and columns is None)):
                 return
             self.logged_samples = count
-            if columns is not None and rows is not None:
-                with paused_gc():
+            with paused_gc():
+                cells = None
+                if columns is not None and rows is not None:
                     cells = wandb_table_of(columns, rows)
-                    entry = self._entry_of(cells, totals, overhead) if new else {}
-                    if report:
-                        entry.update(self._html(str(page)))
-                    if entry:
-                        self.run.log(entry, commit=False)
+                entry = self._entry_of(cells, totals, overhead, count) if new else {}
+                if cells is not None and not new:
+                    entry = self._entry_of(cells, None)
+                if report:
+                    entry.update(self._html(str(page)))
+                if entry:
+                    self.run.log(entry, commit=False)
             self._logs += 1 if new else 0
             freq = self.artifact_freq
             due = freq is not None and (final or (freq > 0 and new and self._logs % freq == 0))
@@ -193,12 +204,21 @@ class WandbLog:
         except Exception as error:
             self._warn_once(error)
 
+    def table_due(self, count: int, final: bool = False) -> bool:
+        """Whether the log of `count` samples carries the table (`table_schedule`; the final
+        log does when any sample came since the last table); counted as logged if so."""
+        if final and self.schedule.behind(count):
+            self.schedule.logged(count)
+            return True
+        return self.schedule.take(count)
+
     def deliver(
         self,
         ready: Callable[[], int | None],
         snapshot: Callable[[], ProfileData],
         final: bool = False,
         before_table: Callable[[], bool] | None = None,
+        latest: Callable[[], tuple[StepTotals | None, Overhead | None]] | None = None,
     ) -> bool:
         """Log the samples resolved since the last log. `ready()` resolves what it can and
         gives the number of samples, or None while some still await their device events: then
@@ -207,7 +227,10 @@ class WandbLog:
         sample was logged already). `before_table` runs just before the table is built: a
         distributed run's rank 0 folds the other ranks' statistics into the profile there, and
         at the final log, when they are newer than in the last table logged (it said True), the
-        table is logged again. Nothing here raises: a failed log warns once and is dropped."""
+        table is logged again. Only the logs the schedule picks (`table_due`) build and carry
+        the table; the others log the newest sample's scalars alone, from `latest()` (the
+        totals and the overhead: no snapshot, no table), where it is given. Nothing here
+        raises: a failed log warns once and is dropped."""
         try:
             count = ready()
             if count is None:
@@ -216,25 +239,36 @@ class WandbLog:
             if final and not new and count > 0 and before_table is not None:
                 new = before_table()  # other ranks' last samples arrived since
                 before_table = None
+                if new:
+                    self.schedule.logged(count - 1)  # (their statistics: a table is due again)
             report = final and count > 0 and not run_flag(self.run, "disabled")
-            if not (new or report):
+            if not (new or report or (final and self.schedule.behind(count))):
                 return True
             self.logged_samples = count  # set first: a failed log is dropped, not retried
-            if before_table is not None:
-                before_table()
-            with paused_gc():  # ~10,000 rows x 80 cells of short-lived objects, no cycles
-                data = snapshot()
-                table = build_table_for(self, data)  # once, for the panel and the report
-                entry = self.entry(data, table, totals) if new else {}
-                if report:
-                    entry.update(self.report(data, table))
-                if entry:
-                    self.run.log(entry, commit=False)
+            # (without `latest`, every log carries the table, as `Profile`'s callers expect)
+            with_table = self.table_due(count, final) or latest is None
             self._logs += 1 if new else 0
             freq = self.artifact_freq
             due = freq is not None and (final or (freq > 0 and new and self._logs % freq == 0))
-            if due and data.num_samples > self._artifact_at:
-                self.log_profile(data)
+            data = None
+            if with_table or report:
+                if before_table is not None:
+                    before_table()
+                with paused_gc():  # ~10,000 rows x 80 cells of short-lived objects, no cycles
+                    data = snapshot()
+                    table = build_table_for(self, data)  # once, for the panel and the report
+                    # (without the table: the report alone, the last table was of these samples)
+                    entry = self.entry(data, table, totals) if with_table else {}
+                    if report:
+                        entry.update(self.report(data, table))
+                    if entry:
+                        self.run.log(entry, commit=False)
+            else:  # a sample between scheduled tables: its scalars alone
+                assert latest is not None
+                last, overhead = latest()
+                self.run.log(self._entry_of(None, last, overhead, count), commit=False)
+            if due and count > self._artifact_at:
+                self.log_profile(data if data is not None else snapshot())
         except Exception as error:
             self._warn_once(error)
         return True
@@ -275,12 +309,21 @@ class WandbLog:
         if table is None:
             table = build_table(data)
         last = data.last.totals if data.last is not None and totals else None
-        return self._entry_of(wandb_table(table), last, data.overhead if totals else None)
+        return self._entry_of(
+            wandb_table(table),
+            last,
+            data.overhead if totals else None,
+            data.num_samples if totals else None,
+        )
 
     def _entry_of(
-        self, cells: Any, totals: StepTotals | None, overhead: Overhead | None = None
+        self,
+        cells: Any,
+        totals: StepTotals | None,
+        overhead: Overhead | None = None,
+        samples: int | None = None,
     ) -> dict[str, Any]:
-        return entry_of(self.key, self.chart, self.string_fields, cells, totals, overhead)
+        return entry_of(self.key, self.chart, self.string_fields, cells, totals, overhead, samples)
 
     def _warn_once(self, error: Exception) -> None:
         if self._warned:
