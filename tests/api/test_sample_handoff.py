@@ -20,6 +20,7 @@ import wandb_modprof
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.api import sample_worker
 from wandb_modprof.api.sample_message import index_message, sample_message
+from wandb_modprof.api.worker_supervision import ANSWER_TIMEOUT_S
 from wandb_modprof.sinks.wandb.packed import unpacked
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 
@@ -200,12 +201,16 @@ def test_the_worker_logs_the_rows_into_the_users_next_row(tmp_path):
     handle = wandb_modprof.watch(model, log_freq=2, run=run, offload=True)
     assert handle._wandb_log is not None
     steps = 0
-    # until a sample was logged during training (the worker starts, imports torch and W&B)
-    while steps < 10 or (handle._wandb_log.logged_samples == 0 and steps < 200):
+    # until a sample was logged during training: the worker starts (imports torch and W&B, at
+    # nice 10: 1-2 s on a quiet machine, tens of s on a loaded one) and answers; a worker that
+    # shows signs of life has ANSWER_TIMEOUT_S to answer
+    deadline = time.monotonic() + ANSWER_TIMEOUT_S
+    while steps < 10 or (handle._wandb_log.logged_samples == 0 and time.monotonic() < deadline):
         train_step(model, x)
         run.log({"loss": float(steps)})
         steps += 1
         time.sleep(0.05)
+    assert handle._wandb_log.logged_samples > 0, f"no sample logged during {steps} steps"
     assert handle._handoff is not None and handle._handoff.decided is True
     prof = handle.unwatch()
     run.finish()
@@ -223,8 +228,9 @@ def test_the_worker_logs_the_rows_into_the_users_next_row(tmp_path):
     assert 2 <= len(logged) <= prof.num_samples
     assert any("loss" in row for row in logged)  # joined a row of the user's
     tables = [r for r in rows if any(k.startswith("modprof/TinyGPT_table/") for k in r)]
-    # the 1st, 2nd, 4th, ... sample's table, and the last at unwatch()
-    assert 2 <= len(tables) <= handle._wandb_log.schedule.tables
+    # the 1st, 2nd, 4th, ... sample's table, and the last at unwatch() (two logged between the
+    # same two rows of the user's join one row)
+    assert 1 <= len(tables) <= handle._wandb_log.schedule.tables
     assert len([row for row in rows if "modprof/TinyGPT/report/path" in row]) == 1
     check_logged_tables(_table_files(tmp_path, "TinyGPT"), prof.table().columns)
 

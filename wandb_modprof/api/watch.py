@@ -35,7 +35,6 @@ from wandb_modprof.capture.root_hooks import recover_interrupted_captures
 from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.records import modes as _modes
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE
-from wandb_modprof.records.sample import StepTotals
 from wandb_modprof.records.snapshot import Overhead
 from wandb_modprof.sinks.wandb.table_schedule import DEFAULT_INTERVAL_S
 from wandb_modprof.sinks.wandb.wandb_log import WandbLog
@@ -146,12 +145,7 @@ class WatchHandle:
         before = None
         if ranks is not None:
             before = functools.partial(ranks.collect, acc, final=final)
-
-        def latest() -> tuple[StepTotals | None, Overhead | None]:
-            last = acc.last
-            return (last.totals if last is not None else None), acc.overhead
-
-        return log.deliver(ready, acc.snapshot, final=final, before_table=before, latest=latest)
+        return log.deliver(ready, acc.snapshot, final=final, before_table=before, latest=acc)
 
     @property
     def steps(self) -> int:
@@ -307,34 +301,24 @@ def watch(
         chart: the W&B chart preset "entity/name" (from `register_chart`); default
             `<run entity>/wandb-modprof-v4` (`$WANDB_ENTITY` when the run has none). An
             offline run with no entity at all logs the tables without the panel, and says so.
-        artifact_freq: the full profile file as a W&B artifact (`type="modprof-profile"`,
-            `sinks.wandb.wandb_log`): 0 (default) at `unwatch()`, N > 0 also at every N-th logged
-            sample, None never. The panel's table holds at most 10,000 rows; the file holds
-            every call.
-        table_interval: the most seconds between two tables logged to W&B (default 3600).
-            Every sample logs its step totals (`<key>/fwd_ms`, `bwd_ms`, `act_bytes`,
-            `overhead_pct`, `samples`); the table (the panel's data, a file in the run) is
-            logged at the 1st, 2nd, 4th, 8th, ... sample, whenever `table_interval` seconds
-            passed since the last one, and at `unwatch()`: at most `2 + log2(samples) +
-            seconds / table_interval` tables (`sinks.wandb.table_schedule`). None: no time
-            limit, at most `2 + log2(samples)` tables however long the run.
-        offload: where the work after a sample runs (resolving it, the statistics, the
-            table and its W&B rows): "auto" (default) in a worker process when a sample has
-            at least 1,000 module calls, True always in the worker, False on the training
-            thread. With the worker a sample is logged a step or two later, at the first
-            forward after the worker finished; `unwatch()`, `run.finish()` and `profile()`
-            wait for it. Host-timed, single-process runs only (`api.sample_handoff`).
+        artifact_freq: the full profile file (every call; the panel's table holds at most
+            10,000 rows) as a W&B artifact (`type="modprof-profile"`): 0 (default) at
+            `unwatch()`, N > 0 also at every N-th logged sample, None never.
+        table_interval: the most seconds between two tables (the panel's data) logged to
+            W&B, default 3600; None: no limit. Tables go at the 1st, 2nd, 4th, ... sample and
+            at `unwatch()`, every sample logs its step totals (`sinks.wandb.table_schedule`).
+        offload: where the work after a sample (resolve, statistics, table) runs: "auto"
+            (default) in a worker process from 1,000 module calls a sample, True always there,
+            False on the training thread; host-timed, single-process runs only
+            (`api.sample_handoff`). `unwatch()`, `run.finish()` and `profile()` wait for it.
         overhead: with `log_freq="auto"`, the share of training time sampling may take
             (default 0.01). Every run's measured overhead is in `handle.overhead`, the
             summary, the panel, the report and `modprof/<Class>/overhead_pct`.
-        peak_flops: the machine's peak FLOP/s that each call's efficiency (the "eff" mode:
-            its share of the roofline) is measured against. Default None: a short calibration
-            once per process on CPU (a GEMM), the data sheet on common GPUs
-            (`capture.structure.calibration`).
-        peak_bw: the machine's peak memory bytes/s that each call's efficiency (the "eff"
-            mode: its share of the roofline) is measured against. Default None: a short
-            calibration once per process on CPU (a large copy), the data sheet on common GPUs
-            (`capture.structure.calibration`).
+        peak_flops: the peak FLOP/s each call's efficiency (the "eff" mode, its share of the
+            roofline) is measured against. Default None: a GEMM calibrated once per process
+            on CPU, the data sheet on common GPUs (`capture.structure.calibration`).
+        peak_bw: the peak memory bytes/s of that roofline. Default None: a large copy
+            calibrated once per process on CPU, the data sheet on common GPUs.
 
     Examples:
         >>> run = wandb.init(project="my-project")                 # doctest: +SKIP

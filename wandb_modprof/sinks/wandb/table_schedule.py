@@ -10,8 +10,8 @@ the last one, so the panel never lags the run by more than that.
 The bound, for a run of `n` samples over `t` seconds: at most `2 + log2(n) + t /
 table_interval` tables (the doubling, the interval, the final one). With the default of one
 hour: a few hundred samples in a fast loop log about 10 tables; a week-long run of 10,000
-samples at most 2 + 14 + 168 = 184. `table_interval=None` drops the interval: at most
-`2 + log2(n)` tables whatever the run's length (16 for 10,000 samples).
+samples at most 2 + 13 + 168 = 183. `table_interval=None` drops the interval: at most
+`2 + log2(n)` tables whatever the run's length (15 for 10,000 samples).
 
 >>> s = TableSchedule(None)
 >>> [n for n in range(1, 40) if s.take(n, now=0.0)]

@@ -61,7 +61,7 @@ the profile (`before_table`, `api.distributed.RankChannel`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from wandb_modprof._warn import warn_safely
 from wandb_modprof.records.snapshot import SupportsSnapshot, as_data
@@ -77,9 +77,20 @@ from wandb_modprof.sinks.wandb.wandb_table import wandb_table, wandb_table_of
 from wandb_modprof.stats.quiet_gc import paused_gc
 
 if TYPE_CHECKING:
-    from wandb_modprof.records.sample import StepTotals
+    from wandb_modprof.records.sample import Sample, StepTotals
     from wandb_modprof.records.snapshot import Overhead, ProfileData
     from wandb_modprof.view.table import ProfileTable
+
+
+class SupportsLatest(Protocol):
+    """The newest sample and the run's overhead, read without a snapshot (a
+    `ProfileAccumulator`)."""
+
+    @property
+    def last(self) -> Sample | None: ...
+
+    @property
+    def overhead(self) -> Overhead | None: ...
 
 
 def build_table_for(log: WandbLog, data: ProfileData, max_rows: int | None = None) -> ProfileTable:
@@ -218,7 +229,7 @@ class WandbLog:
         snapshot: Callable[[], ProfileData],
         final: bool = False,
         before_table: Callable[[], bool] | None = None,
-        latest: Callable[[], tuple[StepTotals | None, Overhead | None]] | None = None,
+        latest: SupportsLatest | None = None,
     ) -> bool:
         """Log the samples resolved since the last log. `ready()` resolves what it can and
         gives the number of samples, or None while some still await their device events: then
@@ -228,8 +239,8 @@ class WandbLog:
         distributed run's rank 0 folds the other ranks' statistics into the profile there, and
         at the final log, when they are newer than in the last table logged (it said True), the
         table is logged again. Only the logs the schedule picks (`table_due`) build and carry
-        the table; the others log the newest sample's scalars alone, from `latest()` (the
-        totals and the overhead: no snapshot, no table), where it is given. Nothing here
+        the table; the others log the newest sample's scalars alone, from `latest` (its `last`
+        sample's totals and its `overhead`: no snapshot, no table), where it is given. Nothing here
         raises: a failed log warns once and is dropped."""
         try:
             count = ready()
@@ -265,8 +276,9 @@ class WandbLog:
                         self.run.log(entry, commit=False)
             else:  # a sample between scheduled tables: its scalars alone
                 assert latest is not None
-                last, overhead = latest()
-                self.run.log(self._entry_of(None, last, overhead, count), commit=False)
+                sample = latest.last
+                last = sample.totals if sample is not None else None
+                self.run.log(self._entry_of(None, last, latest.overhead, count), commit=False)
             if due and count > self._artifact_at:
                 self.log_profile(data if data is not None else snapshot())
         except Exception as error:
