@@ -166,6 +166,29 @@ thread's figure); GPT-2 with 12 layers. Targets: thread <= 1.5x the floor, all-i
 """,
     ),
     Benchmark(
+        "wandb_log",
+        "What a long run writes to W&B",
+        (),
+        """\
+What `watch` leaves in an offline W&B run over a run of a few hundred samples (`log_freq=1`, a
+fast loop): every sample logs its scalars, the profile table (a full file in the run) goes on a
+schedule: the 1st, 2nd, 4th, 8th, ... sample's, whenever `table_interval` seconds (default 3600)
+passed since the last one, and the last at `unwatch()`. Against it, `table_interval=1e-9`: a
+table with every log. Models: GPT-2 from a config with 24 layers (~300 module calls a step, 200
+samples) and 96 layers (~1,200 calls, 100 samples). Per model, identical deep copies, each with
+its own offline run and W&B data folder, step in a shuffled order every round: a plain copy
+(not watched); watched in-process (`offload=False`) under both schedules, and a second copy
+under the default (the A/A control); for the larger model also `offload="auto"` (the worker
+process) under both. After `unwatch()` (timed) and `run.finish()`, per run: the table files,
+the bytes of every file in the run folder, and what W&B staged outside it for the run's
+artifacts (kept until `wandb sync`); the most tables the docs state for the run
+(`TableSchedule.bound`); per step (each one a sample), wall time and the training thread's CPU
+time, mean, median and worst. Target: the run folder holds at most 20 tables' worth of bytes
+(a table's bytes from the same model's table-every-log run). Last, from the bound and the
+measured bytes per table, what a week-long run of 10,000 samples would write.
+""",
+    ),
+    Benchmark(
         "meter",
         "The overhead a run reports, against an unwatched twin",
         (),
