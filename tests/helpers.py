@@ -331,11 +331,16 @@ def reused_layer_profile() -> Any:
     return profiled(Twice(), torch.randn(4, 64))
 
 
-def gc_paused_profile(steps: int = 5, paused_step: int = 2) -> tuple[Any, list[Any]]:
+def gc_paused_profile(steps: int = 8, paused_step: int = 2) -> tuple[Any, list[Any]]:
     """A profile of `models.PausedStack` where the middle module runs a full garbage collection
     on step `paused_step` only, and every sample as it was resolved (to compare the statistics
     with the clean samples). Live container objects make the collection take tens of ms, far
-    above the module's own ~0.1 ms."""
+    above the module's own ~0.1 ms.
+
+    7 samples (the first step is the structure pass): on a loaded machine the scheduler pauses
+    a clean sample too now and then (a 0.04 ms call measured 28 ms). With 4 samples the median
+    averaged that one with a clean one (14 ms, 300x its peers', 2 runs in 40); of 7 it is the
+    4th value, a clean one unless 3 of the 6 clean samples were paused."""
     from models import PausedStack
 
     import wandb_modprof

@@ -112,25 +112,31 @@ def test_cli_register_chart_failure_exits_2(monkeypatch, capsys):
 def test_with_a_key_but_no_answer_the_cli_fails_within_the_bound_naming_the_entity(tmp_path):
     # A syntactically valid key and no W&B server to reach (this machine has no network; where
     # one exists, the fake key is refused): the real SDK, each request bounded by TIMEOUT_S.
-    env = dict(os.environ, WANDB_API_KEY="a" * 40, NETRC=str(tmp_path / "no-netrc"))
+    env = dict(os.environ, NETRC=str(tmp_path / "no-netrc"))
     env.pop("WANDB_MODE", None)
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "wandb_modprof", "register-chart", "--entity", "my-team"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
-    elapsed = time.perf_counter() - start
+    env.pop("WANDB_API_KEY", None)
+    command = [sys.executable, "-m", "wandb_modprof", "register-chart", "--entity", "my-team"]
+
+    def run(env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
+        start = time.perf_counter()
+        proc = subprocess.run(
+            command, capture_output=True, text=True, timeout=120, check=False, env=env
+        )
+        return proc, time.perf_counter() - start
+
+    # The same command without a key: the same start-up (Python, torch, W&B) and exit, and no
+    # request. That start-up took 3 s here and 15-20 s on a loaded machine, where the whole
+    # run took 20-26 s: the bound is on what the key adds, the requests.
+    keyless, startup = run(env)
+    assert keyless.returncode == 2 and "UsageError" in keyless.stderr, keyless.stderr[-2000:]
+    proc, elapsed = run(dict(env, WANDB_API_KEY="a" * 40))
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(
         f"wandb-modprof: error: could not register the chart preset 'my-team/{_spec.CHART_NAME}'"
     )
     assert f"each request waits at most {_chart.TIMEOUT_S} s" in proc.stderr
     # the SDK's default took 20-27 s, and W&B's exit handler then waited a minute or more
-    assert elapsed < 3 * _chart.TIMEOUT_S + 6
+    assert elapsed - startup < 3 * _chart.TIMEOUT_S, (elapsed, startup)
 
 
 def test_a_failure_before_the_entity_is_known_says_which_entity_was_meant(monkeypatch):
