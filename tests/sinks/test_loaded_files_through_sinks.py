@@ -2,7 +2,11 @@
 values set to extremes, times reversed, calls repeated or re-parented, at random JSON paths,
 fixed seed) are either refused by `load` with a ModProfError naming the field and the rule, or
 give a summary, a table, an HTML report, a Chrome trace that is strict JSON, a comparison, the
-W&B rows and (every 10th) an SVG, with no exception but ModProfError."""
+W&B rows and (every 10th) an SVG, with no exception but ModProfError.
+
+The values are changed at a record's JSON path in version 7's layout (an object per record); a
+file that loads is saved again as version 8 (columns) and that file must load too, to the same
+profile, and is the one drawn: version 8 holds whatever version 7 holds."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from torch import nn
 
 import wandb_modprof
 from wandb_modprof import ModProfError
+from wandb_modprof.sinks.file.profile_file import save_profile
 from wandb_modprof.sinks.text.compare import compare, format_comparison
 from wandb_modprof.sinks.wandb import packed
 
@@ -52,7 +57,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     with wandb_modprof.profile(model) as prof:
         for _ in range(3):
             model(torch.randn(3, 4)).sum().backward()
-    path = prof.save(tmp_path_factory.mktemp("sinks") / "p.modprof.json")
+    path = save_profile(prof.snapshot(), tmp_path_factory.mktemp("sinks") / "p.json", version=7)
     doc: dict[str, Any] = json.loads(path.read_text())
     return doc
 
@@ -144,6 +149,10 @@ _MUTATIONS: list[Callable[[random.Random, dict[str, Any]], str]] = [
 ]
 
 
+def _as_v7(prof: wandb_modprof.Profile, tmp_path: Path) -> bytes:
+    return save_profile(prof.snapshot(), tmp_path / "v7.modprof.json", version=7).read_bytes()
+
+
 def _strict_json(text: str) -> Any:
     def refuse(token: str) -> None:
         raise ValueError(f"not JSON: {token}")
@@ -179,12 +188,18 @@ def test_every_file_the_loader_accepts_goes_through_every_sink(
         what = _MUTATIONS[case % len(_MUTATIONS)](rng, doc)
         path.write_text(json.dumps(doc))
         try:
-            prof = wandb_modprof.load(path)
+            loaded = wandb_modprof.load(path)
         except ModProfError:
             outcomes["refused"] += 1
             continue
         outcomes["loaded"] += 1
         try:
+            columns = loaded.save(tmp_path / "columns.modprof.json")  # (version 8)
+            prof = wandb_modprof.load(columns)
+            again = prof.save(tmp_path / "again.modprof.json").read_bytes()
+            assert again == columns.read_bytes(), "version 8 read back differently"
+            # the same profile as the version-7 file's: written as version 7, the same bytes
+            assert _as_v7(prof, tmp_path) == _as_v7(loaded, tmp_path), "not the same profile"
             _through_every_sink(prof, base, tmp_path, svg=case % 10 == 0)
         except ModProfError:
             outcomes["refused by a sink"] += 1

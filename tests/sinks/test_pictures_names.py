@@ -48,7 +48,11 @@ SCRIPT = textwrap.dedent(
             return {k: retype(v) for k, v in node.items()}
         return [retype(v) for v in node] if isinstance(node, list) else node
 
-    with open(prof.save(out + ".modprof.json"), encoding="utf-8") as f:
+    from wandb_modprof.sinks.file.profile_file import save_profile
+
+    # (version 7's layout, an object per record, which `retype` walks; version 8 reads the same)
+    saved = save_profile(prof.snapshot(), out + ".modprof.json", version=7)
+    with open(saved, encoding="utf-8") as f:
         data = retype(json.load(f))
     with open(out + ".typed.modprof.json", "w", encoding="utf-8") as f:
         json.dump(data, f)  # ensure_ascii: a lone surrogate is written as its escape

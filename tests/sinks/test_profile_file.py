@@ -1,4 +1,9 @@
-"""`prof.save(path)` / `wandb_modprof.load(path)`: exact round trip, strict and safe loading."""
+"""`prof.save(path)` / `wandb_modprof.load(path)`: exact round trip, strict and safe loading.
+
+Files of version 8 (the one written: records as columns, `sinks/file/profile_tables.py`) and of
+version 7 (an object per record, still loaded; written here by the writer kept for tests,
+`save_profile(..., version=7)`): the tests that edit a file's JSON at a record's path use
+version 7's layout, `test_profile_file_columns.py` version 8's."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any, get_type_hints
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -38,6 +44,8 @@ from wandb_modprof import (
 from wandb_modprof.records.sample import CURVE_SOURCES, TIME_METRICS, MemoryCurve
 from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.records.stat_columns import ColumnMetrics
+from wandb_modprof.sinks.file.profile_columns import floats
+from wandb_modprof.sinks.file.profile_file import VERSION, save_profile
 from wandb_modprof.sinks.file.profile_schema import AT_LEAST, NON_NEGATIVE_METRICS, RUN_KINDS
 from wandb_modprof.sinks.file.profile_times import DURATIONS, TIME_LIMIT_MS
 from wandb_modprof.sinks.text.summary import format_mode_summary
@@ -75,8 +83,15 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _assert_round_trip(prof: Profile, tmp_path: Path, summary: bool = True) -> Profile:
-    first = prof.save(tmp_path / "a.modprof.json")
+def _save(prof: Profile, path: Path, version: int = VERSION) -> Path:
+    """`prof.save(path)`, in file format `version`."""
+    return save_profile(prof.snapshot(), path, version=version)
+
+
+def _assert_round_trip(
+    prof: Profile, tmp_path: Path, summary: bool = True, version: int = VERSION
+) -> Profile:
+    first = _save(prof, tmp_path / "a.modprof.json", version)
     back = wandb_modprof.load(first)
     assert back.model_name == prof.model_name and back.num_samples == prof.num_samples
     for getter in ("stats", "invocations", "structures", "to_dict"):
@@ -84,24 +99,25 @@ def _assert_round_trip(prof: Profile, tmp_path: Path, summary: bool = True) -> P
     assert _same(back.last_sample, prof.last_sample)
     if summary:
         assert back.summary() == prof.summary()
-    second = back.save(tmp_path / "b.modprof.json")
+    second = _save(back, tmp_path / "b.modprof.json", version)
     assert second.read_bytes() == first.read_bytes()
     return back
 
 
 # ---- round trip of real profiles -----------------------------------------------------------
+@pytest.mark.parametrize("version", [7, VERSION])
 @pytest.mark.parametrize(
     "make",
     [lambda: (ResNet(), resnet_input()), lambda: (TinyGPT(), gpt_input())],
     ids=["ResNet", "TinyGPT"],
 )
 def test_real_profile_round_trips_exactly(
-    make: Callable[[], tuple[nn.Module, torch.Tensor]], tmp_path: Path
+    make: Callable[[], tuple[nn.Module, torch.Tensor]], version: int, tmp_path: Path
 ) -> None:
     prof = _trained(*make())
     assert prof.num_samples == 2 and prof.stats() and prof.last_sample is not None
     assert prof.structures() and prof.structures()[0].edges
-    back = _assert_round_trip(prof, tmp_path)
+    back = _assert_round_trip(prof, tmp_path, version=version)
     # plain equality too, where no NaN is involved
     assert back.stats() == prof.stats() and back.last_sample == prof.last_sample
     assert back.structures() == prof.structures() and back.to_dict() == prof.to_dict()
@@ -203,6 +219,12 @@ def test_non_finite_norms_round_trip_as_strings(tmp_path: Path) -> None:
     loaded = {r.key: r.param_norm for r in back.invocations()}
     assert loaded["ln_f#0"] == math.inf and math.isnan(loaded["wpe#0"] or 0.0)
     text = (tmp_path / "a.modprof.json").read_text()
+    assert not re.search(r"\b(NaN|Infinity)\b", text)  # (not JSON)
+    column = json.loads(text)["last_sample"]["invocations"]["param_norm"]
+    assert isinstance(column, str)  # (no null: base64, NaN and infinities as their bits)
+    values, _ = floats(column, None, False, str, "param_norm")
+    assert math.inf in values.tolist() and np.isnan(values).any()
+    text = _save(prof, tmp_path / "v7.modprof.json", 7).read_text()
     assert '"param_norm": "inf"' in text and '"param_norm": "nan"' in text
     assert not re.search(r"\b(NaN|Infinity)\b", text)
 
@@ -213,7 +235,7 @@ def test_file_header_paths_and_determinism(tmp_path: Path) -> None:
     assert written == tmp_path / "run.json" and sorted(os.listdir(tmp_path)) == ["run.json"]
     doc = json.loads(written.read_text(encoding="utf-8"))
     assert list(doc)[:3] == ["format", "version", "wandb_modprof_version"]
-    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 7
+    assert doc["format"] == "wandb_modprof.profile" and doc["version"] == 8
     assert doc["wandb_modprof_version"] == wandb_modprof.__version__
     assert set(doc) - {"format", "version", "wandb_modprof_version"} == {
         "model_name",
@@ -229,7 +251,7 @@ def test_file_header_paths_and_determinism(tmp_path: Path) -> None:
 
 def test_int_in_float_field_loads_as_float_and_odd_strings_survive(tmp_path: Path) -> None:
     prof = _trained(TinyGPT(), gpt_input())
-    path = prof.save(tmp_path / "p.modprof.json")
+    path = _save(prof, tmp_path / "p.modprof.json", 7)
     doc = json.loads(path.read_text())
     doc["last_sample"]["invocations"][0]["fwd_ms"] = 0
     doc["model_name"] = "\ud800 nan \u00e9"  # lone surrogate, a float-like word, non-ASCII
@@ -268,8 +290,9 @@ def test_save_permission_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 # ---- load errors ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def saved_text(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A TinyGPT profile as version 7: an object per record, at the paths the cases edit."""
     torch.manual_seed(0)
-    path = _trained(TinyGPT(), gpt_input()).save(tmp_path_factory.mktemp("f") / "p.modprof.json")
+    path = _save(_trained(TinyGPT(), gpt_input()), tmp_path_factory.mktemp("f") / "p.json", 7)
     return path.read_text()
 
 
@@ -302,12 +325,12 @@ _STAT = {"count": 1, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "last": 1.
             ("version",),
             999,
             rf"version 999 \(written by wandb_modprof {_VERSION}\); .* reads version "
-            "1, 2, 3, 4, 5, 6, 7; upgrade",
+            "1, 2, 3, 4, 5, 6, 7, 8; upgrade",
         ),
         (
             ("version",),
             0,
-            r"unsupported file format version 0 .*reads version 1, 2, 3, 4, 5, 6, 7$",
+            r"unsupported file format version 0 .*reads version 1, 2, 3, 4, 5, 6, 7, 8$",
         ),
         (("version",), True, r"version: expected an integer, got true"),
         (("version",), "1", r'version: expected an integer, got "1"'),
@@ -465,6 +488,66 @@ def test_corrupted_text_fails_cleanly(
 ) -> None:
     with pytest.raises(ModProfError, match=r"^cannot load '.*bad\.modprof\.json': " + message):
         _load_text(tmp_path, corrupt(saved_text))
+
+
+@pytest.fixture(scope="module")
+def saved8_text(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The same profile as version 8: records as columns."""
+    torch.manual_seed(0)
+    path = _save(_trained(TinyGPT(), gpt_input()), tmp_path_factory.mktemp("f8") / "p.json")
+    return path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "message"),
+    [
+        (lambda t: t[: len(t) // 2], r"not valid JSON: .* at line \d+, column \d+"),
+        (
+            lambda t: t.replace('"depth":[0,', '"depth":[NaN,', 1),
+            re.escape('stats["<root>#0"].depth: expected an integer, got NaN'),
+        ),
+        (
+            lambda t: t.replace(
+                '"call_index":{"repeat":0,', '"call_index":{"repeat":-Infinity,', 1
+            ),
+            re.escape("stats.call_index.repeat: expected an integer, got -Infinity"),
+        ),
+        (lambda t: t.replace('"depth":[0,', '"depth":[' + "9" * 5000 + ",", 1), "digits"),
+        (lambda t: t.replace('"depth":[0,', '"depth":[' + "[" * 100_000, 1), "nested too deeply"),
+    ],
+    ids=["truncated", "NaN", "-Infinity", "5000 digits", "deep"],
+)
+def test_corrupted_version_8_text_fails_cleanly(
+    corrupt: Callable[[str], str], message: str, saved8_text: str, tmp_path: Path
+) -> None:
+    assert saved8_text.count('"depth":[0,') == 3  # (stats, the last sample, the structure)
+    with pytest.raises(ModProfError, match=r"^cannot load '.*bad\.modprof\.json': .*" + message):
+        _load_text(tmp_path, corrupt(saved8_text))
+
+
+def test_loading_a_version_8_file_runs_no_code(
+    saved8_text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("code from the file ran")
+
+    monkeypatch.setattr(os, "system", forbidden)
+    payload = f"__import__('os').system('touch {tmp_path / 'pwned'}')"
+    doc = json.loads(saved8_text)
+    doc["model_name"] = payload
+    doc["last_sample"]["invocations"]["module_type"] = {"repeat": "!!python/object", "times": 25}
+    back = _load_text(tmp_path, json.dumps(doc))
+    assert back.model_name == payload and back.invocations()[0].module_type.startswith("!!")
+    tables = (doc["last_sample"]["invocations"], doc["stats"], doc["structures"]["calls"][0])
+    for where in (doc, doc["last_sample"], *tables, doc["stats"]["metrics"]["fwd_ms"]):
+        where["__class__"] = "os.system"
+        with pytest.raises(ModProfError, match=r'unknown field "__class__"'):
+            _load_text(tmp_path, json.dumps(doc))
+        del where["__class__"]
+    doc["stats"]["metrics"]["__class__"] = doc["stats"]["metrics"]["fwd_ms"]
+    with pytest.raises(ModProfError, match=r"unknown metric"):
+        _load_text(tmp_path, json.dumps(doc))
+    assert not (tmp_path / "pwned").exists()
 
 
 def test_not_utf8_missing_file_and_directory(saved_text: str, tmp_path: Path) -> None:
@@ -639,7 +722,10 @@ def _tree(draw: st.DrawFn, exact: bool, min_size: int = 0) -> list[tuple[str, st
 @st.composite
 def _stats(draw: st.DrawFn) -> dict[str, ModuleStats]:
     names = st.lists(st.sampled_from(METRICS), max_size=4, unique=True)
-    metrics = names.flatmap(lambda ms: st.fixed_dictionaries({m: _stat(m) for m in ms}))
+    metrics = names.flatmap(lambda ms: st.fixed_dictionaries({m: _stat(m) for m in ms})).map(
+        # in METRICS order, as the profiler holds them: version 8 reads them back in that order
+        lambda drawn: {m: drawn[m] for m in METRICS if m in drawn}
+    )
     out: dict[str, ModuleStats] = {}
     for key, parent, depth in draw(_tree(exact=False)):
         out[key] = draw(
@@ -685,6 +771,7 @@ def _structure(draw: st.DrawFn) -> Structure:
     return Structure(draw(_strs), draw(st.booleans()), calls, tuple(edges))
 
 
+@pytest.mark.parametrize("version", [7, VERSION])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=_strs,
@@ -694,6 +781,7 @@ def _structure(draw: st.DrawFn) -> Structure:
     structures=st.lists(_structure(), max_size=2, unique_by=lambda s: s.signature),
 )
 def test_any_values_round_trip(
+    version: int,
     name: str,
     num_samples: int,
     stats: dict[str, ModuleStats],
@@ -702,7 +790,7 @@ def test_any_values_round_trip(
 ) -> None:
     prof = Profile.from_data(ProfileData(name, num_samples, stats, last, tuple(structures)))
     with tempfile.TemporaryDirectory() as tmp:
-        _assert_round_trip(prof, Path(tmp), summary=False)
+        _assert_round_trip(prof, Path(tmp), summary=False, version=version)
 
 
 # ---- version 1 (before medians and collections) ------------------------------------------
@@ -740,12 +828,13 @@ def test_a_version_1_file_loads_without_invented_medians(tmp_path: Path) -> None
     assert node["fwd_ms"] == data.stats["blocks.0#0"].metrics["fwd_ms"].mean
     assert {"gc_samples", "gc_ms_max"} <= set(node["missing"].split(","))
     assert "means: this profile file (version 1) kept no medians" in prof.summary()
-    # saved again: version 6, the unknowns kept as null, and it reads back the same
+    # saved again: version 8, the unknowns kept as null, and it reads back the same
     again = prof.save(tmp_path / "again.modprof.json")
     doc = json.loads(again.read_text(encoding="ascii"))
-    assert doc["version"] == 7 and doc["last_sample"]["memory"] is None
-    first = next(iter(doc["stats"].values()))
-    assert first["gc_samples"] is None and first["metrics"]["fwd_ms"]["median"] is None
+    assert doc["version"] == 8 and doc["last_sample"]["memory"] is None
+    assert doc["stats"]["gc_samples"] == {"repeat": None, "times": len(data.stats)}
+    fwd = doc["stats"]["metrics"]["fwd_ms"]
+    assert fwd["varied"] is True and fwd["median"] == {"repeat": None, "times": len(data.stats)}
     assert _same(wandb_modprof.load(again).snapshot().stats, data.stats)
 
 
@@ -785,7 +874,7 @@ def test_a_version_2_file_loads_without_a_curve(tmp_path: Path) -> None:
     assert all(i.fwd_mem_peak_bytes is None for i in data.last.invocations)  # CPU, version 2
     again = prof.save(tmp_path / "again.modprof.json")
     doc = json.loads(again.read_text(encoding="ascii"))
-    assert doc["version"] == 7 and doc["last_sample"]["memory"] is None
+    assert doc["version"] == 8 and doc["last_sample"]["memory"] is None
     assert _same(wandb_modprof.load(again).last_sample, prof.last_sample)
 
 
@@ -826,8 +915,9 @@ def test_a_version_3_file_loads_as_no_compiled_regions(tmp_path: Path) -> None:
     assert not [r for r in table.records() if r["meta_key"] == "compiled_region"]
     again = prof.save(tmp_path / "again.modprof.json")
     doc = json.loads(again.read_text(encoding="ascii"))
-    assert doc["version"] == 7
-    assert all(c["compiled_region"] is None for c in doc["structures"][0]["calls"])
+    assert doc["version"] == 8
+    regions = doc["structures"]["calls"][0]["compiled_region"]
+    assert regions == {"repeat": None, "times": len(structure.calls)}
     assert wandb_modprof.load(again).structures() == prof.structures()
 
 
@@ -836,7 +926,7 @@ def test_a_version_4_file_loads_without_a_first_step_mark(tmp_path: Path) -> Non
     version-4 file reads them as not recorded (null) and none left out, and a version-4 file
     that has either field is refused."""
     prof = _trained(TinyGPT(), gpt_input())
-    doc = _as_v5(json.loads(prof.save(tmp_path / "v7.modprof.json").read_text(encoding="ascii")))
+    doc = _as_v5(json.loads(_save(prof, tmp_path / "v7.modprof.json", 7).read_text()))
     assert doc["version"] == 5 and "cold_left_out" in doc and "cold_start" in doc["last_sample"]
     doc["version"] = 4
     del doc["cold_left_out"], doc["last_sample"]["cold_start"]
@@ -886,7 +976,7 @@ def test_a_version_5_file_loads_without_work_counts_or_roofline(tmp_path: Path) 
     (structure,) = prof.structures()
     assert structure.roofline is not None and structure.roofline.peak_flops > 0
     assert all(c.work_known for c in structure.calls) and structure.calls[0].fwd_bytes > 0
-    doc = json.loads(prof.save(tmp_path / "v7.modprof.json").read_text(encoding="ascii"))
+    doc = json.loads(_save(prof, tmp_path / "v7.modprof.json", 7).read_text(encoding="ascii"))
     assert doc["version"] == 7 and doc["structures"][0]["roofline"]["source"] == "measured"
     old = _as_v5(json.loads(json.dumps(doc)))
     (back,) = _load_text(tmp_path, json.dumps(old)).structures()
@@ -920,7 +1010,7 @@ def test_a_version_6_file_loads_without_backward_counts(tmp_path: Path) -> None:
     prof = _trained(TinyGPT(), gpt_input())
     (structure,) = prof.structures()
     assert all(c.bwd_work_known for c in structure.calls) and structure.calls[0].bwd_bytes > 0
-    doc = json.loads(prof.save(tmp_path / "v7.modprof.json").read_text(encoding="ascii"))
+    doc = json.loads(_save(prof, tmp_path / "v7.modprof.json", 7).read_text(encoding="ascii"))
     old = _as_v6(json.loads(json.dumps(doc)))
     (back,) = _load_text(tmp_path, json.dumps(old)).structures()
     assert not any(c.bwd_work_known or c.bwd_bytes or c.bwd_ops for c in back.calls)
@@ -936,6 +1026,33 @@ def test_a_version_6_file_loads_without_backward_counts(tmp_path: Path) -> None:
         _load_text(tmp_path, json.dumps(bad))
 
 
+# ---- version 7 (an object per record) ----------------------------------------------------
+V7_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_gpt.v7.modprof.json"
+
+
+def test_the_version_7_fixture_loads_and_saves_again_as_version_8(tmp_path: Path) -> None:
+    """The fixture was written by the version-7 writer (TinyGPT, 4 steps: 3 samples, the
+    cold one left out) before version 8."""
+    raw = json.loads(V7_FIXTURE.read_text(encoding="ascii"))
+    assert raw["version"] == 7
+    prof = wandb_modprof.load(V7_FIXTURE)
+    data = prof.snapshot()
+    assert list(data.stats) == list(raw["stats"]) and data.cold_left_out == 1
+    for key, stats in data.stats.items():
+        for metric, stat in stats.metrics.items():
+            old = raw["stats"][key]["metrics"][metric]
+            assert stat.count == old["count"] and stat.median == float(old["median"])
+    assert data.last is not None and len(data.last.runs) == len(raw["last_sample"]["runs"])
+    assert data.structures[0].roofline is not None
+    again = prof.save(tmp_path / "again.modprof.json")
+    assert json.loads(again.read_text())["version"] == 8
+    back = wandb_modprof.load(again)
+    assert back.stats() == prof.stats() and back.last_sample == prof.last_sample
+    assert back.structures() == prof.structures() and back.summary() == prof.summary()
+    assert back.table().records() == prof.table().records()
+    assert back.save(tmp_path / "third.modprof.json").read_bytes() == again.read_bytes()
+
+
 @pytest.mark.parametrize(
     ("field", "value", "problem"),
     [
@@ -944,12 +1061,15 @@ def test_a_version_6_file_loads_without_backward_counts(tmp_path: Path) -> None:
         ("op_overhead_ms", -1.0, "op_overhead_ms: expected a finite number >= 0, got -1.0"),
     ],
 )
+@pytest.mark.parametrize("version", [7, VERSION])
 def test_a_roofline_out_of_range_is_refused(
-    tmp_path: Path, field: str, value: Any, problem: str
+    tmp_path: Path, field: str, value: Any, problem: str, version: int
 ) -> None:
     prof = _trained(TinyGPT(), gpt_input())
-    doc = json.loads(prof.save(tmp_path / "v7.modprof.json").read_text(encoding="ascii"))
-    doc["structures"][0]["roofline"][field] = value
+    doc = json.loads(_save(prof, tmp_path / "p.modprof.json", version).read_text())
+    structures = doc["structures"]  # (version 8: a table, its rooflines a column)
+    roofline = structures[0]["roofline"] if version == 7 else structures["roofline"][0]
+    roofline[field] = value
     with pytest.raises(ModProfError, match=re.escape(f"structures[0].roofline.{problem}")):
         _load_text(tmp_path, json.dumps(doc))
 

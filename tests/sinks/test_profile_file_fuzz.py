@@ -1,6 +1,7 @@
 """Fuzzing the profile loader: a few thousand corrupted files (byte flips, truncation,
 duplicate keys, nesting bombs, huge numbers, wrong values at random JSON paths) with a fixed
-seed. `load` must either succeed or raise ModProfError; anything else fails, naming the case."""
+seed, of version 8 (columns) and of version 7 (an object per record). `load` must either
+succeed or raise ModProfError; anything else fails, naming the case."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from torch import nn
 
 import wandb_modprof
 from wandb_modprof import ModProfError
+from wandb_modprof.sinks.file.profile_file import VERSION, save_profile
 
 SEED = 20240617
 CASES = 2100  # 300 of each mutation
@@ -44,13 +46,17 @@ class _Tiny(nn.Module):
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+def profile() -> wandb_modprof.Profile:
     torch.manual_seed(0)
     model = _Tiny()
     with wandb_modprof.profile(model) as prof:
-        for _ in range(2):
+        for _ in range(3):
             model(torch.randn(3, 4)).sum().backward()
-    return prof.save(tmp_path_factory.mktemp("fuzz") / "p.modprof.json").read_bytes()
+    return prof
+
+
+def _save(prof: wandb_modprof.Profile, path: Path, version: int) -> bytes:
+    return save_profile(prof.snapshot(), path, version=version).read_bytes()
 
 
 def _paths(doc: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -156,7 +162,11 @@ _MUTATIONS: list[Callable[[random.Random, bytes], bytes]] = [
 ]
 
 
-def test_the_loader_only_loads_or_raises_mod_prof_error(saved: bytes, tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [7, VERSION])
+def test_the_loader_only_loads_or_raises_mod_prof_error(
+    profile: wandb_modprof.Profile, version: int, tmp_path: Path
+) -> None:
+    saved = _save(profile, tmp_path / "p.modprof.json", version)
     rng = random.Random(SEED)
     path = tmp_path / "fuzz.modprof.json"
     outcomes = {"loaded": 0, "refused": 0}
@@ -167,7 +177,7 @@ def test_the_loader_only_loads_or_raises_mod_prof_error(saved: bytes, tmp_path: 
         raw = mutate(rng, saved)
         path.write_bytes(raw)
         try:
-            back = wandb_modprof.load(path).save(tmp_path / "back.modprof.json").read_bytes()
+            back = _save(wandb_modprof.load(path), tmp_path / "back.modprof.json", version)
             # nothing read was dropped (a repeated key) or changed: saved again, it is the same
             assert _content(back) == _content(raw), "saved back differently"
             outcomes["loaded"] += 1

@@ -511,7 +511,10 @@ def test_non_finite_values_in_a_loaded_file_are_missing_not_written(tmp_path: Pa
     """`"nan"` is valid in a saved file's float fields (`"inf"` too, but not for a time: a
     time is NaN or within 10^12 ms); in the table they are 0 and named in `missing`, like
     values never measured (W&B and browsers reject NaN/Infinity)."""
-    path = synthetic([3, 2]).save(tmp_path / "p.modprof.json")
+    from wandb_modprof.sinks.file.profile_file import save_profile
+
+    # (version 7's layout: an object per statistic, edited at its path; version 8 loads the same)
+    path = save_profile(synthetic([3, 2]).snapshot(), tmp_path / "p.modprof.json", version=7)
     doc = json.loads(path.read_text())
     doc["stats"]["m0#0"]["metrics"]["fwd_ms"]["mean"] = "nan"
     doc["stats"]["m0#0"]["metrics"]["fwd_ms"]["max"] = "nan"

@@ -11,8 +11,9 @@ objects held.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -157,3 +158,18 @@ class ColumnMetrics(Mapping[str, RunningStat]):
 
 
 METRIC_INDEX = {metric: i for i, metric in enumerate(METRICS)}  # column of each metric
+
+
+def shared_rows(metrics: Sequence[object]) -> tuple[StatColumns, list[int]] | None:
+    """The arrays `metrics` read and the row of each, where every one is a `ColumnMetrics` of
+    the same arrays (a snapshot's statistics); None otherwise. The profile file writes the
+    statistics of every row from the arrays at once."""
+    if not metrics or set(map(type, metrics)) != {ColumnMetrics}:
+        return None
+    pairs = list(map(_source, metrics))  # (C loops: 10,000 calls' statistics in a few ms)
+    if len(set(map(id, (columns for columns, _ in pairs)))) != 1:
+        return None
+    return pairs[0][0], [row for _, row in pairs]
+
+
+_source = attrgetter("_columns", "_row")

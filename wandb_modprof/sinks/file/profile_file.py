@@ -1,17 +1,25 @@
 """`prof.save(path)` / `wandb_modprof.load(path)`: the profile as a versioned JSON file. Takes
 a `ProfileData` (or a path); gives the file written (or the `ProfileData` read). This module
-does the file I/O and the header; `profile_schema.py` turns the records into JSON and back.
+does the file I/O, the header and the migrations of old versions; `profile_tables.py` lays the
+records out in columns (version 8) and back, `profile_schema.py` holds the rules a file meets
+(and version 7's layout).
 
 The file is one JSON object (UTF-8, in fact pure ASCII):
 
-    {"format": "wandb_modprof.profile", "version": 7, "wandb_modprof_version": "0.1.0",
-     "model_name": ..., "num_samples": ..., "stats": {key: ModuleStats},
-     "last_sample": Sample | null, "structures": [Structure], "cold_left_out": int}
+    {"format": "wandb_modprof.profile", "version": 8, "wandb_modprof_version": "0.1.0",
+     "model_name": ..., "num_samples": ..., "stats": <table of ModuleStats>,
+     "last_sample": Sample | null, "structures": <table of Structure>, "cold_left_out": int}
 
-Each record is an object with exactly the fields of its dataclass (`records/sample.py`,
-`records/calls.py`), in field order; tuples are arrays. The schema (`profile_schema.py`) is read
-from the dataclasses' type hints, so it follows them. JSON has no NaN or infinity: in
-float-typed fields those are written as the strings `"nan"`, `"inf"`, `"-inf"`. Loading is
+A tuple of records is a table: an object with one column per field of the record (each the
+field's values for every record, in order: `profile_columns.py` says how a column is written,
+`profile_statistics.py` how the statistics of `stats` are); any other record is an object with
+exactly the fields of its dataclass (`records/sample.py`, `records/calls.py`), in field order.
+Version 7 wrote every record as such an object (`{key: ModuleStats}` for `stats`, arrays of
+records), which `save_profile(..., version=7)` still writes for tests and benchmarks. The
+schema (`profile_schema.py`) is read from the dataclasses' type hints, so it follows them. JSON
+has no NaN or infinity: in a float written as a JSON number those are the strings `"nan"`,
+`"inf"`, `"-inf"` (a base64 column holds their bits). A value in a column is named by its
+record's JSON path (`last_sample.invocations[3].fwd_ms`), as in version 7. Loading is
 strict: every field must be present (`null` where the type allows it), unknown fields are
 rejected (a change of the schema means a new `version`, and dropping data silently would break
 the exact round trip), `true` is not an integer, an integer field holds a signed 64-bit value
@@ -70,6 +78,11 @@ Version 7 added what each structure call's backward did, counted on the structur
 backward: `bwd_bytes` / `bwd_self_bytes`, `bwd_ops` / `bwd_self_ops` and `bwd_work_known`.
 Files of versions 1-6 load with those counts 0 and `bwd_work_known` false (no backward
 efficiency shown).
+
+Version 8 stores the records as columns, with the same fields: the ~230,000 objects of a
+10,000-call profile, field names and all (42 MB, 1 s to write, 5 s to load), are a few hundred
+columns (9.5 MB, 0.2 s, 0.5 s: benchmarks/profile_file.py). Files of versions 1-7 load as
+before: version 7's layout is read by `profile_schema.decode`, after the migrations below.
 """
 
 from __future__ import annotations
@@ -84,18 +97,22 @@ from wandb_modprof._errors import ModProfError
 from wandb_modprof._version import __version__
 from wandb_modprof.sinks.file.profile_encode import encode
 from wandb_modprof.sinks.file.profile_schema import FileData, FileError, decode, describe
+from wandb_modprof.sinks.file.profile_tables import decode_file, encode_file
 from wandb_modprof.sinks.files import check_path, missing_directory, read_capped, write_atomic
+from wandb_modprof.stats.quiet_gc import paused_gc
 
 if TYPE_CHECKING:
     from wandb_modprof.records.snapshot import ProfileData
 
 FORMAT = "wandb_modprof.profile"
-VERSION = 7
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+VERSION = 8
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 
 # ---- writing -------------------------------------------------------------------------------
-def save_profile(prof: ProfileData, path: str | os.PathLike[str]) -> Path:
+def save_profile(
+    prof: ProfileData, path: str | os.PathLike[str], *, version: int = VERSION
+) -> Path:
     """Write `prof` to `path` as JSON; `wandb_modprof.load(path)` reads back an equal profile.
 
     >>> prof.save("run.modprof.json")                         # doctest: +SKIP
@@ -106,8 +123,11 @@ def save_profile(prof: ProfileData, path: str | os.PathLike[str]) -> Path:
     forward order), so saving a loaded profile gives the same bytes. The file is written to a
     temporary file beside it and renamed over `path`, so a reader never sees half a file and a
     failed write leaves the old file as it was; a symlink is written through, and a `path`
-    that is a device, FIFO or directory is refused (`sinks/files.py`).
+    that is a device, FIFO or directory is refused (`sinks/files.py`). `version` 7 writes the
+    layout before version 8 (one object per record): for tests and
+    `benchmarks/profile_file.py` only.
     """
+    assert version in (7, VERSION), version
     target = check_path(path, "save()")
     data = FileData(
         prof.model_name,
@@ -117,13 +137,24 @@ def save_profile(prof: ProfileData, path: str | os.PathLike[str]) -> Path:
         prof.structures,
         prof.cold_left_out,
     )
-    doc = {"format": FORMAT, "version": VERSION, "wandb_modprof_version": __version__}
-    doc.update(encode(data, FileData))
+    doc = {"format": FORMAT, "version": version, "wandb_modprof_version": __version__}
+    with paused_gc():  # (many short-lived objects, no cycles)
+        doc.update(encode_file(data) if version == VERSION else encode(data, FileData))
     # ensure_ascii: escapes keep every Python str (even a lone surrogate in an odd module name)
     # round-tripping exactly; allow_nan=False: non-finite floats are already strings. No
     # indent: with one, CPython's json falls back from its C encoder to the pure-Python one,
-    # 5-10x slower (most of a 10,000-call model's unwatch() in the worker).
-    text = json.dumps(doc, ensure_ascii=True, allow_nan=False) + "\n"
+    # 5-10x slower (most of a 10,000-call model's unwatch() in the worker). No spaces after
+    # separators from version 8 on (a character per value).
+    compact = version == VERSION
+    options: dict[str, Any] = {"allow_nan": False, "check_circular": not compact}
+    if compact:  # (built here: no cycles to look for)
+        options["separators"] = (",", ":")
+    # Text that is ASCII already is the same with or without escaping non-ASCII characters,
+    # and is written faster without (version 8: a tenth of the writing).
+    text = json.dumps(doc, ensure_ascii=not compact, **options)
+    if not text.isascii():
+        text = json.dumps(doc, ensure_ascii=True, **options)
+    text += "\n"
     what = f"cannot save profile to {str(target)!r}"
     try:
         write_atomic(target, text.encode("ascii"), what)
@@ -141,7 +172,8 @@ def read_profile(path: str | os.PathLike[str]) -> ProfileData:
     where = str(check_path(path, "load()"))
     raw = read_capped(Path(where), f"cannot load {where!r}")
     try:
-        data = _parse(raw)
+        with paused_gc():  # (the records it builds live on; they form no cycles)
+            data = _parse(raw)
     except FileError as e:
         raise ModProfError(f"cannot load {where!r}: {e}") from None
     return ProfileData(
@@ -203,6 +235,8 @@ def _parse(raw: bytes) -> FileData:
         )
     if not isinstance(writer, str):
         raise FileError("wandb_modprof_version", f"expected a string, got {describe(writer)}")
+    if version == VERSION:
+        return decode_file(doc)
     if version == 1:
         _migrate_v1(doc)
     if version <= 2:

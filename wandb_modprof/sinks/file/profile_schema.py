@@ -29,7 +29,7 @@ from wandb_modprof.records.sample import (
     StepTotals,
 )
 from wandb_modprof.sinks.file.profile_encode import hints, is_record, optional
-from wandb_modprof.sinks.file.profile_times import time_problem
+from wandb_modprof.sinks.file.profile_times import statistic_time_problem, time_problem
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 # Every integer the profiler records (bytes, FLOPs, counts, indices) fits a signed 64-bit int;
@@ -106,28 +106,41 @@ def decode(value: Any, tp: Any, where: str) -> Any:
             raise FileError(where, f"expected an object, got {describe(value)}")
         item = get_args(tp)[1]
         return {k: decode(v, item, f"{where}[{json.dumps(k)}]") for k, v in value.items()}
-    return _scalar(value, tp, where, " or null" if nullable else "")
+    return scalar(value, tp, where, " or null" if nullable else "")
 
 
 def _record(value: Any, cls: type, where: str) -> Any:
-    """A dataclass from a JSON object with exactly its fields."""
+    return decode_record(value, cls, where, decode)
+
+
+def decode_record(value: Any, cls: type, where: str, field: Callable[[Any, Any, str], Any]) -> Any:
+    """A dataclass from a JSON object with exactly its fields, each read by `field(value,
+    type, where)` (`decode` here; version 8's reader, `profile_tables`, for its columns)."""
     if not isinstance(value, dict):
         raise FileError(where, f"expected an object ({cls.__name__}), got {describe(value)}")
     names = [f.name for f in fields(cls)]
-    for name in names:
-        if name not in value:
-            raise FileError(where, f"missing field {json.dumps(name)}")
-    for name in value:
-        if name not in names:
-            raise FileError(where, f"unknown field {json.dumps(name)}")
+    exact_fields(value, names, where)
     field_types = hints(cls)
     prefix = f"{where}." if where else ""
-    obj = cls(**{n: decode(value[n], field_types[n], prefix + n) for n in names})
-    _check(obj, where)
+    obj = cls(**{n: field(value[n], field_types[n], prefix + n) for n in names})
+    check_record(obj, where)
     return obj
 
 
-def _scalar(value: Any, tp: type, where: str, or_null: str) -> Any:
+def exact_fields(value: dict[str, Any], names: Sequence[str], where: str) -> None:
+    """`value` (a JSON object) has every one of `names` and nothing else."""
+    for name in names:
+        if name not in value:
+            raise FileError(where, f"missing field {json.dumps(name)}")
+    if len(value) != len(names):
+        for name in value:
+            if name not in names:
+                raise FileError(where, f"unknown field {json.dumps(name)}")
+
+
+def scalar(value: Any, tp: type, where: str, or_null: str) -> Any:
+    """One JSON value of a `float`, `int`, `str` or `bool` field, checked (`or_null`: what the
+    message adds where null is allowed)."""
     if tp is float:
         if isinstance(value, float) and math.isfinite(value):
             return value
@@ -163,7 +176,7 @@ def describe(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check(obj: object, where: str) -> None:
+def check_record(obj: object, where: str) -> None:
     """Checks the type hints cannot express: ranges, then cross-field rules."""
     _check_values(obj, where)
     if isinstance(obj, FileData):
@@ -181,14 +194,22 @@ def _check(obj: object, where: str) -> None:
         calls = {c.key for c in obj.calls}
         _check_calls(obj.calls, f"{where}.calls", "a call of this structure", True)
         _check_regions(obj.calls, where)
+        # a view is a call; the other nodes a call or "<call key>|in:<slot>" (|out:, |self).
+        # Each distinct node checked once (version 8 writes a node many edges share once), and
+        # only its prefixes up to a key's length: each "|" of a long hostile string costs a
+        # slice and a lookup.
+        longest = max(map(len, calls), default=0)
+        nodes: dict[str, bool] = {}
         for i, edge in enumerate(obj.edges):
             for name in ("view_key", "src_key", "dst_key"):
                 node = getattr(edge, name)
-                # a view is a call; the other nodes a call or "<call key>|in:<slot>" (|out:, |self)
-                ok = node in calls or (
-                    name != "view_key"
-                    and any(node[:j] in calls for j, ch in enumerate(node) if ch == "|")
-                )
+                ok = node in calls
+                if not ok and name != "view_key":
+                    known = nodes.get(node)
+                    if known is None:
+                        ends = (j for j, ch in enumerate(node[: longest + 1]) if ch == "|")
+                        known = nodes[node] = any(node[:j] in calls for j in ends)
+                    ok = known
                 if not ok:
                     at = f"{where}.edges[{i}].{name}"
                     raise FileError(at, f"{json.dumps(node)} is not a call of this structure")
@@ -232,11 +253,7 @@ def _check_values(obj: object, where: str) -> None:
     """Value rules of one record: the least value of counts, statistics that make sense,
     known metrics and run kinds, runs charged to a call of their sample."""
     prefix = f"{where}." if where else ""
-    for name, least in AT_LEAST.get(type(obj), {}).items():
-        value = getattr(obj, name)
-        if value is not None and value < least:
-            rule = "a count or size" if least == 0 else "-1 for none"
-            raise FileError(prefix + name, f"expected >= {least} ({rule}), got {value}")
+    check_least(obj, where)
     problem = time_problem(obj)  # times, durations, windows, the memory curve
     if problem is not None:
         raise FileError(prefix + problem[0], problem[1])
@@ -244,12 +261,7 @@ def _check_values(obj: object, where: str) -> None:
         _check_stat(obj, prefix)
     elif isinstance(obj, ModuleStats):
         for metric, running in obj.metrics.items():
-            at = f"{where}.metrics[{json.dumps(metric)}]"
-            if metric not in METRICS:
-                raise FileError(at, f"unknown metric (known: {', '.join(METRICS)})")
-            if metric in NON_NEGATIVE_METRICS and running.min < 0:
-                got = f"got {running.min!r}"
-                raise FileError(f"{at}.min", f"expected >= 0 ({metric} >= 0), {got}")
+            _check_metric(metric, running, f"{where}.metrics[{json.dumps(metric)}]")
     elif isinstance(obj, Roofline) and (bad := obj.problem()) is not None:
         raise FileError(prefix + bad[0], bad[1])
     elif isinstance(obj, BackwardRun):
@@ -263,6 +275,34 @@ def _check_values(obj: object, where: str) -> None:
             if run.owner_key not in keys:
                 at = f"{prefix}runs[{i}].owner_key"
                 raise FileError(at, f"{json.dumps(run.owner_key)} is not a key of invocations")
+
+
+def check_least(obj: object, where: str) -> None:
+    """The least value of each integer field of `obj` that has one (`AT_LEAST`)."""
+    prefix = f"{where}." if where else ""
+    for name, least in AT_LEAST.get(type(obj), {}).items():
+        value = getattr(obj, name)
+        if value is not None and value < least:
+            rule = "a count or size" if least == 0 else "-1 for none"
+            raise FileError(prefix + name, f"expected >= {least} ({rule}), got {value}")
+
+
+def _check_metric(metric: str, running: RunningStat, at: str) -> None:
+    if metric not in METRICS:
+        raise FileError(at, f"unknown metric (known: {', '.join(METRICS)})")
+    if metric in NON_NEGATIVE_METRICS and running.min < 0:
+        got = f"got {running.min!r}"
+        raise FileError(f"{at}.min", f"expected >= 0 ({metric} >= 0), {got}")
+
+
+def check_statistic(metric: str, stat: RunningStat, at: str) -> None:
+    """Every rule of one statistic of a known metric at JSON path `at` (what
+    `check_record` checks of it, in a `ModuleStats` or alone)."""
+    check_record(stat, at)
+    problem = statistic_time_problem(metric, stat)
+    if problem is not None:
+        raise FileError(f"{at}.{problem[0]}", problem[1])
+    _check_metric(metric, stat, at)
 
 
 def _check_stat(stat: RunningStat, prefix: str) -> None:

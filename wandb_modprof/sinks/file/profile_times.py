@@ -24,6 +24,7 @@ from wandb_modprof.records.sample import (
     InvocationRecord,
     MemoryCurve,
     ModuleStats,
+    RunningStat,
     StepTotals,
 )
 
@@ -60,12 +61,9 @@ def time_problem(obj: object) -> Problem:
     """What is wrong with the times of one record (see the module docstring), if anything."""
     if isinstance(obj, ModuleStats):
         for metric, stat in obj.metrics.items():
-            if metric not in TIME_METRICS:
-                continue
-            for name in _STAT_FIELDS:
-                wrong = _time(getattr(stat, name), duration=name == "std")
-                if wrong is not None:
-                    return f"metrics[{json.dumps(metric)}].{name}", wrong
+            problem = statistic_time_problem(metric, stat)
+            if problem is not None:
+                return f"metrics[{json.dumps(metric)}].{problem[0]}", problem[1]
         return None
     if isinstance(obj, MemoryCurve):
         return _curve_problem(obj)
@@ -78,6 +76,16 @@ def time_problem(obj: object) -> Problem:
         start, end = getattr(obj, window[0]), getattr(obj, window[1])
         if start is not None and end is not None and end < start:  # (NaN: not compared)
             return window[1], f"expected >= {window[0]} ({start!r}), got {end!r}"
+    return None
+
+
+def statistic_time_problem(metric: str, stat: RunningStat) -> Problem:
+    """What is wrong with the times of one statistic of `metric` (none unless a time metric)."""
+    if metric in TIME_METRICS:
+        for name in _STAT_FIELDS:
+            wrong = _time(getattr(stat, name), duration=name == "std")
+            if wrong is not None:
+                return name, wrong
     return None
 
 
