@@ -173,6 +173,7 @@ class LossScaleWatch:
     def _arm(self) -> None:
         self._armed = True
         if self._handle is None:
+            _sweep_dead_hooks()  # (outside any step: the dict is not being iterated)
             hook = _StepHook(self)
             self._handle = hook.handle = register_optimizer_step_pre_hook(hook)
 
@@ -243,6 +244,19 @@ class _StepHook:
             watch.on_step(optimizer)
         else:
             _removed_if_last(self.handle)
+
+
+def _sweep_dead_hooks() -> None:
+    """Remove the step pre-hooks of ours whose watch is gone (left inert inside a step, where
+    they could not be removed, by a capture that then went away without another call)."""
+    import torch.optim.optimizer as optimizer_module
+
+    hooks = getattr(optimizer_module, "_global_optimizer_pre_hooks", None)
+    if not isinstance(hooks, dict):
+        return
+    for hook in list(hooks.values()):
+        if isinstance(hook, _StepHook) and hook.watch() is None and hook.handle is not None:
+            hook.handle.remove()
 
 
 def _removed_if_last(handle: Any) -> bool:
