@@ -183,18 +183,21 @@ def ints(value: Any, n: int | None, nullable: bool, at: At, where: str) -> list[
 
 
 def strings(value: Any, n: int | None, nullable: bool, at: At, where: str) -> list[Any]:
-    col, repeated = cells(value, n, where)
-    if all(type(v) is str or (nullable and v is None) for v in (col[:1] if repeated else col)):
-        return col
-    _first_problem(col, repeated, str, nullable, at, where)
-    raise AssertionError("a column that failed the fast check passed the slow one")
+    return _of_type(str, value, n, nullable, at, where)
 
 
 def bools(value: Any, n: int | None, nullable: bool, at: At, where: str) -> list[Any]:
+    return _of_type(bool, value, n, nullable, at, where)
+
+
+def _of_type(
+    kind: type, value: Any, n: int | None, nullable: bool, at: At, where: str
+) -> list[Any]:
+    """A column whose cells are all exactly of `kind` (or None where `nullable`)."""
     col, repeated = cells(value, n, where)
-    if all(type(v) is bool or (nullable and v is None) for v in (col[:1] if repeated else col)):
+    if all(type(v) is kind or (nullable and v is None) for v in (col[:1] if repeated else col)):
         return col
-    _first_problem(col, repeated, bool, nullable, at, where)
+    _first_problem(col, repeated, kind, nullable, at, where)
     raise AssertionError("a column that failed the fast check passed the slow one")
 
 
