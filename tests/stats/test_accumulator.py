@@ -138,3 +138,29 @@ def test_resolving_pauses_the_collector_and_restores_it_as_it_was() -> None:
     finally:
         gc.enable() if was_on else gc.disable()
     assert seen == [False, False]
+
+
+def test_a_pickled_profile_is_decoded_at_its_first_read_and_equals_the_loaded_one() -> None:
+    """`load_pickled` (the final answer of `watch`'s worker): the count at once, the contents
+    decoded when first read, the same profile as `load`."""
+    import pickle
+
+    from wandb_modprof.stats.accumulator import ProfileAccumulator
+
+    model = Reused()
+    with wandb_modprof.profile(model) as prof:
+        for _ in range(3):
+            model(torch.randn(2, 32)).sum().backward()
+    data = prof.snapshot()
+    loaded, deferred = ProfileAccumulator(data.model_name), ProfileAccumulator(data.model_name)
+    loaded.load(data)
+    deferred.load_pickled(data.num_samples, pickle.dumps(data))
+    assert deferred.num_samples == data.num_samples > 0
+    assert deferred._deferred is not None  # nothing decoded for the count
+    assert deferred.snapshot() == loaded.snapshot() == data
+    assert deferred._deferred is None
+    # a read of any part decodes it: the last sample, then the structures
+    for read in (lambda a: a.last, lambda a: a.structures(), lambda a: a.means(("fwd_ms",))):
+        again = ProfileAccumulator(data.model_name)
+        again.load_pickled(data.num_samples, pickle.dumps(data))
+        assert read(again) == read(loaded)

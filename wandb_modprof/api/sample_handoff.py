@@ -105,7 +105,7 @@ class SampleHandoff(WorkerSupervisor):
                 return log.deliver(lambda: _resolved(acc), acc.snapshot, final=final)
             self._newest = None
             log.table_due(reply[2], final=True)  # (the final answer carries the table)
-            acc.load(reply[9])
+            acc.load_pickled(reply[2], reply[9])
             self._log_reply(log, reply, True, acc.overhead)
             return True
         if self._shipped > self._requested:

@@ -10,6 +10,7 @@ read results.
 
 from __future__ import annotations
 
+import pickle
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -64,6 +65,9 @@ class ProfileAccumulator:
         # logs (`api.distributed.RankChannel.collect`); None: no distributed data.
         self._ranks: RankData | None = None
         self.remote: Remote | None = None  # set: sessions are resolved by it, not here
+        # A profile resolved by a `Remote`, pickled, read at the first read of its contents
+        # (`load_pickled`): `unwatch()` need not wait for a large profile's decoding.
+        self._deferred: bytes | None = None
         self.overhead: Overhead | None = None  # `watch`: what sampling cost, set before reads
 
     @classmethod
@@ -92,12 +96,15 @@ class ProfileAccumulator:
             self.resolve_pending(force=False)
 
     def add_structure(self, structure: Structure) -> None:
+        self._undefer()
         self._structures[structure.signature] = structure
 
     def has_structure(self, signature: str) -> bool:
+        self._undefer()
         return signature in self._structures
 
     def num_structures(self) -> int:
+        self._undefer()
         return len(self._structures)
 
     # ---- resolution ------------------------------------------------------------------------
@@ -124,6 +131,7 @@ class ProfileAccumulator:
 
     def _take(self, sample: Sample) -> None:
         """Fold `sample` into the statistics; a first-step sample only while it is alone."""
+        self._undefer()
         if sample.cold_start and self._num_samples == 0:
             self._cold = StatsAccumulator()
             self._cold.fold(sample.invocations)
@@ -148,6 +156,7 @@ class ProfileAccumulator:
 
     def load(self, data: ProfileData) -> None:
         """Hold `data`, the profile resolved by a `Remote`, as this accumulator's results."""
+        self._deferred = None
         self._num_samples = data.num_samples
         self._cold_left_out = data.cold_left_out
         self._loaded_stats = dict(data.stats)
@@ -156,8 +165,24 @@ class ProfileAccumulator:
         for structure in data.structures:
             self._structures.setdefault(structure.signature, structure)
 
+    def load_pickled(self, num_samples: int, raw: bytes) -> None:
+        """`load` the pickled `ProfileData` `raw` (of `num_samples` samples) when its contents
+        are first read: the sample count is known at once. A 10,000-call profile takes
+        0.3-0.5 s to unpickle, which `unwatch()` no longer waits for."""
+        self._num_samples = num_samples
+        self._stats_cache = None
+        self._deferred = raw
+
+    def _undefer(self) -> None:
+        raw = self._deferred
+        if raw is not None:
+            with paused_gc():
+                data = pickle.loads(raw)  # our own worker's bytes (`api.sample_worker`)
+            self.load(data)
+
     def saved_state(self) -> tuple[Any, ...]:
         """The running statistics as picklable state (`restore_state` continues from it)."""
+        self._undefer()
         structures = tuple(self._structures.values())
         return (
             self._acc,
@@ -172,6 +197,7 @@ class ProfileAccumulator:
         self._acc, self._cold, self._cold_left_out, self._last, self._num_samples, structures = (
             state
         )
+        self._deferred = None
         self._loaded_stats, self._stats_cache = None, None
         self._structures = {s.signature: s for s in structures}
 
@@ -187,13 +213,16 @@ class ProfileAccumulator:
 
     @property
     def last(self) -> Sample | None:
+        self._undefer()
         return self._last
 
     @property
     def ranks(self) -> RankData | None:
+        self._undefer()
         return self._ranks
 
     def set_ranks(self, ranks: RankData) -> None:
+        self._undefer()
         self._ranks = ranks
 
     def stats(self) -> dict[str, ModuleStats]:
@@ -202,6 +231,7 @@ class ProfileAccumulator:
         Frozen once per folded sample: reading a profile (`prof.stats()`, then `table()`,
         then the W&B log) asked for it several times, and freezing a 10,000-call profile
         builds ~160,000 statistics (0.6-1 s each time here)."""
+        self._undefer()
         cached = self._stats_cache
         version = (self._num_samples, self._cold_left_out)
         if cached is None or cached[0] != version:
@@ -223,6 +253,7 @@ class ProfileAccumulator:
         return snap
 
     def structures(self) -> tuple[Structure, ...]:
+        self._undefer()
         return tuple(self._structures.values())
 
     def means(
@@ -230,6 +261,7 @@ class ProfileAccumulator:
     ) -> tuple[dict[str, tuple[float | None, ...]], dict[str, int]]:
         """Per call key the running means of `metrics` (None: not measured) and the sample
         count: what a rank publishes to rank 0 (`api.distributed`), without a full snapshot."""
+        self._undefer()
         if self._loaded_stats is None:
             acc = self._cold if self._cold is not None and not self._cold_left_out else self._acc
             return acc.means(metrics)
@@ -243,6 +275,7 @@ class ProfileAccumulator:
 
     def snapshot(self) -> ProfileData:
         """Everything resolved so far, frozen (pending sessions are not waited for)."""
+        self._undefer()
         return ProfileData(
             model_name=self.model_name,
             num_samples=self._num_samples,

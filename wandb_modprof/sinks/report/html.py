@@ -152,12 +152,11 @@ def check_profiles(profiles: Any, where: str) -> list[tuple[str, ProfileData]]:
 def _meta(table: ProfileTable) -> dict[str, float | None]:
     """The table's meta numbers by key (None where the table says missing)."""
     out: dict[str, float | None] = {}
-    for row in table.records():
-        if row["row_kind"] == "meta":
-            measured = row["missing"] != "meta_number"
-            out[str(row["meta_key"])] = float(row["meta_number"]) if measured else None
-            if row["meta_key"] == "statistic" and row["meta_value"] == "mean":
-                out["statistic_mean"] = 1.0  # a version-1 profile: means, no medians
+    for row in table.records(("meta",)):
+        measured = row["missing"] != "meta_number"
+        out[str(row["meta_key"])] = float(row["meta_number"]) if measured else None
+        if row["meta_key"] == "statistic" and row["meta_value"] == "mean":
+            out["statistic_mean"] = 1.0  # a version-1 profile: means, no medians
     return out
 
 

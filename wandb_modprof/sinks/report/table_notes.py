@@ -17,8 +17,8 @@ def table_notes(table: ProfileTable) -> list[str]:
 def cold_note(table: ProfileTable) -> str:
     """What became of the model's first step in its process ('' when it was not sampled):
     left out of the statistics, or the only sample (then its times are mostly start-up)."""
-    for r in table.records():
-        if r["row_kind"] == "meta" and r["meta_key"] == "cold_start":
+    for r in table.records(("meta",)):
+        if r["meta_key"] == "cold_start":
             if float(r["meta_number"]) > 0:
                 return (
                     "The model's first step in its process was sampled and left out of the "
@@ -37,7 +37,7 @@ def region_note(table: ProfileTable) -> str:
     """What the table's `compiled_region` meta rows say, in a sentence ('' without any): the
     regions' names (from their views' rows; the key where a view is not drawn) and the calls
     that ran fused inside them, drawn grey in the time and memory modes."""
-    records = table.records()
+    records = table.records(("meta", "view"))
     keys = [
         (str(r["meta_value"]), int(r["meta_number"]))
         for r in records
