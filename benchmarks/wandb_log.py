@@ -27,6 +27,8 @@ takes one step in an order shuffled afresh (forward, backward, ``zero_grad``, th
 ``run.log({"loss": ...})``), so bursts of a shared machine hit all copies alike. Timed per step
 (every one a sample): wall time (``time.perf_counter``) and the training thread's CPU time
 (``time.thread_time``; W&B's service process and the worker are other processes). Then each
+copy's ``run.log`` calls of ours that carry scalars alone (a sample between tables) are timed
+in the training thread's CPU (target: <= 1 ms on average). Then each
 copy's ``unwatch()`` is timed (wall, and the thread's CPU), its run finished, and its folders
 are read: the table files (``files/media/table/``), the bytes of every file in the run folder,
 the bytes W&B staged outside it (``<data dir>/artifacts/staging``). ``bound``: the most tables
@@ -63,6 +65,7 @@ from wandb_modprof.sinks.wandb.table_schedule import DEFAULT_INTERVAL_S, TableSc
 
 EVERY_SAMPLE = 1e-9  # table_interval: every sample's log carries the table
 WORTH_TARGET = 20.0  # tables' worth of bytes in a run of a few hundred samples (default)
+SCALARS_MS = 1.0  # the training thread's CPU per scalars-only log, mean
 WEEK_SAMPLES, WEEK_DAYS = 10_000, 7
 MIB = 2**20
 # the copies' schedules (the report's `table_interval` column)
@@ -85,6 +88,7 @@ class Copy:
     run_dir: Path | None = None
     wall_ms: list[float] = field(default_factory=list)  # per measured step
     thread_ms: list[float] = field(default_factory=list)
+    scalars_ms: list[float] = field(default_factory=list)  # thread CPU of each scalars-only log
     watched_at: float = 0.0
     watched_s: float = 0.0  # watch() to the end of unwatch(): the schedule's clock
     unwatch_s: float = 0.0
@@ -140,10 +144,30 @@ def _start(c: Copy, case: Case, folder: Path) -> None:
     )
     c.run_dir = Path(c.run.dir).parent  # .../wandb/offline-run-<time>-<id>
     if c.offload is not None:  # watched
+        _time_scalar_logs(c)
         c.watched_at = time.perf_counter()
         c.handle = wandb_modprof.watch(
             c.model, log_freq=1, run=c.run, offload=c.offload, table_interval=c.interval
         )
+
+
+def _time_scalar_logs(c: Copy) -> None:
+    """Time, in the training thread's CPU, each `run.log` of ours that carries scalars alone
+    (a sample between scheduled tables): its cost, W&B's included. The user's own `run.log`
+    (committed) and the logs with a table or a page are not counted."""
+    log = c.run.log
+
+    def timed_log(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        ours = kwargs.get("commit") is False
+        scalars = ours and all(isinstance(v, (int, float)) for v in data.values())
+        start = time.thread_time()
+        try:
+            return log(data, *args, **kwargs)
+        finally:
+            if scalars:
+                c.scalars_ms.append((time.thread_time() - start) * 1e3)
+
+    c.run.log = timed_log
 
 
 def _step(c: Copy, case: Case, timed: bool) -> None:
@@ -218,11 +242,11 @@ def _per_table(copies: list[Copy], offload: bool | str | None) -> float:
     return every[0].table_bytes / max(1, every[0].tables)
 
 
-def _met(value: float, target: float, judged: bool) -> str:
+def _met(value: float, target: float, judged: bool, unit: str = "") -> str:
     """`<= target yes` (or `**no**`) where judged; the bare target otherwise."""
     if not judged:
-        return f"<= {target:g}"
-    return f"<= {target:g} {'yes' if value <= target else '**no**'}"
+        return f"<= {target:g}{unit}"
+    return f"<= {target:g}{unit} {'yes' if value <= target else '**no**'}"
 
 
 def run_table(results: list[tuple[Case, int, list[Copy]]], judged: bool) -> str:
@@ -230,14 +254,19 @@ def run_table(results: list[tuple[Case, int, list[Copy]]], judged: bool) -> str:
         "| model | calls | offload | table_interval | samples | tables logged | bound | table MiB "
         "(per table) | run folder MiB | tables' worth | target | W&B staging MiB "
         "| wall ms / sample: mean (median / max) | thread ms / sample: mean (median / max) "
-        "| unwatch s (thread s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| scalars-only logs: n, thread ms mean (max) | target | unwatch s (thread s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case, calls, copies in results:
         for c in copies:
             per = _per_table(copies, c.offload if c.watched else False)
             worth = c.run_bytes / per
             default = c.schedule in (DEFAULT, CONTROL)
+            scalars = scalars_target = ""
+            if c.scalars_ms:
+                mean = statistics.fmean(c.scalars_ms)
+                scalars = f"{len(c.scalars_ms)}, {mean:.2f} ({max(c.scalars_ms):.2f})"
+                scalars_target = _met(mean, SCALARS_MS, judged, " ms")
             if not c.watched:
                 offload, bound, tables_mib, unwatch = "not watched", "", "", ""
             else:
@@ -251,7 +280,7 @@ def run_table(results: list[tuple[Case, int, list[Copy]]], judged: bool) -> str:
                 f"| {case.name} | {calls} | {offload} | {c.schedule} | {c.samples} "
                 f"| {c.tables} | {bound} | {tables_mib} | {c.run_bytes / MIB:.1f} "
                 f"| {worth:.1f} | {target} | {c.staged_bytes / MIB:.1f} | {_mmm(c.wall_ms)} "
-                f"| {_mmm(c.thread_ms)} | {unwatch} |"
+                f"| {_mmm(c.thread_ms)} | {scalars} | {scalars_target} | {unwatch} |"
             )
     return "\n".join(lines)
 
