@@ -62,7 +62,7 @@ check-tools:
 	@missing=""; \
 	[ -x "$(CHROMIUM)" ] || missing="$$missing\n  chromium: the panel's browser tests drive Debian's $(CHROMIUM) (apt-get install chromium fonts-liberation fonts-dejavu-core)"; \
 	[ -f "$(VEGA_JS)" ] || command -v npm >/dev/null || missing="$$missing\n  npm: fetches Vega $(VEGA_VERSION) into tests/.vendor/ for those tests (apt-get install npm)"; \
-	command -v c++ >/dev/null || missing="$$missing\n  c++: the tests build the compiled node hooks (apt-get install g++)"; \
+	command -v c++ >/dev/null || missing="$$missing\n  c++: the compiled-model tests run torch.compile's inductor, which compiles C++ kernels on CPU (apt-get install g++)"; \
 	if [ -n "$$missing" ]; then printf "make test needs what is missing here:$$missing\n" >&2; exit 1; fi
 
 test: check-tools lint typecheck docs unit bench-smoke

@@ -1,8 +1,8 @@
 """What one logged sample costs the training thread in CPU time, against torch's hook floor.
 
-Run (about a minute per model on 2 CPU cores):
+Run (one to two minutes per model on 2 CPU cores):
 
-    .venv/bin/python benchmarks/thread_cpu.py [--models nested-10000,gpt2-12,...] [--cycles 6]
+    .venv/bin/python benchmarks/thread_cpu.py [--models nested-10000,gpt2-12,...] [--cycles 16]
 
 Per model, in one process, one torch thread, an offline W&B run:
 
@@ -17,14 +17,12 @@ Per model, in one process, one torch thread, an offline W&B run:
   two unwatched twins (what the method reads when nothing differs);
 * ``all-in``: the same cycles' CPU of this whole process (its other threads included) plus
   the worker process's (``/proc/<pid>/stat``), minus the twin's: the sample's work wherever
-  it runs (W&B's own service process not included);
+  it runs (W&B's own service process not included). The mean over the cycles, so the tables
+  the schedule logs in them (``sinks/wandb/table_schedule.py``: the 1st, 2nd, 4th, 8th, 16th
+  sample's) count at their share of a run that short; a longer run logs fewer per sample;
 * ``first step``: the watched model's first step (the structure pass, the worker's start),
   training-thread CPU over a plain step, in plain steps;
 * ``unwatch`` (wall seconds, and the training thread's CPU of it) and ``run.finish``.
-
-Each model is measured with the compiled node hooks (``capture/backward/native_stamps.cpp``,
-built before the first measurement) and with the Python node hooks (``MODPROF_NATIVE=0``), in
-the same process, one after the other.
 
 Models: ``nested-N`` (``scale.py``'s tree of Linear -> ReLU -> Linear blocks), ``gpt2-L``
 (``scale.py``: GPT-2 from a config, L layers), ``moe-LxExK`` (``_moe.py``: L layers, E
@@ -54,7 +52,6 @@ from scale import Case, gpt2, moe, nested
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof.capture.backward import native_build
 
 FREQ = 4  # log_freq of the watched model
 # the 10,000-call tree; a MoE of tiny experts; one of 18 layers x 128 experts, top-8 of 64
@@ -68,7 +65,6 @@ TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 @dataclass
 class Result:
     case: str
-    hooks: str  # "compiled" or "python" node hooks
     floor: Floor
     thread_ms: list[float] = field(default_factory=list)  # per cycle (one logged sample)
     control_ms: list[float] = field(default_factory=list)  # A/A: twin minus twin
@@ -104,24 +100,12 @@ def _step(model: nn.Module, case: Case) -> tuple[float, float]:
     return time.thread_time() - t0, time.process_time() - p0
 
 
-def measure(case: Case, cycles: int, new_run: Callable[[str], Any], hooks: str) -> Result:
-    previous = os.environ.get("MODPROF_NATIVE")
-    os.environ["MODPROF_NATIVE"] = "1" if hooks == "compiled" else "0"
-    try:
-        return _measure(case, cycles, new_run, hooks)
-    finally:
-        if previous is None:
-            del os.environ["MODPROF_NATIVE"]
-        else:
-            os.environ["MODPROF_NATIVE"] = previous
-
-
-def _measure(case: Case, cycles: int, new_run: Callable[[str], Any], hooks: str) -> Result:
+def measure(case: Case, cycles: int, new_run: Callable[[str], Any]) -> Result:
     torch.manual_seed(0)
     plain = case.build().train()
     twin = copy.deepcopy(plain)
     watched = copy.deepcopy(plain)
-    result = Result(case.name, hooks, floor_us_per_call(copy.deepcopy(plain), case.forward))
+    result = Result(case.name, floor_us_per_call(copy.deepcopy(plain), case.forward))
     run = new_run("offline")
     plain_step = min(_step(plain, case)[0] for _ in range(3))
     handle = wandb_modprof.watch(watched, log_freq=FREQ, run=run, offload=True)
@@ -206,22 +190,23 @@ def _met(value: float, target: float, unit: str, judged: bool) -> str:
 
 def table(results: list[Result], judged: bool) -> str:
     lines = [
-        "| model | node hooks | calls | nodes | plain ms | floor ms (module / node / saved) "
-        "| thread ms / sample | thread x floor | target | A/A ms | all-in ms / sample "
-        "| all-in x floor | target | first step (plain steps) | unwatch s (thread s) | target "
-        "| finish s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | calls | nodes | plain ms | floor ms (module / node / saved) "
+        "| thread ms / sample | thread x floor | target | A/A ms "
+        "| all-in ms / sample: mean, median (range) | all-in x floor (mean) | target "
+        "| first step (plain steps) | unwatch s (thread s) | target | finish s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         f = r.floor
         per = f.calls / 1e3
         thread = statistics.median(r.thread_ms) / r.floor_ms
-        all_in = statistics.median(r.all_in_ms) / r.floor_ms
+        all_in = statistics.fmean(r.all_in_ms) / r.floor_ms
         lines.append(
-            f"| {r.case} | {r.hooks} | {f.calls} | {f.nodes} | {f.plain_ms:.0f} | {r.floor_ms:.0f} "
+            f"| {r.case} | {f.calls} | {f.nodes} | {f.plain_ms:.0f} | {r.floor_ms:.0f} "
             f"({f.module_us * per:.0f} / {f.node_us * per:.0f} / {f.saved_us * per:.0f}) "
             f"| {_range(r.thread_ms)} | {thread:.2f}x | {_met(thread, THREAD_X, 'x', judged)} "
-            f"| {_range(r.control_ms)} | {_range(r.all_in_ms)} | {all_in:.2f}x "
+            f"| {_range(r.control_ms)} "
+            f"| {statistics.fmean(r.all_in_ms):.0f}, {_range(r.all_in_ms)} | {all_in:.2f}x "
             f"| {_met(all_in, ALL_IN_X, 'x', judged)} | {r.first_step_plain:.1f} "
             f"| {r.unwatch_s:.2f} ({r.unwatch_thread_s:.2f}) "
             f"| {_met(r.unwatch_s, UNWATCH_S, ' s', judged)} | {r.finish_s:.2f} |"
@@ -232,30 +217,23 @@ def table(results: list[Result], judged: bool) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated")
-    parser.add_argument("--cycles", type=int, default=6, help="logged samples measured")
+    parser.add_argument("--cycles", type=int, default=16, help="logged samples measured")
     parser.add_argument("--quick", action="store_true", help="CI smoke run: a small model")
     parser.add_argument("--out", metavar="PATH", help="also write the markdown report to PATH")
     args = parser.parse_args(argv)
     models, cycles = ("nested-400", 2) if args.quick else (args.models, args.cycles)
     torch.set_num_threads(1)
     started = time.perf_counter()
-    paths = ["compiled", "python"]
-    if not native_build.start(wait=True):
-        paths = ["python"]
-        unavailable = f" Compiled node hooks unavailable: {native_build.failure()}."
-    else:
-        unavailable = ""
     with wandb_runs() as new_run:
-        results = [
-            measure(case, cycles, new_run, hooks) for case in _cases(models) for hooks in paths
-        ]
+        results = [measure(case, cycles, new_run) for case in _cases(models)]
     given = sys.argv[1:] if argv is None else argv
     command = " ".join([".venv/bin/python benchmarks/thread_cpu.py", *given])
     emit(
         f"Command: `{command}`\n\n"
         f"wandb_modprof at git {revision()}, torch {torch.__version__}, {os.cpu_count()} CPUs, "
         f"1 torch thread, offline W&B run, log_freq={FREQ}, worker process on; {cycles} logged "
-        f"samples per model after one warm-up.{unavailable} "
+        f"samples per model after one warm-up (all-in: the mean over them, every table the "
+        "schedule logged in them included). "
         f"Total {time.perf_counter() - started:.0f} s.\n\n"
         + table(results, judged=not args.quick)
         + "\n",

@@ -21,18 +21,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _native_hooks_ready() -> None:
-    """The compiled node hooks built (or loaded from the cache) before the first test, so that
-    which path a test takes does not depend on when a background build ends: the native one,
-    except where a test sets MODPROF_NATIVE=0 (`tests/capture/test_native_stamps.py` compares
-    the two). A machine where they cannot be built runs the Python path and says why."""
-    from wandb_modprof.capture.backward import native_build
-
-    if native_build.enabled() and not native_build.start(wait=True):
-        sys.stderr.write(f"compiled node hooks unavailable: {native_build.failure()}\n")
-
-
 @pytest.fixture(scope="session")
 def chromium() -> Iterator[Any]:
     """One headless Chromium for the whole session (playwright's sync API allows one per

@@ -152,9 +152,11 @@ What one logged sample costs the training thread in CPU time (`time.thread_time`
 torch's no-op hook floor measured on a copy of the same model in the same process: a model
 watched with `log_freq=4` and the worker process on, logging to an offline run, stepped
 alternately with an unwatched twin; per cycle of 4 steps, the watched steps' thread CPU minus
-the twin's (median and range over 6 logged samples after a warm-up), beside an A/A control
+the twin's (median and range over 16 logged samples after a warm-up), beside an A/A control
 (two unwatched twins). `all-in`: the same for the whole process (its other threads) plus the
-worker process. Also the first watched step (the structure pass and the worker's start) in
+worker process, as the mean over those samples: the tables the schedule logs among them (the
+2nd, 4th, 8th and 16th sample's) count at their share of a run that short, more than in a
+longer run. Also the first watched step (the structure pass and the worker's start) in
 plain steps, and what `unwatch()` and `run.finish()` take. Models: the nested tree of about
 10,000 calls; a mixture of experts of 8 layers x 64 tiny experts, top-2 routing (each expert
 sees about 2 tokens: fixed costs dominate); one of 18 layers x 128 experts, top-8 of 64

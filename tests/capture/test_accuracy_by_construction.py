@@ -26,7 +26,6 @@ import pytest
 import torch
 from phantom import Overheads, Phantom, errors, overheads, profiled, step_truth
 
-from wandb_modprof.capture.backward import native_build
 from wandb_modprof.capture.step import clock
 
 pytestmark = pytest.mark.accuracy
@@ -53,15 +52,8 @@ def judge(found: dict[str, float]) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("native", [True, False], ids=["compiled-node-hooks", "python-node-hooks"])
 @pytest.mark.parametrize("use_reentrant", [False, True], ids=["non-reentrant", "reentrant"])
-def test_times_match_the_constructed_truth(
-    use_reentrant: bool, native: bool, over: Overheads, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if native:
-        assert native_build.start(wait=True), native_build.failure()
-    else:
-        monkeypatch.setenv("MODPROF_NATIVE", "0")
+def test_times_match_the_constructed_truth(use_reentrant: bool, over: Overheads) -> None:
     run = profiled(Phantom(use_reentrant=use_reentrant), SAMPLES, over)
     assert run.prof.num_samples == SAMPLES
     found = errors(run)
@@ -86,9 +78,7 @@ def test_a_profiler_20_percent_off_fails(
     factor: float, over: Overheads, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A broken twin: the same capture with its clock 20 % off, judged the same way, must
-    fail the target, under the same load as the real test. (The Python node hooks: the
-    compiled ones read the monotonic clock in C++, which no patch of `time` can skew.)"""
-    monkeypatch.setenv("MODPROF_NATIVE", "0")
+    fail the target, under the same load as the real test."""
     monkeypatch.setattr(clock, "time", _SkewedTime(factor))
     found = errors(profiled(Phantom(), SAMPLES, over))
     problems = judge(found)

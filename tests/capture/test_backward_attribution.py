@@ -157,10 +157,11 @@ def test_transformer_with_tied_weights():
     _check_tree_invariants(recs)
 
 
-def test_an_accumulate_grad_node_begins_where_the_threads_previous_node_ended() -> None:
-    """On the host an AccumulateGrad node carries one hook, after it runs (the engine runs it
-    as soon as its gradient is ready): its time starts at the end of the node before it on
-    the thread, is charged to its parameter's module, and no two nodes of a thread overlap."""
+def test_an_accumulate_grad_node_is_timed_by_hooks_of_its_own() -> None:
+    """An AccumulateGrad node carries a pre-hook and a hook like every other node: its time
+    starts after the node before it on the thread has ended (the engine's work between the two
+    is no module's), is charged to its parameter's module, and no two nodes of a thread
+    overlap."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     with wandb_modprof.profile(model, structure=False) as prof:
@@ -172,7 +173,8 @@ def test_an_accumulate_grad_node_begins_where_the_threads_previous_node_ended() 
     assert len(accumulate) == 4  # two weights, two biases
     for run in accumulate:
         before = [r for r in nodes if r.end_ms < run.end_ms and r.thread_id == run.thread_id]
-        assert before and run.start_ms == before[-1].end_ms
+        assert before and run.start_ms > before[-1].end_ms  # a stamp of its own, later
+        assert run.start_ms < run.end_ms
         assert run.owner_key in ("0#0", "2#0")
     for a, b in itertools.pairwise(nodes):
         assert a.end_ms <= b.start_ms or a.thread_id != b.thread_id

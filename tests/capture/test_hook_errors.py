@@ -167,11 +167,9 @@ def _caller_is(name: str, stack_len: Callable[[int], bool] | None = None) -> Cal
 
 
 def _inject(where: str, trigger: Trigger, monkeypatch: pytest.MonkeyPatch) -> None:
-    import wandb_modprof.capture.backward.node_stamps as node_stamps_mod
     import wandb_modprof.capture.memory.activations as activations_mod
     import wandb_modprof.capture.session_hooks as capture_mod
     import wandb_modprof.capture.step.clock as clock_mod
-    from wandb_modprof.capture.backward import native_build
 
     if where == "root_enter":  # first read of the sequence counter, the root's pre-hook
         monkeypatch.setattr(
@@ -189,19 +187,11 @@ def _inject(where: str, trigger: Trigger, monkeypatch: pytest.MonkeyPatch) -> No
         monkeypatch.setattr(activations_mod, "storages", trigger.wrap(activations_mod.storages))
     elif where == "backward_start":  # the first backward node's pre-hook
         monkeypatch.setattr(ap, "queue_end_of_backward", trigger.wrap(ap.queue_end_of_backward))
-    elif where == "backward_node":  # a backward node's post-hook (the Python node hooks)
-        monkeypatch.setenv("MODPROF_NATIVE", "0")
+    elif where == "backward_node":  # a backward node's post-hook
         monkeypatch.setattr(
             clock_mod.CpuClock,
             "stamp",
             trigger.wrap(clock_mod.CpuClock.stamp, _caller_is("_node_post")),
-        )
-    elif where == "backward_stamps":  # the compiled node hooks' stamps, read at the end
-        assert native_build.start(wait=True), native_build.failure()
-        monkeypatch.setattr(
-            node_stamps_mod.NodeStamps,
-            "collect_native",
-            trigger.wrap(node_stamps_mod.NodeStamps.collect_native),
         )
     elif where == "end_of_backward":  # the engine's end-of-backward callback
         monkeypatch.setattr(
@@ -222,7 +212,6 @@ INJECTION_POINTS = [
     "saved_tensor_pack",
     "backward_start",
     "backward_node",
-    "backward_stamps",
     "end_of_backward",
     "gradient_state",
 ]

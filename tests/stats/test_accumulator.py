@@ -56,6 +56,9 @@ class FakeEventClock:
     def own_leave_pack(self) -> None:
         return None
 
+    def own_leave_node(self) -> None:
+        return None
+
     def own_at(self, stamp: FakeEvent) -> int:
         return 0
 

@@ -25,7 +25,6 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from wandb_modprof.capture.backward import native_build
 from wandb_modprof.capture.backward.nvtx import check_available
 from wandb_modprof.capture.delivery import delivery
 from wandb_modprof.capture.memory.device_memory import AcceleratorMemory, DeviceMemory
@@ -72,7 +71,6 @@ class Capture(RootHooks):
         self.clock = make_clock(options, device)
         if isinstance(self.clock, CpuClock):
             self.clock.cost = hook_cost.measured()
-            native_build.start()  # the compiled node hooks: loaded, or built in the background
         self.memory: DeviceMemory | None = None
         if options.device_memory and device.type != "cpu":
             self.memory = AcceleratorMemory(device)

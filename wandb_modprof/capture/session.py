@@ -30,7 +30,7 @@ from wandb_modprof.capture.memory.gradient_readings import PendingGradientState
 from wandb_modprof.capture.memory.storage import StorageKey
 from wandb_modprof.capture.step import autograd_private as ap
 from wandb_modprof.capture.step import gc_pause
-from wandb_modprof.capture.step.clock import Clock, CpuClock
+from wandb_modprof.capture.step.clock import Clock
 from wandb_modprof.capture.step.gc_watch import GcWatch
 from wandb_modprof.capture.structure.step_dataflow import StepDataflow
 from wandb_modprof.records.calls import Structure
@@ -85,14 +85,7 @@ class StepSession(NodeStamps):
                 clock,
                 curve=memory is None,  # on CPU the saved bytes give the memory curve
             )
-        # the backward half's node table (`backward.node_stamps`), with the compiled node
-        # hooks where nothing but host stamps is asked of a node hook
-        super().__init__(
-            native=dataflow is None
-            and memory is None
-            and nvtx is None
-            and isinstance(clock, CpuClock)
-        )
+        super().__init__()  # the backward half's node table (`backward.node_stamps`)
         self.gradients: PendingGradientState | None = None
         self.gc = GcWatch(self._open_calls, lambda e: self.fail("garbage-collection callback", e))
         # The module graph derived from this forward (`step_dataflow`), when asked for: set
@@ -249,17 +242,13 @@ class StepSession(NodeStamps):
         for idx, inv in enumerate(self.invocations):  # preorder: children overwrite parents
             if inv.seq1 > inv.seq0:
                 owners[inv.seq0 - root.seq0 : inv.seq1 - root.seq0] = [idx] * (inv.seq1 - inv.seq0)
-        if self._native is not None:
-            self.pull_native(owners, root.seq0)  # (the same rule, in C++)
-        else:
-            for slot, via in enumerate(self.nodes.via):
-                if via >= 0:  # AccumulateGrad: charged to the call whose node feeds it
-                    self.nodes.owner[slot] = self.nodes.owner[via]
-                else:
-                    self.nodes.owner[slot] = owners[self.nodes.seq[slot] - root.seq0]
+        for slot, via in enumerate(self.nodes.via):
+            if via >= 0:  # AccumulateGrad: charged to the call whose node feeds it
+                self.nodes.owner[slot] = self.nodes.owner[via]
+            else:
+                self.nodes.owner[slot] = owners[self.nodes.seq[slot] - root.seq0]
         if self.dataflow is not None:
             self._dataflow_step(self._derive_structure, owners)
-        self.arm_native()
         if not self.nodes.seq:
             # Nothing in the step can run a backward (all frozen, or no grad): done now.
             self.finish()
@@ -294,7 +283,6 @@ class StepSession(NodeStamps):
             if self.activations is not None:
                 self.activations.stop_curve()
             self.release_persistent_hooks()
-            self.collect_native()
             if self.nvtx is not None:
                 self.nvtx.backward_end()
         except Exception as error:  # runs inside the engine: must never break the backward
@@ -343,5 +331,3 @@ class StepSession(NodeStamps):
         if self.forward_done:
             self.closed = True
             self.release_persistent_hooks()
-            if self._native is not None:
-                self.close_native()

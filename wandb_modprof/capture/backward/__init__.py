@@ -1,9 +1,7 @@
 """Backward time per module call, from stamps on the autograd nodes each call created.
 
 The nodes a sampled step hooked, in parallel lists (`nodes`); the step session's backward
-half (`node_stamps`): hooking the nodes as calls return and stamping each as it runs, in
-C++ where the compiled hooks are built (`native_stamps.cpp`, built and loaded by
-`native_build`);
+half (`node_stamps`): hooking the nodes as calls return and stamping each as it runs;
 forwards run again by activation checkpointing during the backward (`recompute`), and what
 checkpointing costs per call beyond that rerun on this host (`checkpoint_cost`, for the
 checkpoint planner); and the NVTX ranges of forward calls and backward nodes (`nvtx`), which

@@ -29,11 +29,9 @@ only during a walk, node hooks capture the session (ints and stamps), never a te
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from wandb_modprof.capture.backward import native_build
 from wandb_modprof.capture.backward.nodes import NodeTable, grad_to_create, node_name
 from wandb_modprof.capture.backward.recompute import RecomputeTracker
 from wandb_modprof.capture.step import autograd_private as ap
@@ -64,17 +62,7 @@ class NodeStamps:
     closed: bool
     dataflow: StepDataflow | None
 
-    def __init__(self, native: bool = False) -> None:
-        """`native`: the step may use the compiled node hooks (`native_stamps.cpp`, when
-        built): a host clock with no allocator or NVTX readings in the node hooks and no
-        derived graph (which needs each node's inputs in Python)."""
-        # the compiled walk, hooks and stamps, or None: the Python ones below
-        self._native: Any = None
-        if native:
-            built = native_build.module()
-            if built is not None:
-                self._native = built.Stamps(_NativeBegin(self))
-        self._trail_base = 0
+    def __init__(self) -> None:
         # the backward, indexed by node slot
         self._hooked_seqs: set[int] = set()
         self.nodes = NodeTable()
@@ -111,8 +99,6 @@ class NodeStamps:
         (tied weights: one of the tying modules). Its hooks are removed at the end of the
         backward, since AccumulateGrad nodes can outlive the step's graph.
         """
-        if self._native is not None:
-            return self._hook_nodes_native(roots, lo, hi, owners)
         todo: list[tuple[Any, int]] = [(node, -1) for node in roots]
         hooked = 0
         while todo:
@@ -147,13 +133,12 @@ class NodeStamps:
             if not in_range:
                 self.nodes.grad_new[slot] = grad_to_create(node.variable)
             hook = _NodeHook(self, slot)
-            if in_range or self.memory is not None or self.nvtx is not None:
-                pre = node.register_prehook(hook)
-                if not in_range:
-                    self._persistent_handles.append(pre)
-            # An AccumulateGrad node runs as soon as its gradient is ready (the engine gives it
-            # the highest priority), so it begins where the thread's previous node ended: on
-            # the host a hook after it suffices (a third of a model's nodes, one hook fewer).
+            # An AccumulateGrad node gets a pre-hook too: without one it would begin where the
+            # thread's previous node ended, and the engine's work between the two nodes (20-100
+            # us per parameter on a ResNet) would be charged to the parameter's module.
+            pre = node.register_prehook(hook)
+            if not in_range:
+                self._persistent_handles.append(pre)
             post = node.register_hook(hook)
             if not in_range:
                 self._persistent_handles.append(post)
@@ -165,79 +150,12 @@ class NodeStamps:
                     self.dataflow.adjacency[seq] = [ap.node_sequence_nr(n) for n in nexts]
         return hooked
 
-    def _hook_nodes_native(
-        self, roots: Iterable[Any], lo: int, hi: int, owners: list[int] | None
-    ) -> int:
-        """`_hook_nodes` by the compiled walk: the same slots, rules and order. The forward's
-        nodes reach the table once, when the root returns (`pull_native`); a recompute's, whose
-        owners are known, at once."""
-        hooked: int = self._native.walk(roots, lo, hi)
-        if owners is not None and hooked:
-            self.pull_native(owners, lo)
-        return hooked
-
-    def pull_native(self, owners: list[int], seq0: int) -> None:
-        """The compiled walk's nodes not in the table yet, each charged to the call
-        `owners[seq - seq0]` (an AccumulateGrad node: to its feeding node's call)."""
-        first = len(self.nodes)
-        seqs, names, vias, grad_new, owner = self._native.table(
-            first, owners, seq0, self.nodes.owner
-        )
-        self.nodes.extend(seqs, names, vias, grad_new)
-        self.nodes.owner[first:] = owner
-
-    def arm_native(self) -> None:
-        """The forward is done: the compiled hooks may stamp from now on, and our own time is
-        kept as a trail for them (`Clock.start_trail`)."""
-        if self._native is not None:
-            self._trail_base = self.clock.start_trail()
-            self._native.arm()
-
-    def _native_begin(self) -> None:
-        """The first node of the sampled backward runs (called once, from the compiled
-        pre-hook, with the GIL): what `_node_pre` does for it."""
-        if self.closed:
-            return
-        try:
-            gc_pause.hold(id(self))  # until `finish` (or the sample's drop)
-            self.bwd_t_begin = self.clock.stamp()
-            ap.queue_end_of_backward(self.finish)
-            # (after the queueing: a backward whose `finish` will not run releases the
-            # AccumulateGrad nodes' hooks when the sample is dropped)
-            self.bwd_started = True
-        except Exception as error:
-            self.fail("backward pre-hook", error)
-
-    def collect_native(self) -> None:
-        """End of the backward: the compiled hooks' stamps into the node table."""
-        native = self._native
-        if native is None:
-            return
-        trail = self.close_native()
-        t0, t1, thread, enclosing = native.columns()
-        own0, own1 = native.own(trail, self._trail_base)
-        failed = native.failed
-        self.nodes.t0, self.nodes.t1, self.nodes.thread = t0, t1, thread
-        self.nodes.enclosing, self.nodes.own0, self.nodes.own1 = enclosing, own0, own1
-        if failed:
-            raise RuntimeError("a compiled node hook failed")
-
-    def close_native(self) -> list[int]:
-        """The compiled hooks stamp no more (hooks on a graph the user keeps do nothing);
-        returns the trail of our own time kept for them."""
-        self._native.close()
-        return self.clock.stop_trail()
-
     def running_slots(self) -> list[int]:
         """The nodes running now on any thread (outermost first per thread)."""
-        if self._native is not None:
-            return list(self._native.running())
         return [slot for stack in list(self._exec.values()) for slot in stack]
 
     # ---- backward ----------------------------------------------------------------------
     def _exec_stack(self) -> list[int]:
-        if self._native is not None:
-            return list(self._native.thread_stack())
         return self._exec.setdefault(threading.get_ident(), [])
 
     def _node_pre(self, slot: int, grad_outputs: Any) -> None:
@@ -318,11 +236,6 @@ class NodeStamps:
             self.nodes.peak[top] = peak if prev is None else max(prev, peak)
 
     def release_persistent_hooks(self) -> None:
-        if self._native is not None and (self.backward_over or not self.bwd_started):
-            # Compiled hooks come off the AccumulateGrad nodes only while the engine cannot be
-            # running them (it iterates a node's hooks in place): before the backward, or at
-            # its end (`finish`, which a sample dropped during the backward still reaches).
-            self._native.release()
         handles, self._persistent_handles = self._persistent_handles, []
         for handle in handles:
             handle.remove()
@@ -351,21 +264,6 @@ class NodeStamps:
             self._hook_nodes(*walk)
 
 
-class _NativeBegin:
-    """The compiled hooks' call into Python at the start of the backward: by weak reference,
-    so the compiled object (which the graph's hooks keep alive) never keeps a session."""
-
-    __slots__ = ("session",)
-
-    def __init__(self, session: NodeStamps) -> None:
-        self.session = weakref.ref(session)
-
-    def __call__(self) -> None:
-        session = self.session()
-        if session is not None:
-            session._native_begin()
-
-
 class _NodeHook:
     """A node's pre-hook and hook in one object (told apart by their arguments): per node one
     small object instead of two partials of two bound methods with their argument tuples, a
@@ -378,7 +276,15 @@ class _NodeHook:
         self.slot = slot
 
     def __call__(self, grads: Any, grad_outputs: Any = _PRE) -> None:
-        if grad_outputs is _PRE:  # a pre-hook gets the grad outputs only
-            self.session._node_pre(self.slot, grads)
-        else:
-            self.session._node_post(self.slot, grads, grad_outputs)
+        # Our body's time, and the engine's call into it (`HookCost.node_ns`), is ours: a
+        # node's window holds the rest of its pre-hook and the start of its hook, an
+        # AccumulateGrad node's the rest of the node hook before it (`backward_charges`).
+        clock = self.session.clock
+        clock.own_enter()
+        try:
+            if grad_outputs is _PRE:  # a pre-hook gets the grad outputs only
+                self.session._node_pre(self.slot, grads)
+            else:
+                self.session._node_post(self.slot, grads, grad_outputs)
+        finally:
+            clock.own_leave_node()

@@ -74,28 +74,6 @@ class NodeTable:
         self.accumulate.append(accumulate)
         return slot
 
-    def extend(
-        self, seqs: list[int], names: list[str], vias: list[int], grad_new: list[int]
-    ) -> None:
-        """Nodes hooked by the compiled walk (`native_stamps.cpp`), in slot order; an
-        AccumulateGrad node has seq -1 and its feeding slot as `via` (owners: `owner`)."""
-        n = len(seqs)
-        self.seq += seqs
-        self.name += names
-        self.thread += [0] * n
-        self.via += vias
-        self.owner += [-1] * n
-        self.t0 += [None] * n
-        self.t1 += [None] * n
-        self.own0 += [0] * n
-        self.own1 += [0] * n
-        self.enclosing += [-1] * n
-        self.alloc0 += [None] * n
-        self.alloc1 += [None] * n
-        self.grad_new += grad_new
-        self.peak += [None] * n
-        self.accumulate += [via >= 0 for via in vias]
-
 
 _NAMES: dict[type, str] = {}  # autograd node class -> its name (one string object per class)
 _MAX_NAMES = 4096  # classes made on the fly (custom Functions) would grow it without end

@@ -38,16 +38,13 @@ class Clock(Protocol):
         """`own_leave` at the end of a saved-tensor pack hook (`HookCost.pack_ns` is ours)."""
         ...
 
+    def own_leave_node(self) -> None:
+        """`own_leave` at the end of an autograd node hook (`HookCost.node_ns` is ours)."""
+        ...
+
     def own_at(self, stamp: Any) -> int:
         """Nanoseconds of our own hook work up to `stamp` (0 where none is kept)."""
         ...
-
-    def start_trail(self) -> int:
-        """Keep (stamp, own time) pairs as our bodies end, for stamps taken without the GIL;
-        returns our time now."""
-        ...
-
-    def stop_trail(self) -> list[int]: ...
 
     def ready(self, stamp: Any) -> bool: ...
 
@@ -63,10 +60,12 @@ class HookCost:
     """What our hooks cost outside their bodies, where `own_enter` / `own_leave` cannot see:
     per hooked module call, `Module._call_impl`'s slow path (hook dicts, kwargs, always-call
     bookkeeping) and the frames that reach our methods and return; per saved tensor, autograd's
-    call from C++ into the pack hook. Measured by `capture.hook_cost` (ns)."""
+    call from C++ into the pack hook; per autograd node hook, the engine's call into it.
+    Measured by `capture.hook_cost` (ns)."""
 
     call_ns: int = 0
     pack_ns: int = 0
+    node_ns: int = 0
 
 
 class CpuClock:
@@ -85,30 +84,13 @@ class CpuClock:
     calls' windows too (a container with 4 children read ~20 us too much self time).
     """
 
-    __slots__ = ("_depth", "_open_ns", "_own_ns", "_trail", "cost")
+    __slots__ = ("_depth", "_open_ns", "_own_ns", "cost")
 
     def __init__(self, cost: HookCost | None = None) -> None:
         self._own_ns = 0  # time spent in our finished hook bodies
         self._open_ns = 0  # when the running outermost body began
         self._depth = 0
-        # While kept (`start_trail`): (stamp, our time after it) as each outermost body ends,
-        # flat; the compiled node hooks stamp without the GIL and read our time from it later.
-        self._trail: list[int] | None = None
         self.cost = cost if cost is not None else HookCost()
-
-    def start_trail(self) -> int:
-        """Keep a trail of our time from now on; returns our time now (the trail's base)."""
-        self._trail = []
-        return self._own_ns
-
-    def stop_trail(self) -> list[int]:
-        """The trail kept since `start_trail` (empty if none), and keep no more."""
-        trail, self._trail = self._trail, None
-        return [] if trail is None else trail
-
-    def _mark(self, trail: list[int]) -> None:
-        trail.append(time.perf_counter_ns())
-        trail.append(self._own_ns)
 
     def stamp(self) -> int:
         return time.perf_counter_ns()
@@ -124,22 +106,21 @@ class CpuClock:
         self._depth -= 1
         if self._depth == 0:
             self._own_ns += time.perf_counter_ns() - self._open_ns
-            if self._trail is not None:
-                self._mark(self._trail)
 
     def own_leave_call(self) -> None:
         self.own_leave()
         if self._depth == 0:  # (inside another body of ours the dispatch is already counted)
             self._own_ns += self.cost.call_ns
-            if self._trail is not None:
-                self._mark(self._trail)
 
     def own_leave_pack(self) -> None:
         self.own_leave()
         if self._depth == 0:
             self._own_ns += self.cost.pack_ns
-            if self._trail is not None:
-                self._mark(self._trail)
+
+    def own_leave_node(self) -> None:
+        self.own_leave()
+        if self._depth == 0:
+            self._own_ns += self.cost.node_ns
 
     def own_at(self, stamp: Any) -> int:
         """Our time (ns) up to `stamp`, a stamp just taken."""
@@ -188,14 +169,11 @@ class EventClock:
     def own_leave_pack(self) -> None:
         return None
 
+    def own_leave_node(self) -> None:
+        return None
+
     def own_at(self, stamp: Any) -> int:
         return 0
-
-    def start_trail(self) -> int:
-        return 0
-
-    def stop_trail(self) -> list[int]:
-        return []
 
     def ready(self, stamp: Any) -> bool:
         return bool(stamp.query())

@@ -3,7 +3,8 @@
 `CpuClock` keeps the time inside our hook bodies out of every window. What it cannot see is the
 interpreter's work to reach them: a module with hooks leaves `Module._call_impl`'s fast path
 (hook dicts, kwargs, always-call bookkeeping, the `InertHook` frame, the call into our bound
-method and back), and every tensor autograd saves calls from C++ into our pack hook. That work
+method and back), every tensor autograd saves calls from C++ into our pack hook, and the
+autograd engine calls into our node hooks (the gradients wrapped as Python objects). That work
 runs inside the windows of all open calls, which the unobserved model does not have.
 
 Measured here with the same machinery the capture installs (`InertHook` around bound methods
@@ -108,6 +109,55 @@ def _call_ns() -> int:
     return max(0, (hooked - plain) // _CALLS)
 
 
+class _NodeBody:
+    """A node hook shaped as ours (`backward.node_stamps._NodeHook`): a stamp in the ledger."""
+
+    def __init__(self, clock: CpuClock) -> None:
+        self.clock = clock
+
+    def __call__(self, grads: Any, grad_outputs: Any = None) -> None:
+        self.clock.own_enter()
+        try:
+            self.clock.stamp()
+        finally:
+            self.clock.own_leave()
+
+
+def _chain_loss() -> tuple[torch.Tensor, list[Any]]:
+    """A graph of `_CALLS` multiplications and its nodes."""
+    a = torch.ones(1, requires_grad=True)
+    x = a
+    for _ in range(_CALLS):
+        x = x * 1.0
+    nodes, node = [], x.grad_fn
+    while node is not None and node.next_functions:
+        nodes.append(node)
+        node = node.next_functions[0][0]
+    return x.sum(), nodes
+
+
+def _node_ns() -> int:
+    """Per node hook call: the engine's call into Python and back (the grads wrapped as
+    tensors, the lock taken), outside the body."""
+    clock = CpuClock()
+    body = _NodeBody(clock)
+    best: dict[bool, int] = {}
+    with torch.enable_grad():
+        for hooked in (False, True, False, True):  # (the first of each: warm)
+            for _ in range(_BATCHES):
+                loss, nodes = _chain_loss()
+                if hooked:
+                    for node in nodes:
+                        node.register_prehook(body)
+                        node.register_hook(body)
+                own0 = clock.own_at(0)
+                t0 = time.perf_counter_ns()
+                torch.autograd.backward(loss)
+                extra = time.perf_counter_ns() - t0 - (clock.own_at(0) - own0)
+                best[hooked] = min(best.get(hooked, extra), extra)
+    return max(0, (best[True] - best[False]) // (2 * _CALLS))
+
+
 def _pack_ns() -> int:
     clock = CpuClock()
     bodies = _Bodies(clock)
@@ -148,7 +198,7 @@ def _observed() -> bool:
 @functools.cache
 @keeping("the hook cost's calibration")
 def _measure() -> HookCost:
-    return HookCost(call_ns=_call_ns(), pack_ns=_pack_ns())
+    return HookCost(call_ns=_call_ns(), pack_ns=_pack_ns(), node_ns=_node_ns())
 
 
 def measured() -> HookCost:
