@@ -117,7 +117,10 @@ def _pair(case: Case, steps: int, log_freq: int | str | None) -> Run:
     handle = None
     if log_freq is not None:
         handle = wandb_modprof.watch(
-            models[0], log_freq=log_freq, run=wandb.init(mode="disabled"), overhead=0.01
+            models[0],
+            log_freq=log_freq,
+            run=wandb.init(mode="disabled"),
+            settings=wandb_modprof.Settings(overhead=0.01),
         )
     spent = [0.0, 0.0]
     for _ in range(steps):

@@ -307,7 +307,9 @@ def measure_capture(
     watched = copy.deepcopy(plain)
     # In-process (offload=False): each phase is timed on its own here; `thread_cost` measures
     # what the training thread pays with the worker process.
-    handle = wandb_modprof.watch(watched, log_freq=1, run=new_run("disabled"), offload=False)
+    handle = wandb_modprof.watch(
+        watched, log_freq=1, run=new_run("disabled"), settings=wandb_modprof.Settings(offload=False)
+    )
     log = handle._wandb_log
     assert log is not None
     handle._wandb_log = None  # W&B work is timed on its own below
@@ -404,7 +406,9 @@ def thread_cost(
     plain = case.build().train()
     watched = copy.deepcopy(plain)
     run = new_run("offline")
-    handle = wandb_modprof.watch(watched, log_freq=FREQ, run=run, offload=offload)
+    handle = wandb_modprof.watch(
+        watched, log_freq=FREQ, run=run, settings=wandb_modprof.Settings(offload=offload)
+    )
     try:
         extra: list[float] = []
         driver = handle._capture.structures

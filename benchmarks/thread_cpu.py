@@ -108,7 +108,9 @@ def measure(case: Case, cycles: int, new_run: Callable[[str], Any]) -> Result:
     result = Result(case.name, floor_us_per_call(copy.deepcopy(plain), case.forward))
     run = new_run("offline")
     plain_step = min(_step(plain, case)[0] for _ in range(3))
-    handle = wandb_modprof.watch(watched, log_freq=FREQ, run=run, offload=True)
+    handle = wandb_modprof.watch(
+        watched, log_freq=FREQ, run=run, settings=wandb_modprof.Settings(offload=True)
+    )
     try:
         first, _ = _step(watched, case)
         result.first_step_plain = first / plain_step

@@ -147,7 +147,11 @@ def _start(c: Copy, case: Case, folder: Path) -> None:
         _time_scalar_logs(c)
         c.watched_at = time.perf_counter()
         c.handle = wandb_modprof.watch(
-            c.model, log_freq=1, run=c.run, offload=c.offload, table_interval=c.interval
+            c.model,
+            log_freq=1,
+            run=c.run,
+            settings=wandb_modprof.Settings(offload=c.offload),
+            table_interval=c.interval,
         )
 
 

@@ -15,40 +15,34 @@ from wandb_modprof.api.checkpoint_apply import apply_checkpoint_plan
 from wandb_modprof.api.profile import Profile, load
 from wandb_modprof.api.profile_block import ProfileBlock, profile
 from wandb_modprof.api.regression import check_regression
+from wandb_modprof.api.settings import Settings
 from wandb_modprof.api.watch import WatchHandle, unwatch, watch
-from wandb_modprof.records.calls import CallInfo, DataEdge, Structure
-from wandb_modprof.records.checkpoint import CheckpointPlan
-from wandb_modprof.records.sample import (
-    METRICS,
-    BackwardRun,
-    InvocationRecord,
-    ModuleStats,
-    RunningStat,
-    Sample,
-    StepTotals,
-)
+from wandb_modprof.records.calls import CallInfo as CallInfo
+from wandb_modprof.records.calls import DataEdge as DataEdge
+from wandb_modprof.records.calls import Structure as Structure
+from wandb_modprof.records.checkpoint import CheckpointPlan as CheckpointPlan
+from wandb_modprof.records.sample import METRICS as METRICS
+from wandb_modprof.records.sample import BackwardRun as BackwardRun
+from wandb_modprof.records.sample import InvocationRecord as InvocationRecord
+from wandb_modprof.records.sample import ModuleStats as ModuleStats
+from wandb_modprof.records.sample import RunningStat as RunningStat
+from wandb_modprof.records.sample import Sample as Sample
+from wandb_modprof.records.sample import StepTotals as StepTotals
 from wandb_modprof.sinks.report.html import write_report
 from wandb_modprof.sinks.text.regression import RegressionCheck
 from wandb_modprof.sinks.wandb.chart import register_chart
 
+# What users call and what they read first. The record types the profile's methods return
+# (`Sample`, `ModuleStats`, `InvocationRecord`, ...) stay importable from here (the explicit
+# re-exports above) and from their modules (`wandb_modprof.records.*`), without being listed.
 __all__ = [
-    "METRICS",
-    "BackwardRun",
-    "CallInfo",
-    "CheckpointPlan",
-    "DataEdge",
-    "InvocationRecord",
     "ModProfError",
     "ModuleCallbacks",
     "ModuleEvent",
-    "ModuleStats",
     "Profile",
     "ProfileBlock",
     "RegressionCheck",
-    "RunningStat",
-    "Sample",
-    "StepTotals",
-    "Structure",
+    "Settings",
     "WatchHandle",
     "__version__",
     "apply_checkpoint_plan",

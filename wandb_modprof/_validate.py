@@ -92,7 +92,7 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
 
 
 def check_overhead(overhead: Any) -> float:
-    """`watch(overhead=)`: a share of training time, 0 < overhead < 1."""
+    """`Settings.overhead`: a share of training time, 0 < overhead < 1."""
     if isinstance(overhead, bool) or not isinstance(overhead, (int, float)):
         raise ModProfError(f"watch() overhead expected a number in (0, 1); got {overhead!r}")
     if not 0 < overhead < 1:

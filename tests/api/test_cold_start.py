@@ -149,7 +149,9 @@ def test_a_model_trained_with_gradients_cleared_or_forward_only_is_not_marked() 
 
 def test_warmup_runs_the_first_steps_untimed() -> None:
     model, x = SmallCNN(), _x()
-    with wandb_modprof.profile(model, structure=False, warmup=2) as prof:
+    with wandb_modprof.profile(
+        model, structure=False, settings=wandb_modprof.Settings(warmup=2)
+    ) as prof:
         for _ in range(2):
             model(x).sum().backward()
         assert prof.num_samples == 0
@@ -158,7 +160,11 @@ def test_warmup_runs_the_first_steps_untimed() -> None:
     assert prof.last_sample is not None and prof.last_sample.cold_start is False
     other = SmallCNN()
     handle = wandb_modprof.watch(
-        other, log_freq=1, run=disabled_run(), warmup=3, structure=False, offload=False
+        other,
+        log_freq=1,
+        run=disabled_run(),
+        settings=wandb_modprof.Settings(warmup=3, offload=False),
+        structure=False,
     )
     try:
         for _ in range(5):
@@ -171,7 +177,11 @@ def test_warmup_runs_the_first_steps_untimed() -> None:
 def test_the_worker_process_leaves_the_first_step_out_too() -> None:
     model, x = SmallCNN(), _x()
     handle = wandb_modprof.watch(
-        model, log_freq=1, run=disabled_run(), structure=False, offload=True
+        model,
+        log_freq=1,
+        run=disabled_run(),
+        structure=False,
+        settings=wandb_modprof.Settings(offload=True),
     )
     try:
         for _ in range(4):
@@ -186,4 +196,4 @@ def test_the_worker_process_leaves_the_first_step_out_too() -> None:
 @pytest.mark.parametrize("bad", [-1, True, 1.5, "1"])
 def test_a_bad_warmup_is_refused(bad: object) -> None:
     with pytest.raises(ModProfError, match="warmup must be an integer >= 0"):
-        wandb_modprof.profile(SmallCNN(), warmup=bad)  # type: ignore[arg-type]
+        wandb_modprof.profile(SmallCNN(), settings=wandb_modprof.Settings(warmup=bad))  # type: ignore[arg-type]

@@ -138,7 +138,9 @@ def test_log_freq_auto_keeps_a_tight_budget_by_sampling_less():
     """With a budget below the floor of `watch` on this model, auto samples nothing and
     says so once, with the figures; with a generous one it samples often."""
     model, x = TinyGPT(), gpt_input()
-    tight = wandb_modprof.watch(model, log_freq="auto", overhead=1e-6, run=RecordingRun())
+    tight = wandb_modprof.watch(
+        model, log_freq="auto", settings=wandb_modprof.Settings(overhead=1e-6), run=RecordingRun()
+    )
     with pytest.warns(RuntimeWarning, match=r"watching TinyGPT costs [\d.]+ us of each") as told:
         for _ in range(12):
             train_step(model, x)
@@ -148,7 +150,9 @@ def test_log_freq_auto_keeps_a_tight_budget_by_sampling_less():
         assert tight.unwatch().num_samples == 0
     assert any("no sample" in str(w.message) for w in caught)
     # a sample costs a few plain steps here: within 99 %, one every few steps
-    loose = wandb_modprof.watch(model, log_freq="auto", overhead=0.99, run=RecordingRun())
+    loose = wandb_modprof.watch(
+        model, log_freq="auto", settings=wandb_modprof.Settings(overhead=0.99), run=RecordingRun()
+    )
     for _ in range(30):
         train_step(model, x)
     prof = loose.unwatch()
@@ -159,7 +163,11 @@ def test_log_freq_auto_keeps_a_tight_budget_by_sampling_less():
 @pytest.mark.parametrize("overhead", [0, 1, 1.5, -0.1, "1%", True, None])
 def test_overhead_must_be_a_share(overhead):
     with pytest.raises(ModProfError, match=r"overhead expected a number in \(0, 1\); got"):
-        wandb_modprof.watch(TinyGPT(), run=wandb.init(mode="disabled"), overhead=overhead)
+        wandb_modprof.watch(
+            TinyGPT(),
+            run=wandb.init(mode="disabled"),
+            settings=wandb_modprof.Settings(overhead=overhead),
+        )
 
 
 @pytest.mark.parametrize("log_freq", ["sometimes", "Auto", 0])
@@ -182,14 +190,18 @@ def test_auto_runs_the_structure_pass_when_the_budget_allows_it():
 
 def test_auto_defers_the_structure_pass_to_the_budget():
     model, x = TinyGPT(), gpt_input()
-    tight = wandb_modprof.watch(model, log_freq="auto", overhead=1e-4, run=RecordingRun())
+    tight = wandb_modprof.watch(
+        model, log_freq="auto", settings=wandb_modprof.Settings(overhead=1e-4), run=RecordingRun()
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for _ in range(12):
             train_step(model, x)
         assert tight.overhead.passes == 0  # a pass would cost far more than 0.01 % of 12 steps
         tight.unwatch()
-    loose = wandb_modprof.watch(model, log_freq="auto", overhead=0.99, run=RecordingRun())
+    loose = wandb_modprof.watch(
+        model, log_freq="auto", settings=wandb_modprof.Settings(overhead=0.99), run=RecordingRun()
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for _ in range(12):

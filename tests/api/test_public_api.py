@@ -199,9 +199,14 @@ def test_model_changes_between_samples_are_seen():
 def test_device_timing_on_a_cpu_model_is_a_clear_error():
     model = TinyGPT()
     with pytest.raises(ModProfError, match=r"timing='device' needs a model on an accelerator"):
-        wandb_modprof.watch(model, timing="device", structure=False, run=disabled_run())
+        wandb_modprof.watch(
+            model,
+            settings=wandb_modprof.Settings(timing="device"),
+            structure=False,
+            run=disabled_run(),
+        )
     with wandb_modprof.profile(
-        model, timing="cpu", structure=False
+        model, settings=wandb_modprof.Settings(timing="cpu"), structure=False
     ) as prof:  # explicit host clock works
         model(gpt_input()).float().mean().backward()
     assert prof.invocations()[0].bwd_ms > 0

@@ -49,8 +49,14 @@ def test_a_session_resolves_in_the_worker_to_the_same_profile():
     model, x = TinyGPT(), gpt_input()
     optimizer = torch.optim.Adam(model.parameters())
     acc = Keeping("TinyGPT")
-    handle = wandb_modprof.watch(model, log_freq=1, run=wandb.init(mode="disabled"),
-                                 structure=False, offload=False, optimizer=optimizer)  # fmt: skip
+    handle = wandb_modprof.watch(
+        model,
+        log_freq=1,
+        run=wandb.init(mode="disabled"),
+        structure=False,
+        settings=wandb_modprof.Settings(offload=False),
+        optimizer=optimizer,
+    )
     handle._acc.add = acc.add  # type: ignore[method-assign]
     for _ in range(3):
         train_step(model, x)
@@ -90,7 +96,9 @@ def test_the_worker_logs_every_sample_and_the_final_profile(tmp_path):
     model, x = TinyGPT(), gpt_input()
     twin = copy.deepcopy(model)
     run = _offline_run(tmp_path)
-    handle = wandb_modprof.watch(model, log_freq=2, run=run, offload=True)
+    handle = wandb_modprof.watch(
+        model, log_freq=2, run=run, settings=wandb_modprof.Settings(offload=True)
+    )
     opt, opt_twin = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin))
     for _ in range(9):  # 1: structure pass; 2, 4, 6, 8 sampled
         assert torch.equal(train_step(model, x), train_step(twin, x))
@@ -128,7 +136,9 @@ def test_the_worker_logs_every_sample_and_the_final_profile(tmp_path):
 def test_a_killed_worker_loses_only_the_samples_in_flight(tmp_path):
     model, x = TinyGPT(), gpt_input()
     run = wandb.init(mode="disabled")
-    handle = wandb_modprof.watch(model, log_freq=1, run=run, structure=False, offload=True)
+    handle = wandb_modprof.watch(
+        model, log_freq=1, run=run, structure=False, settings=wandb_modprof.Settings(offload=True)
+    )
     for _ in range(3):
         train_step(model, x)
     assert handle.profile().num_samples == 3  # waits: the worker has saved 3 samples
@@ -156,7 +166,9 @@ def test_a_killed_worker_loses_only_the_samples_in_flight(tmp_path):
 def test_run_finish_waits_for_the_worker_and_unwatches(tmp_path):
     model, x = TinyGPT(), gpt_input()
     run = _offline_run(tmp_path)
-    handle = wandb_modprof.watch(model, log_freq=1, run=run, structure=False, offload=True)
+    handle = wandb_modprof.watch(
+        model, log_freq=1, run=run, structure=False, settings=wandb_modprof.Settings(offload=True)
+    )
     for _ in range(3):
         train_step(model, x)
     run.finish()  # no unwatch(): the run's teardown unwatches first
@@ -178,7 +190,11 @@ def test_auto_keeps_a_small_model_in_process():
 @pytest.mark.parametrize("offload", ["yes", 1, None, "process"])
 def test_offload_must_be_auto_true_or_false(offload):
     with pytest.raises(ModProfError, match=r"offload expected 'auto', True or False; got"):
-        wandb_modprof.watch(TinyGPT(), run=wandb.init(mode="disabled"), offload=offload)
+        wandb_modprof.watch(
+            TinyGPT(),
+            run=wandb.init(mode="disabled"),
+            settings=wandb_modprof.Settings(offload=offload),
+        )
 
 
 def test_the_worker_logs_the_rows_into_the_users_next_row(tmp_path):
@@ -198,7 +214,9 @@ def test_the_worker_logs_the_rows_into_the_users_next_row(tmp_path):
         return user_log(data, *args, **kwargs)
 
     run.log = log
-    handle = wandb_modprof.watch(model, log_freq=2, run=run, offload=True)
+    handle = wandb_modprof.watch(
+        model, log_freq=2, run=run, settings=wandb_modprof.Settings(offload=True)
+    )
     assert handle._wandb_log is not None
     steps = 0
     # until a sample was logged during training: the worker starts (imports torch and W&B, at
@@ -239,7 +257,9 @@ def test_without_a_service_to_attach_to_the_training_thread_logs_and_says_so(tmp
     model, x = TinyGPT(), gpt_input()
     run = _offline_run(tmp_path)
     monkeypatch.delenv("WANDB_SERVICE", raising=False)
-    handle = wandb_modprof.watch(model, log_freq=1, run=run, structure=False, offload=True)
+    handle = wandb_modprof.watch(
+        model, log_freq=1, run=run, structure=False, settings=wandb_modprof.Settings(offload=True)
+    )
     with pytest.warns(RuntimeWarning, match="cannot log .* itself .*no W&B service") as caught:
         for _ in range(3):
             train_step(model, x)

@@ -42,7 +42,12 @@ def test_a_refused_watch_leaves_no_optimizer_hook() -> None:
     assert len(optimizer._optimizer_step_post_hooks) == hooks
     other = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(ModProfError, match="timing='device'"):  # refused while building
-        wandb_modprof.watch(nn.Linear(2, 2), run=run, optimizer=other, timing="device")
+        wandb_modprof.watch(
+            nn.Linear(2, 2),
+            run=run,
+            optimizer=other,
+            settings=wandb_modprof.Settings(timing="device"),
+        )
     assert len(other._optimizer_step_post_hooks) == 0
     with pytest.warns(UserWarning, match=r"0 optimizer step\(s\)"):
         handle.unwatch()
@@ -253,10 +258,15 @@ def test_watch_rejects_bad_log_freq(bad):
 def test_bad_timing_and_optimizer():
     model = nn.Linear(2, 2)
     with pytest.raises(ModProfError) as excinfo:
-        wandb_modprof.watch(model, timing="gpu", structure=False, run=disabled_run())
+        wandb_modprof.watch(
+            model,
+            settings=wandb_modprof.Settings(timing="gpu"),
+            structure=False,
+            run=disabled_run(),
+        )
     _assert_error(excinfo, "timing must be one of", "'auto'", "'cpu'", "'device'", "got 'gpu'")
     with pytest.raises(ModProfError) as excinfo:
-        wandb_modprof.profile(model, timing="gpu", structure=False)
+        wandb_modprof.profile(model, settings=wandb_modprof.Settings(timing="gpu"), structure=False)
     _assert_error(excinfo, "timing must be one of", "got 'gpu'")
     with pytest.raises(ModProfError) as excinfo:
         wandb_modprof.watch(model, optimizer="adam", structure=False, run=disabled_run())  # type: ignore[arg-type]

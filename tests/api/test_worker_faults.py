@@ -39,7 +39,11 @@ def _gone(proc: subprocess.Popen[bytes]) -> bool:
 def _watched(steps: int = 3) -> tuple[TinyGPT, torch.Tensor, wandb_modprof.WatchHandle]:
     model, x = TinyGPT(), gpt_input()
     handle = wandb_modprof.watch(
-        model, log_freq=1, run=disabled_run(), structure=False, offload=True
+        model,
+        log_freq=1,
+        run=disabled_run(),
+        structure=False,
+        settings=wandb_modprof.Settings(offload=True),
     )
     for _ in range(steps):
         train_step(model, x)
@@ -193,7 +197,11 @@ FORK_SCRIPT = textwrap.dedent(
     warnings.simplefilter("always")
     model, x = TinyGPT(), gpt_input()
     handle = wandb_modprof.watch(
-        model, log_freq=1, run=wandb.init(mode="disabled"), structure=False, offload=True
+        model,
+        log_freq=1,
+        run=wandb.init(mode="disabled"),
+        structure=False,
+        settings=wandb_modprof.Settings(offload=True),
     )
     for _ in range(3):
         train_step(model, x)

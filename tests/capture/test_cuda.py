@@ -68,7 +68,9 @@ def test_bitwise_identical_on_cuda():
 @pytest.mark.parametrize("mode", ["auto", "cpu"])
 def test_timing_modes_on_cuda(mode):
     model = TinyGPT().cuda()
-    with wandb_modprof.profile(model, timing=mode, structure=False) as prof:
+    with wandb_modprof.profile(
+        model, settings=wandb_modprof.Settings(timing=mode), structure=False
+    ) as prof:
         model(gpt_input().cuda()).float().mean().backward()
     assert prof.invocations()[0].bwd_ms > 0
 
@@ -117,7 +119,7 @@ def test_merged_trace_on_cuda_with_host_timing(tmp_path):
 
     model = ResNet().cuda()
     x = resnet_input(8, 32).cuda()
-    with wandb_modprof.profile(model, timing="cpu") as prof:
+    with wandb_modprof.profile(model, settings=wandb_modprof.Settings(timing="cpu")) as prof:
         model(x).sum().backward()
         with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
             model(x).sum().backward()

@@ -73,7 +73,9 @@ def _check_balanced(calls: list[tuple[str, Any, int]]) -> list[str]:
 
 def test_sampled_step_emits_balanced_forward_and_backward_ranges(nvtx: Recorder) -> None:
     model = TinyGPT()
-    handle = wandb_modprof.watch(model, log_freq=2, nvtx=True, run=disabled_run())
+    handle = wandb_modprof.watch(
+        model, log_freq=2, settings=wandb_modprof.Settings(nvtx=True), run=disabled_run()
+    )
     nvtx.calls.clear()  # the availability check at watch()
     x = gpt_input(2, 16)
     model(x).sum().backward()  # step 1: structure pass, no ranges
@@ -91,7 +93,9 @@ def test_sampled_step_emits_balanced_forward_and_backward_ranges(nvtx: Recorder)
 
 def test_reused_module_gets_ranges_per_call(nvtx: Recorder) -> None:
     model = Reused()
-    with wandb_modprof.profile(model, nvtx=True, structure=False) as prof:
+    with wandb_modprof.profile(
+        model, settings=wandb_modprof.Settings(nvtx=True), structure=False
+    ) as prof:
         model(torch.randn(2, 32)).sum().backward()
     pushed = _check_balanced(nvtx.calls[2:])  # after the availability check
     assert pushed.count("shared.forward") == 3
@@ -106,7 +110,7 @@ def test_forward_that_raises_leaves_no_range_open(nvtx: Recorder) -> None:
     model = RaisingModel()
     model.boom.armed = True
     with (
-        wandb_modprof.profile(model, nvtx=True, structure=False),
+        wandb_modprof.profile(model, settings=wandb_modprof.Settings(nvtx=True), structure=False),
         pytest.raises(ValueError, match="boom"),
     ):
         model(torch.randn(2, 16))
@@ -118,11 +122,17 @@ def test_nvtx_check_follows_the_build() -> None:
     machine without a GPU, has NVTX, so watch() succeeds."""
     if CPU_ONLY_BUILD:
         with pytest.raises(ModProfError, match="is a CPU-only build, which has no NVTX"):
-            wandb_modprof.watch(Reused(), nvtx=True, run=disabled_run())
+            wandb_modprof.watch(
+                Reused(), settings=wandb_modprof.Settings(nvtx=True), run=disabled_run()
+            )
     else:
-        wandb_modprof.watch(Reused(), nvtx=True, run=disabled_run()).unwatch()
+        wandb_modprof.watch(
+            Reused(), settings=wandb_modprof.Settings(nvtx=True), run=disabled_run()
+        ).unwatch()
     with pytest.raises(ModProfError, match="nvtx must be True or False"):
-        wandb_modprof.watch(Reused(), nvtx="yes", run=disabled_run())
+        wandb_modprof.watch(
+            Reused(), settings=wandb_modprof.Settings(nvtx="yes"), run=disabled_run()
+        )
 
 
 @pytest.mark.parametrize(
@@ -184,7 +194,7 @@ def test_real_nvtx_ranges_balance(monkeypatch: pytest.MonkeyPatch) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = TinyGPT().to(device)
     x = gpt_input(2, 16).to(device)
-    with wandb_modprof.profile(model, nvtx=True) as prof:
+    with wandb_modprof.profile(model, settings=wandb_modprof.Settings(nvtx=True)) as prof:
         for _ in range(2):
             model(x).sum().backward()
     if device == "cuda":

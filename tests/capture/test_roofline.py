@@ -21,7 +21,8 @@ from wandb_modprof.records.roofline import RAISE_MIN_MS, efficiency
 def _structure(model: nn.Module, x: torch.Tensor, **options: object) -> wandb_modprof.Profile:
     """Three samples and the structure pass (the block's second forward)."""
     model(x).sum().backward()
-    with wandb_modprof.profile(model, **options) as prof:  # type: ignore[arg-type]
+    settings = wandb_modprof.Settings(**options)  # type: ignore[arg-type]
+    with wandb_modprof.profile(model, settings=settings) as prof:
         for _ in range(4):
             model(x).sum().backward()
     return prof
@@ -151,7 +152,7 @@ def test_given_peaks_are_used() -> None:
 @pytest.mark.parametrize("value", [0, -1.0, math.nan, math.inf, "1e12", True])
 def test_bad_peaks_are_refused(value: object) -> None:
     with pytest.raises(ModProfError, match="peak_flops expected None or a"):
-        wandb_modprof.profile(nn.Linear(2, 2), peak_flops=value)  # type: ignore[arg-type]
+        wandb_modprof.profile(nn.Linear(2, 2), settings=wandb_modprof.Settings(peak_flops=value))  # type: ignore[arg-type]
 
 
 def test_the_calibration_leaves_the_random_stream_alone() -> None:

@@ -20,7 +20,9 @@ ending, out, offload = sys.argv[1], sys.argv[2], sys.argv[3] == "worker"
 run = wandb.init(mode="offline", project="modprof-test", dir=out, entity="me")
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
-handle = wandb_modprof.watch(model, log_freq=1, run=run, offload=offload or False)
+handle = wandb_modprof.watch(
+    model, log_freq=1, run=run, settings=wandb_modprof.Settings(offload=offload or False)
+)
 if ending == "sigterm":
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
 

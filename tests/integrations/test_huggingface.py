@@ -25,7 +25,7 @@ from helpers import (
 )
 from models import gpt2_from_config
 
-from wandb_modprof import ModProfError
+from wandb_modprof import ModProfError, Settings
 from wandb_modprof.sinks.wandb import wandb_names as _wandb_names
 
 transformers = pytest.importorskip("transformers")
@@ -138,7 +138,9 @@ def test_trainer_logs_every_log_freq_th_optimizer_step_to_the_report_to_wandb_ru
 def test_options_pass_through_and_run_overrides_wandb_run(tmp_path):
     run = disabled_run()
     model = gpt2_from_config()
-    callback = ModProfCallback(log_freq=1, run=run, structure=False, default_mode="bwd")
+    callback = ModProfCallback(
+        log_freq=1, run=run, structure=False, settings=Settings(default_mode="bwd")
+    )
     args = _args(tmp_path, report_to="none", max_steps=2, gradient_accumulation_steps=1)
     transformers.Trainer(
         model=model, args=args, train_dataset=_dataset(), callbacks=[callback]

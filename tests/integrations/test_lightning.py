@@ -143,7 +143,10 @@ def test_options_pass_through_and_run_overrides_the_logger():
     run = disabled_run()
     lit = LitGPT()
     callback = ModProfCallback(
-        log_freq=1, run=run, structure=False, default_mode="bwd", default_scale="log"
+        log_freq=1,
+        run=run,
+        structure=False,
+        settings=wandb_modprof.Settings(default_mode="bwd", default_scale="log"),
     )
     trainer = _trainer(False, callback, max_steps=2)
     trainer.fit(lit, _loader())

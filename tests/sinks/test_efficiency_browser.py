@@ -38,7 +38,7 @@ def _rows(**peaks: float) -> list[dict[str, Any]]:
     model = _IdleResNet()
     x = torch.randn(2, 3, 32, 32)
     model(x).sum().backward()
-    with wandb_modprof.profile(model, **peaks) as prof:  # type: ignore[arg-type]
+    with wandb_modprof.profile(model, settings=wandb_modprof.Settings(**peaks)) as prof:
         for _ in range(3):
             model(x).sum().backward()
     return prof.table().resolved()

@@ -58,7 +58,7 @@ def _profile(**peaks: float) -> wandb_modprof.Profile:
     model.drop.eval()
     x = torch.randn(2, 3, 32, 32)
     model(x).sum().backward()  # the model's start-up step, untimed
-    with wandb_modprof.profile(model, **peaks) as prof:  # type: ignore[arg-type]
+    with wandb_modprof.profile(model, settings=wandb_modprof.Settings(**peaks)) as prof:
         for _ in range(3):
             model(x).sum().backward()
     return prof

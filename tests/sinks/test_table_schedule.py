@@ -107,7 +107,9 @@ def test_bad_table_intervals_are_refused() -> None:
 def test_an_offline_run_of_many_samples_holds_only_the_scheduled_tables(tmp_path: Path) -> None:
     run = wandb.init(mode="offline", project="modprof-test", dir=str(tmp_path), entity="me")
     model, x = TinyGPT(layers=1), gpt_input(batch=1, t=8)
-    handle = wandb_modprof.watch(model, log_freq=1, run=run, offload=False)
+    handle = wandb_modprof.watch(
+        model, log_freq=1, run=run, settings=wandb_modprof.Settings(offload=False)
+    )
     for step in range(101):  # 100 samples
         train_step(model, x)
         run.log({"loss": float(step)})

@@ -261,7 +261,9 @@ def test_offline_notice_is_emitted_once_per_process_with_the_command(tmp_path):
         first = wandb_modprof.watch(TinyGPT(), run=run, structure=False)
         second = wandb_modprof.watch(ResNet(), run=run, structure=False)
         first.unwatch(), second.unwatch()
-        third = wandb_modprof.watch(TinyGPT(), run=run, structure=False, chart="x/other-v2")
+        third = wandb_modprof.watch(
+            TinyGPT(), run=run, structure=False, settings=wandb_modprof.Settings(chart="x/other-v2")
+        )
         third.unwatch()
     run.finish()
     records = [w for w in caught if "is offline" in str(w.message)]
@@ -282,7 +284,10 @@ def test_disabled_run_holds_the_chart_and_the_totals_and_warns_nothing():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         handle = wandb_modprof.watch(
-            model, log_freq=1, run=run, default_mode="bwd", default_scale="log", chart=CHART
+            model,
+            log_freq=1,
+            run=run,
+            settings=wandb_modprof.Settings(default_mode="bwd", default_scale="log", chart=CHART),
         )
         for _ in range(3):  # 1: structure pass; 2, 3 sampled
             train_step(model, x)
@@ -466,15 +471,17 @@ def test_bad_mode_scale_and_chart_are_clear_errors():
     model = TinyGPT()
     modes = ", ".join(repr(m) for m in MODE_KEYS)
     with pytest.raises(ModProfError, match=re.escape(f"expected one of {modes}; got 'time'")):
-        wandb_modprof.watch(model, run=run, default_mode="time")
+        wandb_modprof.watch(model, run=run, settings=wandb_modprof.Settings(default_mode="time"))
     with pytest.raises(
         ModProfError, match=re.escape("default_scale expected one of 'linear', 'log'; got 'sqrt'")
     ):
-        wandb_modprof.watch(model, run=run, default_scale="sqrt")
+        wandb_modprof.watch(model, run=run, settings=wandb_modprof.Settings(default_scale="sqrt"))
     for bad in ("wandb-modprof-v1", "a/b/c", "me/", "me/has space", 3):
         with pytest.raises(ModProfError, match=r"chart expected a W&B chart preset name"):
-            wandb_modprof.watch(model, run=run, chart=bad)  # type: ignore[arg-type]
-    handle = wandb_modprof.watch(model, run=run, chart="team_1/my.chart-v2", structure=False)
+            wandb_modprof.watch(model, run=run, settings=wandb_modprof.Settings(chart=bad))  # type: ignore[arg-type]
+    handle = wandb_modprof.watch(
+        model, run=run, settings=wandb_modprof.Settings(chart="team_1/my.chart-v2"), structure=False
+    )
     assert handle.chart == "team_1/my.chart-v2"
 
 

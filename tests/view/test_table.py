@@ -441,7 +441,9 @@ def test_a_view_with_many_inputs_or_outputs_merges_them_into_one_group(
     sharing the merged end, they are a grid whose edges are bundled (`view/blocks.py`), so at
     200 rows every one of them is."""
     model = _ManyOutputs() if side == "outputs" else _ManyInputs()
-    with wandb_modprof.profile(model, warmup=1) as prof:  # (no start-up note row)
+    with wandb_modprof.profile(
+        model, settings=wandb_modprof.Settings(warmup=1)
+    ) as prof:  # (no start-up note row)
         for _ in range(3):
             if isinstance(model, _ManyOutputs):
                 sum(y.sum() for y in model(torch.randn(2, 4)).values()).backward()

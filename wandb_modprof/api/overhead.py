@@ -23,9 +23,10 @@ with a core to spare it does not. The share is the cost over the
 time since the first step. Until a plain step has been timed the sampled steps' extra is not
 known and counts as 0 (said by `Overhead.steps`).
 
-`log_freq="auto"` (`watch(..., overhead=0.01)`) samples a step only when the run's cost so far
-plus the last sample's cost stays within `overhead` of the time since the first step: the
-interval between samples follows what a sample costs on this model and machine. The first
+`log_freq="auto"` (`watch(..., settings=Settings(overhead=0.01))`) samples a step only when
+the run's cost so far plus the last sample's cost stays within `overhead` of the time since
+the first step: the interval between samples follows what a sample costs on this model and
+machine. The first
 sample's cost is not known before it runs: it is taken as `FIRST_SAMPLE_STEPS` plain steps.
 Where the floor alone is at or above `overhead` (a tiny model whose root hooks cost more than
 the budget), nothing is sampled, and `floor_over` says so (told once by `StepCounter`).
@@ -44,7 +45,7 @@ import torch
 
 from wandb_modprof.records.snapshot import Overhead
 
-DEFAULT_OVERHEAD = 0.01  # `watch(overhead=)`: 1 % of training time
+DEFAULT_OVERHEAD = 0.01  # `Settings.overhead`: 1 % of training time
 """The share of training time `watch(log_freq="auto")` lets sampling take unless given
 `overhead=`: 0.01, 1 %."""
 PLAIN_WINDOW = 32  # recent plain steps whose median is the typical step

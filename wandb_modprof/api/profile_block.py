@@ -9,6 +9,7 @@ from torch import nn
 
 from wandb_modprof._validate import check_model, check_optimizer
 from wandb_modprof.api.profile import Profile
+from wandb_modprof.api.settings import PROFILE_FIELDS, Settings, accepts_moved, check_settings
 from wandb_modprof.capture.hooks import Capture
 from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.capture.options import Options, parse_options
@@ -64,23 +65,22 @@ class ProfileBlock:
         _registry.release(self.model, self)
 
 
+@accepts_moved("profile", PROFILE_FIELDS)
 def profile(
     model: nn.Module,
     *,
     optimizer: torch.optim.Optimizer | None = None,
-    timing: str = "auto",
     activations: bool = True,
     norms: bool = True,
     structure: bool = True,
-    nvtx: bool = False,
-    warmup: int = 0,
-    peak_flops: float | None = None,
-    peak_bw: float | None = None,
+    settings: Settings | None = None,
 ) -> ProfileBlock:
     """Measure every forward of `model` (and its backward) inside a `with` block.
 
     Every forward inside the block is one sample, train or eval, with or without grad; its
-    backward is measured when it runs inside the block. Options as for `watch`.
+    backward is measured when it runs inside the block. Arguments as for `watch`; `settings`
+    takes `Settings`' fields but the five of a W&B run (`offload`, `overhead`, `chart`,
+    `default_mode`, `default_scale`).
 
     One step is enough: the first timed forward with no module graph yet derives the graph
     (calls, dataflow edges) from what it records anyway, so a block of one forward + backward
@@ -93,10 +93,7 @@ def profile(
     A model's first step in the process is mostly one-time start-up (allocator growth, kernel
     selection, lazy initialisation). A sample of it is marked so (`Sample.cold_start`; the
     summary, report and panel say it), and left out of the statistics once a later sample
-    exists. `warmup=N` runs the block's first N forwards untimed instead.
-
-    `peak_flops` / `peak_bw`: the roofline's peaks (FLOP/s, memory bytes/s) for the calls'
-    efficiency; None: found once per process (`watch`).
+    exists. `settings=Settings(warmup=N)` runs the block's first N forwards untimed instead.
 
     Examples:
         >>> with wandb_modprof.profile(model) as prof:              # doctest: +SKIP
@@ -104,14 +101,15 @@ def profile(
         >>> print(prof.summary())                                   # doctest: +SKIP
     """
     check_model(model, "profile()")
+    given = check_settings(settings, "profile()")
     options = parse_options(
-        timing=timing,
+        timing=given.timing,
         activations=activations,
         norms=norms,
         structure=structure,
-        nvtx=nvtx,
-        warmup=warmup,
-        peak_flops=peak_flops,
-        peak_bw=peak_bw,
+        nvtx=given.nvtx,
+        warmup=given.warmup,
+        peak_flops=given.peak_flops,
+        peak_bw=given.peak_bw,
     )
     return ProfileBlock(model, check_optimizer(optimizer), options)

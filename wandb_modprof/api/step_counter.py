@@ -104,7 +104,8 @@ class StepCounter:
             f"wandb_modprof: watching {type(module).__name__} costs {1e6 * floor:.1f} us of each "
             f"{1e6 * typical:.0f} us training step ({100 * floor / typical:.2f} %) before any "
             f"sample, at or above overhead={self.budget:g}: log_freq='auto' samples nothing "
-            "while that holds. Pass a larger overhead= or a fixed log_freq to sample this model. "
+            "while that holds. Pass a larger settings=Settings(overhead=...) or a fixed log_freq "
+            "to sample this model. "
             "Training is not affected.",
             RuntimeWarning,
         )

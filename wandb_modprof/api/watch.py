@@ -27,6 +27,7 @@ from wandb_modprof.api.distributed import RankChannel, open_channel, rank_info
 from wandb_modprof.api.overhead import DEFAULT_OVERHEAD, run_overhead
 from wandb_modprof.api.profile import Profile
 from wandb_modprof.api.sample_handoff import SampleHandoff
+from wandb_modprof.api.settings import FIELDS, Settings, accepts_moved, check_settings
 from wandb_modprof.api.step_counter import StepCounter
 from wandb_modprof.capture.hooks import Capture
 from wandb_modprof.capture.model.wrappers import check_supported, type_name
@@ -34,7 +35,6 @@ from wandb_modprof.capture.options import Options, parse_options
 from wandb_modprof.capture.root_hooks import recover_interrupted_captures
 from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.records import modes as _modes
-from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE
 from wandb_modprof.records.snapshot import Overhead
 from wandb_modprof.sinks.wandb.table_schedule import DEFAULT_INTERVAL_S
 from wandb_modprof.sinks.wandb.wandb_log import WandbLog
@@ -231,27 +231,19 @@ def forwards_counted(handle: WatchHandle) -> int:
     return handle._counter.forwards
 
 
+@accepts_moved("watch", FIELDS)
 def watch(
     model: nn.Module,
     log_freq: int | str = 100,
     run: Any = None,
     optimizer: torch.optim.Optimizer | None = None,
     *,
-    timing: str = "auto",
     activations: bool = True,
     norms: bool = True,
     structure: bool = True,
-    nvtx: bool = False,
-    warmup: int = 0,
-    default_mode: str = DEFAULT_MODE,
-    default_scale: str = DEFAULT_SCALE,
-    chart: str | None = None,
     artifact_freq: int | None = 0,
     table_interval: float | None = DEFAULT_INTERVAL_S,
-    offload: bool | str = "auto",
-    overhead: float = DEFAULT_OVERHEAD,
-    peak_flops: float | None = None,
-    peak_bw: float | None = None,
+    settings: Settings | None = None,
 ) -> WatchHandle:
     """Measure every module of `model` on every `log_freq`-th training step; log to W&B.
 
@@ -272,7 +264,8 @@ def watch(
     Args:
         model: the module to measure (the same object the training loop calls).
         log_freq: sample every `log_freq`-th training step (>= 1), or "auto": sample when
-            the run's measured cost of sampling stays within `overhead` (`api.overhead`).
+            the run's measured cost of sampling stays within `Settings.overhead` (default
+            1 % of training time, `api.overhead`).
         run: the W&B run to log to (default: `wandb.run`; one of them is required: for
             profiling without W&B use `wandb_modprof.profile(model)`). In a distributed
             run (`torch.distributed` initialised) only rank 0 needs and uses one: every other
@@ -280,7 +273,6 @@ def watch(
             every rank's (`api.distributed`); a run given on another rank is not logged to.
         optimizer: if given, steps are counted as optimizer steps (gradient accumulation) and
             optimizer-state bytes are measured per module.
-        timing: "auto" (host clock on CPU, device events on accelerators), "cpu" or "device".
         activations: measure bytes saved for backward (saved-tensor hooks on sampled steps).
         norms: measure parameter and gradient norms per module.
         structure: capture the module graph (dataflow between calls) and FLOPs on the first
@@ -289,36 +281,17 @@ def watch(
             (if it was due for sampling, it is skipped), except when the first sampled step
             comes before any graph: that step is timed and derives the graph (no FLOPs) from
             its own forward, and the structure pass takes a later step.
-        nvtx: on sampled steps, emit NVTX ranges `<module>.forward` / `<module>.backward` for
-            Nsight Systems (needs a CUDA build of torch).
-        warmup: the model's first `warmup` training steps run untimed (counted, never
-            sampled). With 0 (default), a first sample that is the model's first step in the
-            process (one-time start-up: allocator growth, kernel selection) is marked so and
-            left out of the statistics once a later sample exists (`Sample.cold_start`).
-        default_mode: what the panel colours nodes by when opened: one of
-            `records.modes.MODE_KEYS` ("fwd", "bwd", "fwd_bwd", "self", "act", "param", ...).
-        default_scale: the panel's initial colour scale, "linear" or "log".
-        chart: the W&B chart preset "entity/name" (from `register_chart`); default
-            `<run entity>/wandb-modprof-v4` (`$WANDB_ENTITY` when the run has none). An
-            offline run with no entity at all logs the tables without the panel, and says so.
         artifact_freq: the full profile file (every call; the panel's table holds at most
             10,000 rows) as a W&B artifact (`type="modprof-profile"`): 0 (default) at
             `unwatch()`, N > 0 also at every N-th logged sample, None never.
         table_interval: the most seconds between two tables (the panel's data) logged to
             W&B, default 3600; None: no limit. Tables go at the 1st, 2nd, 4th, ... sample and
             at `unwatch()`, every sample logs its step totals (`sinks.wandb.table_schedule`).
-        offload: where the work after a sample (resolve, statistics, table) runs: "auto"
-            (default) in a worker process from 1,000 module calls a sample, True always there,
-            False on the training thread; host-timed, single-process runs only
-            (`api.sample_handoff`). `unwatch()`, `run.finish()` and `profile()` wait for it.
-        overhead: with `log_freq="auto"`, the share of training time sampling may take
-            (default 0.01). Every run's measured overhead is in `handle.overhead`, the
-            summary, the panel, the report and `modprof/<Class>/overhead_pct`.
-        peak_flops: the peak FLOP/s each call's efficiency (the "eff" mode, its share of the
-            roofline) is measured against. Default None: a GEMM calibrated once per process
-            on CPU, the data sheet on common GPUs (`capture.structure.calibration`).
-        peak_bw: the peak memory bytes/s of that roofline. Default None: a large copy
-            calibrated once per process on CPU, the data sheet on common GPUs.
+        settings: what experts change (`Settings`: timing, warmup, NVTX ranges, the
+            roofline's peaks, the worker process, the overhead budget of `log_freq="auto"`,
+            the chart preset, the panel's initial mode and scale); None: the defaults. Every
+            sample's measured overhead is in `handle.overhead`, the summary, the panel, the
+            report and `modprof/<Class>/overhead_pct`.
 
     Examples:
         >>> run = wandb.init(project="my-project")                 # doctest: +SKIP
@@ -329,26 +302,27 @@ def watch(
         >>> print(handle.unwatch().summary())                      # doctest: +SKIP
     """
     check_model(model, "watch()")
+    given = check_settings(settings, "watch()")
     options = parse_options(
-        timing=timing,
+        timing=given.timing,
         activations=activations,
         norms=norms,
         structure=structure,
-        nvtx=nvtx,
-        warmup=warmup,
-        peak_flops=peak_flops,
-        peak_bw=peak_bw,
+        nvtx=given.nvtx,
+        warmup=given.warmup,
+        peak_flops=given.peak_flops,
+        peak_bw=given.peak_bw,
     )
     if not (isinstance(log_freq, str) and log_freq == "auto"):
         log_freq = check_log_freq(log_freq)
-    budget = check_overhead(overhead)
+    budget = check_overhead(given.overhead)
     optimizer = check_optimizer(optimizer)
-    default_mode = check_choice("default_mode", default_mode, _modes.MODE_KEYS)
-    default_scale = check_choice("default_scale", default_scale, _modes.SCALES)
-    chart = check_chart(chart)
+    default_mode = check_choice("default_mode", given.default_mode, _modes.MODE_KEYS)
+    default_scale = check_choice("default_scale", given.default_scale, _modes.SCALES)
+    chart = check_chart(given.chart)
     artifact_freq = check_artifact_freq(artifact_freq)
     table_interval = check_table_interval(table_interval)
-    setting = check_offload(offload)
+    setting = check_offload(given.offload)
     run = check_run(run)
     check_supported(model)
     info = rank_info()

@@ -29,6 +29,7 @@ import torch
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._validate import check_log_freq
+from wandb_modprof.api.settings import FIELDS
 from wandb_modprof.api.watch import WatchHandle, count_from, forwards_counted, watch
 
 
@@ -61,12 +62,14 @@ def import_framework(names: tuple[str, ...], framework: str, extra: str) -> list
 # `watch`'s options a callback passes through; the model and the optimizer are the framework's.
 _FIXED = ("model", "optimizer", "log_freq")
 WATCH_OPTIONS = tuple(name for name in inspect.signature(watch).parameters if name not in _FIXED)
+# the arguments `watch` took before they moved into `Settings`: passed on (it warns)
+_MOVED = FIELDS
 
 
 def check_watch_options(owner: str, log_freq: int, options: dict[str, Any]) -> int:
     """Check what can be checked before training starts (option names, `log_freq`); `watch`
     checks the values when the callback calls it."""
-    unknown = sorted(set(options) - set(WATCH_OPTIONS))
+    unknown = sorted(set(options) - set(WATCH_OPTIONS) - set(_MOVED))
     if unknown:
         fixed = " (set by the callback)" if set(unknown) & set(_FIXED) else ""
         raise ModProfError(
