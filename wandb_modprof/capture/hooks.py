@@ -72,7 +72,7 @@ class Capture(RootHooks):
         if isinstance(self.clock, CpuClock):
             self.clock.cost = hook_cost.measured()
         self.memory: DeviceMemory | None = None
-        if options.device_memory and device.type != "cpu":
+        if device.type != "cpu":  # allocator deltas and peaks
             self.memory = AcceleratorMemory(device)
         # which GradScaler's scale the sampled gradients carry (only where norms are read)
         self.loss_scales = LossScaleWatch(model, self.warn_once) if options.norms else None

@@ -22,7 +22,6 @@ class Options:
     timing: Timing = Timing.AUTO
     activations: bool = True  # saved-tensor hooks during sampled forwards
     norms: bool = True  # parameter and gradient norms per module
-    device_memory: bool = True  # allocator deltas and peaks on accelerators
     # a structure pass (graph, FLOPs) on its own, untimed step; before it, a first sample
     # derives the graph from its own forward (`step_dataflow`)
     structure: bool = True

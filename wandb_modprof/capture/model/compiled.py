@@ -51,12 +51,6 @@ def unwrapped(module: nn.Module) -> nn.Module:
     return module
 
 
-def has_compiled_code(model: nn.Module) -> bool:
-    """Any compiled region among the model's modules (a compiled function called inside a
-    plain module's forward is not seen here; the structure pass runs it eagerly)."""
-    return any(is_compiled_wrapper(m) or compiled_in_place(m) for m in model.modules())
-
-
 def user_name(name: str) -> str:
     """A qualified name with the wrappers' `_orig_mod` parts taken out."""
     return ".".join(part for part in name.split(".") if part != ORIG)
