@@ -85,6 +85,42 @@ def test_a_session_resolves_in_the_worker_to_the_same_profile():
     assert all(r.grad_norm is not None for r in theirs.last.invocations if r.param_bytes)
 
 
+def test_every_sample_logs_its_scalars_through_the_worker() -> None:
+    """With the worker a step or more behind, every sample's step totals still reach the run
+    (the trend is per sample): the answers to outdated requests carry their sample's scalars,
+    and they are logged one a step, in order."""
+    model, x = TinyGPT(), gpt_input()
+    run = wandb.init(mode="disabled")
+    logged: list[dict[str, object]] = []
+    log = run.log
+
+    def spy(data: dict[str, object], *args: object, **kwargs: object) -> object:
+        if kwargs.get("commit") is False and "modprof/TinyGPT/samples" in data:
+            logged.append(data)
+        return log(data, *args, **kwargs)
+
+    run.log = spy
+    handle = wandb_modprof.watch(
+        model, log_freq=1, run=run, settings=wandb_modprof.Settings(offload=True)
+    )
+    steps = 12
+    for _ in range(steps):
+        train_step(model, x)
+    handoff = handle._handoff
+    assert handoff is not None and handoff.decided is True
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (handoff._outstanding is not None or handoff._answers):
+        time.sleep(0.05)
+        handle._log_samples()  # what the next steps' root forwards do
+    counts = [int(entry["modprof/TinyGPT/samples"]) for entry in logged]  # type: ignore[call-overload]
+    handle.unwatch()
+    samples = handle.profile().num_samples
+    assert counts == sorted(set(counts))  # in order, each once
+    # every sample but the ones the final log supersedes (none once the worker caught up)
+    assert len(counts) >= samples - 1, (counts, samples)
+    assert all(entry["modprof/TinyGPT/fwd_ms"] for entry in logged)
+
+
 def _travelled(message: tuple[object, ...]) -> tuple[object, ...]:
     return sample_worker.pickle.loads(sample_worker.pickle.dumps(message))  # type: ignore[no-any-return]
 

@@ -72,7 +72,10 @@ class SampleHandoff(WorkerSupervisor):
         self.setting = setting  # "auto", "process" or "off"
         self.decided = None if setting != "off" else False
         self._serial = 0
-        self._newest: tuple[Any, ...] | None = None  # the newest table received, not logged
+        # The "logged" answers received and not logged yet, oldest first. An answer to an
+        # older request counts too: with a worker a step or more behind, every answer arrives
+        # after the next request went out, and each carries its sample's scalars.
+        self._answers: list[tuple[Any, ...]] = []
 
     # ---- the Remote protocol -------------------------------------------------------------
     def resolve(self, acc: ProfileAccumulator, force: bool) -> None:
@@ -103,7 +106,7 @@ class SampleHandoff(WorkerSupervisor):
             reply = self._ask_surviving(ask, acc) if self._shipped else None
             if reply is None:  # nothing handed over, or fell back to in-process
                 return log.deliver(lambda: _resolved(acc), acc.snapshot, final=final)
-            self._newest = None
+            self._answers = []
             log.table_due(reply[2], final=True)  # (the final answer carries the table)
             acc.load_pickled(reply[2], reply[9])
             self._log_reply(log, reply, True, acc.overhead)
@@ -114,10 +117,12 @@ class SampleHandoff(WorkerSupervisor):
             ask = ("log", False, log.artifact_due_next(), False, acc.overhead, table)
             self._outstanding = self._request(ask)
         self._drain(acc)
-        newest, self._newest = self._newest, None
-        if newest is not None:
-            self._log_reply(log, newest, False, acc.overhead)
-        return self._outstanding is None
+        # One answer a step: a row of the run takes one value per key, so the answers that
+        # came together are logged at this step and the next ones (a backlog the size of the
+        # worker's batch; the final log supersedes what is left).
+        if self._answers:
+            self._log_reply(log, self._answers.pop(0), False, acc.overhead)
+        return self._outstanding is None and not self._answers
 
     def _log_reply(
         self, log: WandbLog, reply: tuple[Any, ...], final: bool, overhead: Overhead | None
@@ -125,6 +130,9 @@ class SampleHandoff(WorkerSupervisor):
         """Log a ("logged", serial, count, totals, columns, rows, page, file, name, profile,
         note, saved) answer: columns None when the worker logged the rows to the run itself;
         a note (it could not, and why) is told once."""
+        if reply[0] == "skipped":  # ("skipped", serial, count, saved, totals): scalars only
+            log.log_packed(reply[2], reply[4], None, None, None, None, "", False, overhead)
+            return
         count, totals, columns, rows, page, path, name = reply[2:9]
         if reply[10] is not None:
             text = f"{reply[10]}; the training thread logs {self.key}'s tables"
@@ -214,11 +222,15 @@ class SampleHandoff(WorkerSupervisor):
             with paused_gc():
                 reply = pickle.loads(raw)
             kind, serial = reply[0], reply[1]
-            if kind == "logged" and serial == self._outstanding:
-                self._outstanding = None
-                self._newest = reply
-            elif kind == "skipped" and serial == self._outstanding:
-                self._outstanding = None
+            if kind == "logged":
+                if serial == self._outstanding:
+                    self._outstanding = None
+                self._answers.append(reply)
+            elif kind == "skipped":
+                if serial == self._outstanding:
+                    self._outstanding = None
+                if len(reply) > 4 and reply[4] is not None:  # its sample's scalars
+                    self._answers.append(reply)
             elif kind == "error":
                 if reply[3] in ("sample", "reading"):
                     self.dropped += 1

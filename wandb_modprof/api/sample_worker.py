@@ -259,6 +259,7 @@ def handle(worker: Worker, message: tuple[Any, ...], skip: bool) -> tuple[Any, .
     final, want_file, report, overhead);
     ("snapshot", serial) (a log's want_file: write the profile file for the artifact; a final
     log also sends the profile). Log and snapshot requests are answered (a skipped log with its
+    sample's totals and
     count only), the others not."""
     kind = message[0]
     if kind == "start":
@@ -278,7 +279,12 @@ def handle(worker: Worker, message: tuple[Any, ...], skip: bool) -> tuple[Any, .
         if not (final or skip):
             worker.save()
         if skip:
-            return ("skipped", serial, worker.acc.num_samples, worker.saved)
+            # its sample's scalars still go back: the trend is per sample (resolving now is
+            # work the next answer would do anyway)
+            worker.acc.resolve_pending(force=True)
+            last = worker.acc.last
+            totals = last.totals if last is not None else None
+            return ("skipped", serial, worker.acc.num_samples, worker.saved, totals)
         logged = worker.log(final, want_file, report, table_due)
         return ("logged", serial, *logged, worker.saved)
     if kind == "snapshot":
