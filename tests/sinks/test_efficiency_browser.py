@@ -109,7 +109,11 @@ def test_clicking_efficiency_colours_by_time_lost_and_the_card_says_no_work(
     fills = {i.datum["node_key"]: i.fill for i in panel.items("node_rect")}
     end = browser.parse_color(panel.scale("turbo", 1))
     assert browser.parse_color(fills[hottest]) == end
-    assert [k for k, f in fills.items() if browser.parse_color(f) == end] == [hottest]
+    at_end = [k for k, f in fills.items() if browser.parse_color(f) == end]
+    # the end colour is the most time lost; another call shares it only where its value is
+    # within a colour step of the hottest's (two stages losing nearly the same time)
+    assert hottest in at_end and len(at_end) < len(fills)
+    assert all(lost[k] >= 0.97 * lost[hottest] for k in at_end), {k: lost[k] for k in at_end}
     (title,) = panel.items("colorbar_title")
     assert title.text == "Time lost vs roofline (fwd)"
     _fits(_card(panel, "idle#0"), {"Fwd: no work: no FLOPs, no bytes moved"})

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 from wandb_modprof.capture.backward.nodes import NodeTable, grad_to_create, node_name
 from wandb_modprof.capture.backward.recompute import RecomputeTracker
 from wandb_modprof.capture.step import autograd_private as ap
-from wandb_modprof.capture.step import gc_pause
+from wandb_modprof.capture.step import gc_pause, interrupt_guard
+from wandb_modprof.capture.step.interrupt_guard import BODY
 
 if TYPE_CHECKING:
     from wandb_modprof.capture.backward.nvtx import NvtxRanges
@@ -279,8 +280,10 @@ class _NodeHook:
         # Our body's time, and the engine's call into it (`HookCost.node_ns`), is ours: a
         # node's window holds the rest of its pre-hook and the start of its hook, an
         # AccumulateGrad node's the rest of the node hook before it (`backward_charges`).
+        # A Ctrl-C arriving inside the body waits for its end (`interrupt_guard`).
         clock = self.session.clock
         clock.own_enter()
+        BODY.body += 1
         try:
             if grad_outputs is _PRE:  # a pre-hook gets the grad outputs only
                 self.session._node_pre(self.slot, grads)
@@ -288,3 +291,6 @@ class _NodeHook:
                 self.session._node_post(self.slot, grads, grad_outputs)
         finally:
             clock.own_leave_node()
+            BODY.body -= 1
+            if BODY.pending is not None and not BODY.body:
+                interrupt_guard.body_done()

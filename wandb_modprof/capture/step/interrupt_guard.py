@@ -25,13 +25,18 @@ _RECOVER: list[Callable[[], None]] = []  # what ends every open window (`registe
 
 
 class _Armed:
-    __slots__ = ("on",)
+    __slots__ = ("body", "on", "pending")
 
     def __init__(self) -> None:
         self.on = False
+        # Inside one of our autograd node hooks (depth): a SIGINT then waits for its end
+        # (`pending`), so that the windows are ended with no body of ours half run.
+        self.body = 0
+        self.pending: tuple[int, FrameType | None] | None = None
 
 
 _ARMED = _Armed()
+BODY = _ARMED  # (the node hooks' depth and pending interrupt, `backward.node_stamps`)
 
 
 def register(recover: Callable[[], None]) -> None:
@@ -67,7 +72,21 @@ def armed() -> bool:
     return _ARMED.on
 
 
+def body_done() -> None:
+    """Called where `BODY.body` dropped to 0 with a SIGINT pending: deliver it now."""
+    pending, BODY.pending = BODY.pending, None
+    if pending is not None:
+        _interrupt(*pending)
+
+
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    if BODY.body:
+        BODY.pending = (signum, frame)  # delivered as our hook body ends (`body_done`)
+        return
+    _interrupt(signum, frame)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
     disarm()
     for recover in _RECOVER:
         # Nothing may stop the interrupt the user asked for (a window left open is ended at
