@@ -21,6 +21,7 @@ from wandb_modprof._errors import ModProfError
 from wandb_modprof.api import sample_worker
 from wandb_modprof.api.sample_message import index_message, sample_message
 from wandb_modprof.api.worker_supervision import ANSWER_TIMEOUT_S
+from wandb_modprof.capture.backward import checkpoint_cost
 from wandb_modprof.sinks.wandb.packed import unpacked
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 
@@ -127,8 +128,10 @@ def _travelled(message: tuple[object, ...]) -> tuple[object, ...]:
 
 def test_the_worker_logs_every_sample_and_the_final_profile(tmp_path):
     """offload=True on an offline run: each sample is logged (a step or two later), the
-    final table is the returned profile's, the report and the artifact are logged, and
+    final table is the returned profile's, the report and the artifact are logged, the plan
+    in its tables is priced by the worker (the training process took no calibration), and
     training is bitwise identical to an unwatched twin."""
+    checkpoint_cost.checkpoint_call_ms.cache_clear()
     model, x = TinyGPT(), gpt_input()
     twin = copy.deepcopy(model)
     run = _offline_run(tmp_path)
@@ -147,6 +150,7 @@ def test_the_worker_logs_every_sample_and_the_final_profile(tmp_path):
     assert worker is not None and worker.alive()
     prof = handle.unwatch()
     assert worker.proc.poll() is not None  # stopped
+    assert checkpoint_cost.checkpoint_call_ms.cache_info().currsize == 0  # none here
     artifact = handle._wandb_log.artifact if handle._wandb_log else None
     run.finish()
     assert prof.num_samples == 4
@@ -161,6 +165,12 @@ def test_the_worker_logs_every_sample_and_the_final_profile(tmp_path):
     logged = sorted(r[columns.index("bwd_bytes")] for r in rows if r[columns.index("bwd_bytes")])
     mine = table.columns.index("bwd_bytes")
     assert logged == sorted(r[mine] for r in table.rows if r[mine]) and len(logged) > 10
+    (plan,) = [
+        r[columns.index("meta_value")]
+        for r in rows
+        if r[columns.index("row_kind")] == "meta" and r[columns.index("meta_key")] == "ckpt_plan"
+    ]
+    assert "step time" in plan and "not priced" not in plan, plan
     assert artifact is not None and artifact.type == "modprof-profile"
     (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
     (report,) = (run_dir / "files/media/html/modprof/TinyGPT").glob("report_*.html")

@@ -59,7 +59,7 @@ def checkpoint_cells(
     """The cells of `calls` (the merged tree's, forward order) and the plan's meta row at
     `budget` (see `Profile.checkpoint_plan`; None: no plan, no cells). A profile without
     activation bytes has none either. `call_ms`: what checkpointing costs per call beyond the
-    recompute (None: this process's measurement where it has one without a second's import,
+    recompute (None: this process's measurement where it took one already,
     `capture.backward.checkpoint_cost.known_call_ms`, else the plan leaves it out and its last
     line says so)."""
     if budget is None or not calls:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import statistics
-import sys
 import time
 
 import torch
@@ -32,11 +31,13 @@ CALLS = 15  # calls per round and variant
 
 
 def known_call_ms() -> float | None:
-    """`checkpoint_call_ms()` where this process measured it or can without importing torch's
-    compiler stack (`torch._dynamo`, which `checkpoint` imports on its first call: about a
-    second; a process that profiled a model has it, a worker process that only builds tables
-    has not); None otherwise."""
-    if checkpoint_call_ms.cache_info().currsize or "torch._dynamo" in sys.modules:
+    """`checkpoint_call_ms()` where this process measured it already; None otherwise. Never
+    measures: the tables `watch` builds on its own (in the training process when no worker runs)
+    take no calibration there. The worker process measures it once, off the training thread,
+    before its first table (`api.sample_worker`); an explicit `Profile.checkpoint_plan()`,
+    `table()` or `summary(mode="ckpt")` measures it in the calling process (a fraction of a
+    second once, with every random generator left where it was)."""
+    if checkpoint_call_ms.cache_info().currsize:
         return checkpoint_call_ms()
     return None
 
