@@ -8,9 +8,12 @@ requests with what the training process needs to log: the sample count, the newe
 totals, the table's columns and packed rows (`sinks.wandb.packed`), on request the HTML report page
 and the whole profile. Given the run's `AttachTarget`, it logs the rows and the page to the
 user's W&B run itself (`sinks.wandb.wandb_attach`) and answers without them; if it cannot attach,
-it answers with them and says why, once. After every batch of samples it saves its
-statistics to CHECKPOINT (written aside, then renamed), so that a worker started after this
-one crashed continues from there and only the samples in flight are lost.
+it answers with them and says why, once. It saves its statistics to CHECKPOINT (written
+aside, then renamed) with every table it builds, at least every `CHECKPOINT_S` seconds and
+whenever the training process asks for the profile, so that a worker started after this one
+crashed continues from there: only the samples since that save are lost, and counted. (A save
+costs about what resolving a sample does, so saving after every sample doubled the worker's
+work in a fast loop.)
 
 Messages are pickled tuples (see `handle`). A failure while handling one is answered with
 ("error", serial, text) and the worker carries on; it exits when the socket closes (the
@@ -23,11 +26,13 @@ process decides what happens to its samples (`api.sample_handoff`).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import pickle
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
@@ -45,6 +50,8 @@ from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.sinks.wandb.wandb_attach import AttachedRun, AttachTarget
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 from wandb_modprof.stats.quiet_gc import paused_gc
+
+CHECKPOINT_S = 30.0  # the longest stretch of samples a crashed worker can lose
 
 
 class _Given:
@@ -67,6 +74,7 @@ class Worker:
         self.full_detail = ""
         self.mode, self.scale = "fwd", "linear"
         self.saved = 0  # samples in the last checkpoint written
+        self.saved_at = -math.inf  # when (`time.monotonic`)
         self.files = 0  # profile files written
         self.target: AttachTarget | None = None  # the user's run, to log into
         self.attached: AttachedRun | None = None
@@ -116,6 +124,12 @@ class Worker:
             return
         write_checkpoint(self.checkpoint, self.acc.num_samples, self.acc.saved_state())
         self.saved = self.acc.num_samples
+        self.saved_at = time.monotonic()
+
+    def save_due(self, table_due: bool) -> bool:
+        """Whether a log request saves the checkpoint first: with a table, or once
+        `CHECKPOINT_S` have passed since the last save."""
+        return table_due or time.monotonic() - self.saved_at >= CHECKPOINT_S
 
     def _attach(self) -> AttachedRun | None:
         """The user's run, attached at the first log (None: no target, or it failed)."""
@@ -288,9 +302,9 @@ def handle(worker: Worker, message: tuple[Any, ...], skip: bool) -> tuple[Any, .
     if kind == "log":
         final, want_file, report, worker.acc.overhead = message[2:6]
         table_due = bool(message[6]) if len(message) > 6 else True
-        # Saved once per batch, at its newest log (the final log ends the worker: its
-        # statistics go back in the reply). The checkpoint costs about what resolving does.
-        if not (final or skip):
+        # Saved with a table or after `CHECKPOINT_S`, at a batch's newest log (the final log
+        # ends the worker: its statistics go back in the reply).
+        if not (final or skip) and worker.save_due(table_due):
             worker.save()
         if skip:
             # its sample's scalars still go back: the trend is per sample (resolving now is
