@@ -5,8 +5,9 @@ Run (about a minute on 2 CPU cores):
     .venv/bin/python benchmarks/hook_floor.py [--modules N]
 
 On the tree of ``scale.py``'s ``nested-N`` (Linear -> ReLU -> Linear blocks, width 8, batch 2),
-without wandb_modprof, one torch thread, the fastest of 7 steps each (the collector off inside
-them), all in one process:
+without wandb_modprof, one torch thread, all in one process: each variant's step once per round,
+9 rounds interleaved, the training thread's CPU time (the collector off inside the steps); each
+figure is the median over rounds of a hooked step less the plain step of the same round:
 
 * module hooks: a forward pre-hook and a forward hook on every module (what times a forward);
 * node hooks: a pre-hook and a hook on every autograd node of the step (what times a backward
@@ -33,20 +34,34 @@ import torch
 from torch import nn
 
 
-def _fastest_s(step: Callable[[], object], repeats: int = 7) -> float:
-    """The fastest of `repeats` runs, each with the collector off (emptied before): the cost of
-    deterministic work, which a shared machine's preemptions and collections only add to."""
-    times = []
-    for _ in range(repeats):
-        gc.collect()
-        gc.disable()
-        try:
-            t0 = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - t0)
-        finally:
-            gc.enable()
-    return min(times)
+def _cpu_s(step: Callable[[], object]) -> float:
+    """The training thread's CPU time of one run of `step`, the collector off (emptied before):
+    a shared machine's preemptions do not count, its collections cannot land inside."""
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = time.thread_time()
+        step()
+        return time.thread_time() - t0
+    finally:
+        gc.enable()
+
+
+def _paired_s(variants: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
+    """Each variant once per round, rounds interleaved (the order rotates each round), so a
+    drift of the machine over the measurement reaches every variant alike: the CPU seconds of
+    each variant, per round."""
+    names = list(variants)
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            out[name].append(_cpu_s(variants[name]))
+    return out
+
+
+def _extra_s(times: dict[str, list[float]], hooked: str, base: str) -> float:
+    """The median over rounds of `hooked` minus `base` in the same round."""
+    return statistics.median(h - b for h, b in zip(times[hooked], times[base], strict=True))
 
 
 def _nodes(root: Any) -> set[Any]:
@@ -79,12 +94,14 @@ class Floor:
 
 
 def floor_us_per_call(
-    model: nn.Module, loss_of: Callable[[nn.Module], torch.Tensor], repeats: int = 7
+    model: nn.Module, loss_of: Callable[[nn.Module], torch.Tensor], repeats: int = 9
 ) -> Floor:
     """The floor of `model` with `loss_of(model)` as its step's forward: module pre/post hooks on
     every module, pre/post hooks on every autograd node (registered after the forward, as a
-    sampled step does), identity saved-tensor hooks; each against the plain step (the fastest of
-    `repeats`, collector off), per module call. Leaves no hook behind."""
+    sampled step does), identity saved-tensor hooks; each against the plain step (the node hooks
+    against a plain step that walks the graph as registering does), per module call: the median
+    over `repeats` interleaved rounds of the training thread's CPU time, collector off, of each
+    hooked step less the plain one of the same round. Leaves no hook behind."""
     counted = [0]
 
     def count(_module: nn.Module, _args: Any) -> None:
@@ -128,27 +145,41 @@ def floor_us_per_call(
             loss_of(model).backward()
         model.zero_grad(set_to_none=True)
 
+    def module_hooked() -> None:
+        handles = [m.register_forward_pre_hook(lambda mod, a: None) for m in model.modules()]
+        handles += [m.register_forward_hook(lambda mod, a, out: None) for m in model.modules()]
+        try:
+            t0 = time.thread_time()
+            plain()
+            module_steps.append(time.thread_time() - t0)
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    module_steps: list[float] = []  # the module-hooked step alone, registering apart
     plain()
-    base = _fastest_s(plain, repeats)
-    handles = [m.register_forward_pre_hook(lambda mod, a: None) for m in model.modules()]
-    handles += [m.register_forward_hook(lambda mod, a, out: None) for m in model.modules()]
-    try:
-        module_hooked = _fastest_s(plain, repeats)
-    finally:
-        for handle in handles:
-            handle.remove()
-    walk = _fastest_s(walked, repeats)
-    nodes_hooked = _fastest_s(node_hooked, repeats)
-    saved = _fastest_s(saved_hooked, repeats)
+    times = _paired_s(
+        {
+            "plain": plain,
+            "module": module_hooked,
+            "walk": walked,
+            "node": node_hooked,
+            "saved": saved_hooked,
+        },
+        repeats,
+    )
+    # the module-hooked step without its registering and removing (done once per watch)
+    times["module"] = module_steps[-len(times["plain"]) :]
+    base = statistics.median(times["plain"])
     per_call = 1e6 / calls
     return Floor(
         calls,
         nodes_seen[0],
         base * 1e3,
         statistics.median(registering) / nodes_seen[0] * 1e6,
-        (module_hooked - base) * per_call,
-        (nodes_hooked - walk) * per_call,
-        (saved - base) * per_call,
+        _extra_s(times, "module", "plain") * per_call,
+        _extra_s(times, "node", "walk") * per_call,
+        _extra_s(times, "saved", "plain") * per_call,
     )
 
 
