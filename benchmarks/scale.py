@@ -95,8 +95,8 @@ from torch import nn
 
 import wandb_modprof
 import wandb_modprof.view.graphs as _graphs_module
+import wandb_modprof.view.group_nodes as _group_nodes_module
 import wandb_modprof.view.layout as _layout_module
-import wandb_modprof.view.reduce as _reduce_module
 import wandb_modprof.view.rows as _rows_module
 import wandb_modprof.view.table as table_module
 from wandb_modprof.sinks.wandb.wandb_log import WandbLog
@@ -349,7 +349,7 @@ def measure_capture(
         for _ in range(repeats):
             _layout_module._LAYOUTS.clear()  # the first table of a model: nothing laid out yet
             _graphs_module._GRAPHS.clear()  # nor its call tree and views built
-            _reduce_module._MERGED.clear()  # nor its views merged
+            _group_nodes_module._MERGED.clear()  # nor its views merged
             _rows_module._FIXED.clear()  # nor their fixed rows written
             with LayoutTimer() as layout:
                 start = time.perf_counter()

@@ -81,7 +81,8 @@ class Result:
 
 def _worker_cpu_s(handle: Any) -> float:
     """The worker process's CPU so far (0: none, or not on Linux)."""
-    worker = getattr(getattr(handle, "_handoff", None), "_worker", None)
+    handoff = getattr(handle, "_handoff", None)
+    worker = handoff.supervisor.worker if handoff is not None else None
     if worker is None:
         return 0.0
     try:

@@ -144,9 +144,9 @@ os.environ.pop("WANDB_API_KEY", None)
 def isolate_saved_tensor_hooks() -> Iterator[None]:
     """Keep a test that leaves saved-tensor hooks pushed (a bug it reports) from changing the
     tests after it: the default-hooks stack is process-global (per thread)."""
-    from wandb_modprof.capture.step import autograd_private as ap
+    from wandb_modprof.capture.step import torch_private as tp
 
-    assert not ap.saved_tensors_hooks_active()
+    assert not tp.saved_tensors_hooks_active()
     yield
-    while ap.saved_tensors_hooks_active():
+    while tp.saved_tensors_hooks_active():
         torch._C._autograd._pop_saved_tensors_default_hooks()

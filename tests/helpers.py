@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from wandb_modprof import InvocationRecord
-from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.view.table import (
     BOOL_COLUMNS,
     COLUMNS,
@@ -134,6 +134,7 @@ def run_double(*, entity: str = "me", offline: bool = False, disabled: bool = Fa
     run = mock.create_autospec(wandb.Run, instance=True)
     run.entity, run.offline, run.disabled = entity, offline, disabled
     run.id = run.name = "run-double"
+    run._teardown_hooks = []  # (set by Run.__init__, so not in the spec; `finish` runs none)
     return run
 
 
@@ -146,7 +147,7 @@ def RecordingRun(inner: Any = None, fail: bool = False) -> Any:  # noqa: N802 (w
     run.calls, run.artifacts = [], []
 
     def log(data: dict[str, Any], step: int | None = None, commit: bool | None = None) -> None:
-        run.calls.append((data, commit, ap.in_backward()))
+        run.calls.append((data, commit, tp.in_backward()))
         if run.fail:
             raise OSError("disk full")
         if run.inner is not None:

@@ -12,8 +12,9 @@ from wandb_modprof._errors import ModProfError
 from wandb_modprof._version import __version__
 from wandb_modprof.api.callbacks import ModuleCallbacks, ModuleEvent, on_module
 from wandb_modprof.api.checkpoint_apply import apply_checkpoint_plan
-from wandb_modprof.api.profile import Profile, load
+from wandb_modprof.api.profile import Profile
 from wandb_modprof.api.profile_block import ProfileBlock, profile
+from wandb_modprof.api.profile_load import load
 from wandb_modprof.api.regression import check_regression
 from wandb_modprof.api.settings import Settings
 from wandb_modprof.api.watch import WatchHandle, unwatch, watch

@@ -63,7 +63,7 @@ def test_faults_at_random_points_lose_only_what_is_counted(monkeypatch, seed):
         warnings.simplefilter("always")
         for step in range(40):
             out = model(x)
-            worker = handoff._worker
+            worker = handoff.supervisor.worker
             fault = rng.choice(["none", "none", "kill", "stop", "sigint"]) if step % 4 else "none"
             if worker is not None and fault != "none":
                 procs.append(worker.proc)
@@ -86,12 +86,12 @@ def test_faults_at_random_points_lose_only_what_is_counted(monkeypatch, seed):
         assert any(f"in all, {overhead.lost} sample(s)" in t for t in told) or any(
             f"; {overhead.lost} sample(s) handed" in t for t in told
         ), told
-    if handoff._restarts >= 2 and len(procs) > 2:
+    if handoff.supervisor.restarts >= 2 and len(procs) > 2:
         assert any("resolved on the training thread from now on" in t for t in told), told
     assert waited < 30
     for proc in procs:  # killed and reaped (a SIGINT alone is ignored: that one stops at unwatch)
         proc.wait(timeout=10)
-    assert not Path(handoff._folder).exists()
+    assert not Path(handoff.supervisor.folder).exists()
 
 
 def test_a_stopped_worker_is_found_stuck_within_seconds_and_replaced(monkeypatch):
@@ -107,8 +107,8 @@ def test_a_stopped_worker_is_found_stuck_within_seconds_and_replaced(monkeypatch
     monkeypatch.setattr(worker_process.WorkerProcess, "stuck", stuck)
     model, x, handle = _watched()
     handoff = handle._handoff
-    assert handoff is not None and handoff._worker is not None
-    worker = handoff._worker
+    assert handoff is not None and handoff.supervisor.worker is not None
+    worker = handoff.supervisor.worker
     stopped = worker.proc
     train_step(model, x)  # sample 4, handed over at the next forward
     seen = worker.last_seen  # a sign of life the training process had before the stop
@@ -146,8 +146,8 @@ def test_sigint_reaching_the_worker_loses_nothing(monkeypatch):
     )
     model, x, handle = _watched()
     handoff = handle._handoff
-    assert handoff is not None and handoff._worker is not None
-    worker = handoff._worker.proc
+    assert handoff is not None and handoff.supervisor.worker is not None
+    worker = handoff.supervisor.worker.proc
     os.kill(worker.pid, signal.SIGINT)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -162,8 +162,8 @@ def test_sigint_reaching_the_worker_loses_nothing(monkeypatch):
 def test_ctrl_c_while_unwatch_waits_keeps_the_checkpoint_says_so_and_leaves_no_process():
     model, x, handle = _watched()
     handoff = handle._handoff
-    assert handoff is not None and handoff._worker is not None
-    worker, folder = handoff._worker.proc, Path(handoff._folder)
+    assert handoff is not None and handoff.supervisor.worker is not None
+    worker, folder = handoff.supervisor.worker.proc, Path(handoff.supervisor.folder)
     train_step(model, x)
     train_step(model, x)
     os.kill(worker.pid, signal.SIGSTOP)  # it will not answer: unwatch() waits
@@ -206,7 +206,7 @@ FORK_SCRIPT = textwrap.dedent(
     for _ in range(3):
         train_step(model, x)
     assert handle.profile().num_samples == 3
-    folder, worker = handle._handoff._folder, handle._handoff._worker.proc
+    folder, worker = handle._handoff.supervisor.folder, handle._handoff.supervisor.worker.proc
     pid = os.fork()
     if pid == 0:  # a data-loader worker: it may even run the model, then exits normally
         torch.set_num_threads(1)  # as data-loader workers do (OpenMP hangs after a fork)

@@ -30,7 +30,7 @@ from models import RaisingModel, TinyGPT
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.submodule_hooks import under_transform_text
 
 pytestmark = pytest.mark.usefixtures("isolate_saved_tensor_hooks")
@@ -84,7 +84,7 @@ def test_exception_in_forward_propagates_and_next_step_is_measured(how):
         assert str(excinfo.traceback[-1].path).endswith("models.py")
         assert ours(caught) == []  # it is the user's error, not ours: no warning
         assert prof.num_samples == 1  # the failed step's sample is dropped
-        assert not ap.saved_tensors_hooks_active()  # our saved-tensor hooks were popped
+        assert not tp.saved_tensors_hooks_active()  # our saved-tensor hooks were popped
         if how == "watch":
             assert hook_counts(model) == root_only(model)
 
@@ -125,7 +125,7 @@ def test_exception_in_root_forward_after_children_ran():
         train_step(model, torch.randn(2, 8))
     assert ours(caught) == []
     assert hook_counts(model) == root_only(model)
-    assert not ap.saved_tensors_hooks_active()
+    assert not tp.saved_tensors_hooks_active()
     model.fail = False
     train_step(model, torch.randn(2, 8))
     assert handle.profile().num_samples == 1
@@ -173,20 +173,20 @@ def _inject(where: str, trigger: Trigger, monkeypatch: pytest.MonkeyPatch) -> No
 
     if where == "root_enter":  # first read of the sequence counter, the root's pre-hook
         monkeypatch.setattr(
-            ap, "sequence_nr", trigger.wrap(ap.sequence_nr, _caller_is("enter", lambda n: n == 1))
+            tp, "sequence_nr", trigger.wrap(tp.sequence_nr, _caller_is("enter", lambda n: n == 1))
         )
     elif where == "child_exit":  # a submodule's post-hook in the middle of the forward
         monkeypatch.setattr(
-            ap, "sequence_nr", trigger.wrap(ap.sequence_nr, _caller_is("exit", lambda n: n >= 1))
+            tp, "sequence_nr", trigger.wrap(tp.sequence_nr, _caller_is("exit", lambda n: n >= 1))
         )
     elif where == "root_exit":  # the root's post-hook, the last forward hook of the step
         monkeypatch.setattr(
-            ap, "sequence_nr", trigger.wrap(ap.sequence_nr, _caller_is("exit", lambda n: n == 0))
+            tp, "sequence_nr", trigger.wrap(tp.sequence_nr, _caller_is("exit", lambda n: n == 0))
         )
     elif where == "saved_tensor_pack":
         monkeypatch.setattr(activations_mod, "storages", trigger.wrap(activations_mod.storages))
     elif where == "backward_start":  # the first backward node's pre-hook
-        monkeypatch.setattr(ap, "queue_end_of_backward", trigger.wrap(ap.queue_end_of_backward))
+        monkeypatch.setattr(tp, "queue_end_of_backward", trigger.wrap(tp.queue_end_of_backward))
     elif where == "backward_node":  # a backward node's post-hook
         monkeypatch.setattr(
             clock_mod.CpuClock,
@@ -259,7 +259,7 @@ def test_internal_error_once_drops_that_sample_only(where, monkeypatch):
                 assert torch.equal(g, ref)
             opt.step()
             opt.zero_grad(set_to_none=True)
-            assert not ap.saved_tensors_hooks_active(), (
+            assert not tp.saved_tensors_hooks_active(), (
                 f"saved-tensor hooks left pushed after step {i + 1}"
             )
             assert hook_counts(model) == root_only(model), f"hooks left after step {i + 1}"
@@ -290,7 +290,7 @@ def test_internal_error_that_keeps_raising_warns_once(where, monkeypatch):
     with monkeypatch.context() as patch:
         if where == "every_sequence_read":
             # The brief's case: the private autograd counter itself breaks.
-            patch.setattr(ap, "sequence_nr", trigger.wrap(ap.sequence_nr))
+            patch.setattr(tp, "sequence_nr", trigger.wrap(tp.sequence_nr))
         else:
             _inject(where, trigger, patch)
         trigger.armed = True
@@ -307,7 +307,7 @@ def test_internal_error_that_keeps_raising_warns_once(where, monkeypatch):
         assert trigger.fired >= 4  # it really raised on every sampled step
         _assert_internal_warning(caught)
         assert handle.profile().num_samples == 0
-        assert not ap.saved_tensors_hooks_active()
+        assert not tp.saved_tensors_hooks_active()
     # Patch removed: later samples work, without further warnings.
     with recorded_warnings() as caught:
         for i, x in enumerate(xs[4:], start=4):

@@ -20,7 +20,7 @@ from torch.optim.swa_utils import AveragedModel
 
 import wandb_modprof
 from wandb_modprof.capture.inert_hook import InertHook
-from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.step import torch_private as tp
 
 
 class Interruptible(nn.Module):
@@ -47,7 +47,7 @@ def test_keyboard_interrupt_in_a_sampled_forward_does_not_stick():
     model.interrupt = False
     for _ in range(20):  # steps 3..22: 10 sampled
         model(x).sum().backward()
-    assert not ap.saved_tensors_hooks_active()
+    assert not tp.saved_tensors_hooks_active()
     assert handle.unwatch().num_samples == 10
     assert all(v == 0 for v in hook_counts(model).values())
 
@@ -57,7 +57,7 @@ def test_keyboard_interrupt_inside_a_profile_block():
     model.interrupt = True
     with pytest.raises(KeyboardInterrupt), wandb_modprof.profile(model, structure=False):
         model(x)
-    assert not ap.saved_tensors_hooks_active()
+    assert not tp.saved_tensors_hooks_active()
     assert all(v == 0 for v in hook_counts(model).values())
 
 

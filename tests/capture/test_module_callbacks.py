@@ -373,7 +373,7 @@ def test_raising_callback_warns_once_and_training_is_bitwise_unchanged():
 
 
 def test_internal_error_warns_once_and_training_continues(monkeypatch: pytest.MonkeyPatch):
-    from wandb_modprof.capture.step import autograd_private as ap
+    from wandb_modprof.capture.step import torch_private as tp
 
     def broken() -> Any:
         raise RuntimeError("torch changed")
@@ -382,7 +382,7 @@ def test_internal_error_warns_once_and_training_continues(monkeypatch: pytest.Mo
     model = copy.deepcopy(reference)
     events: list[tuple[str, int]] = []
     on_module(model[0], **recorder(events))
-    monkeypatch.setattr(ap, "current_autograd_node", broken)
+    monkeypatch.setattr(tp, "current_autograd_node", broken)
     x = torch.randn(4, 8)
     with pytest.warns(RuntimeWarning, match=r"internal error in the backward pre-hook"):
         got = grads_after_steps(model, x)

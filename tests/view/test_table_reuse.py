@@ -1,5 +1,5 @@
 """A later sample's table reuses what did not change (`view/rows.py` fixed rows,
-`view/reduce.py` merged views, `records/stat_columns.py` value columns; the curve downsampled
+`view/group_nodes.py` merged views, `records/stat_columns.py` value columns; the curve downsampled
 as arrays in `view/memory_curve.py`) and is equal, row for row, to the same profile's table built
 with nothing kept."""
 
@@ -13,7 +13,7 @@ from torch import nn
 import wandb_modprof
 from wandb_modprof.records.sample import MemoryCurve
 from wandb_modprof.records.stat_columns import ColumnMetrics
-from wandb_modprof.view import graphs, layout, reduce, rows
+from wandb_modprof.view import graphs, group_nodes, layout, rows
 from wandb_modprof.view.columns import SPREAD_METRICS
 from wandb_modprof.view.memory_curve import _downsample_loop, downsample
 
@@ -27,7 +27,7 @@ def _wide() -> nn.Module:
 
 
 def _clear() -> None:
-    for cache in (layout._LAYOUTS, graphs._GRAPHS, rows._FIXED, reduce._MERGED):
+    for cache in (layout._LAYOUTS, graphs._GRAPHS, rows._FIXED, group_nodes._MERGED):
         cache.clear()
 
 
@@ -45,7 +45,7 @@ def test_a_later_table_equals_one_built_from_nothing_and_reuses_the_fixed_rows()
         _clear()
         first = prof.table(max_rows=400)
         assert first.reduced  # the views were fitted to the budget
-        assert reduce._MERGED  # some views merged their cheapest modules
+        assert group_nodes._MERGED  # some views merged their cheapest modules
         fixed_before = dict(rows._FIXED)
         _step(model, x)
     later = prof.table(max_rows=400)

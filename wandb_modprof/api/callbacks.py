@@ -12,7 +12,7 @@ from wandb_modprof._errors import ModProfError
 from wandb_modprof._validate import check_model
 from wandb_modprof.capture.forward.callback_state import Callback, ModuleEvent, Phase
 from wandb_modprof.capture.forward.module_callbacks import ModuleCallbacks
-from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.step import torch_private as tp
 
 __all__ = ["ModuleCallbacks", "ModuleEvent", "on_module"]
 
@@ -92,5 +92,5 @@ def on_module(
             "on_module() expected at least one of forward_start, forward_end, backward_start, "
             "backward_end; got none"
         )
-    ap.check_node_callbacks()
+    tp.check(on_module=True)
     return ModuleCallbacks(module, callbacks)

@@ -23,6 +23,7 @@ from torch import nn
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.api.checkpoint_forward import CheckpointedForward
 from wandb_modprof.capture.model.wrappers import type_name
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.records.checkpoint import CheckpointPlan
 from wandb_modprof.view.checkpoint_outcome import PlanOutcome, plan_outcome
 
@@ -200,15 +201,10 @@ def _as_plan(plan: object) -> CheckpointPlan:
 
 
 def _compiled(module: nn.Module) -> bool:
-    # Compiled modules are `torch._dynamo.eval_frame.OptimizedModule`; importing dynamo only to
-    # ask costs a second where nothing was compiled, so ask only when it is already loaded.
-    import sys
-
-    if "torch._dynamo" not in sys.modules:
-        return False
-    from torch._dynamo.eval_frame import OptimizedModule
-
-    return isinstance(module, OptimizedModule)
+    # Importing Dynamo only to ask costs a second where nothing was compiled: asked only
+    # when it is loaded already (None otherwise).
+    compiled = tp.compiled_module_type()
+    return compiled is not None and isinstance(module, compiled)
 
 
 def _check_module(module: nn.Module, name: str) -> None:

@@ -29,7 +29,7 @@ PROFILE_SUFFIX = ".modprof.json"
 
 
 def _load(path: str) -> Profile:
-    from wandb_modprof.api.profile import load
+    from wandb_modprof.api.profile_load import load
 
     return load(path)
 

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from wandb_modprof._warn import warn_safely
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.records.ranks import COMPACT_METRICS, RankStats, decode, encode, fold
 
 if TYPE_CHECKING:
@@ -74,11 +75,11 @@ def rank_info() -> RankInfo | None:
 def _store(prefix: str) -> Any:
     """A store of our own under `prefix`: a clone (own socket, short timeout) when the store
     type can clone, else the default store itself (whose timeout is then left alone)."""
-    from torch.distributed.distributed_c10d import PrefixStore, _get_default_store
+    from torch.distributed.distributed_c10d import PrefixStore
 
-    base = _get_default_store()
+    base = tp.default_store()
     try:
-        own = base.clone()  # type: ignore[attr-defined]  # in torch 2.13, not in its stubs
+        own = base.clone()  # (in torch 2.13, not in its stubs)
         own.set_timeout(datetime.timedelta(seconds=STORE_TIMEOUT_S))
     except (RuntimeError, NotImplementedError, AttributeError):
         own = base  # e.g. a store type without clone(): only non-blocking calls are made

@@ -1,7 +1,8 @@
 """The profile users hold: the reading API over a `ProfileAccumulator` (running statistics per
 module call, the last sample, the structure passes), with the sinks as convenience methods.
 
-Every sink takes a frozen `ProfileData` (`snapshot()`), never this class.
+Every sink takes a frozen `ProfileData` (`snapshot()`), never this class; `load` reads a saved
+one back (`api/profile_load.py`).
 """
 
 from __future__ import annotations
@@ -168,13 +169,15 @@ class Profile:
     ) -> ProfileTable:
         """The flat table every view draws: view / node / edge / meta rows, at most `max_rows`.
         `checkpoint_budget`: the checkpoint plan its "Checkpoint value" mode shows (as
-        `checkpoint_plan` takes it; None: no plan).
+        `checkpoint_plan` takes it; None: no plan). Like every table, it prices checkpointing
+        itself only where this process measured that already (`checkpoint_plan()` does);
+        otherwise its plan says "checkpointing not priced". It takes no measurement itself, so
+        it equals the table `watch` logged of the same profile.
 
         Examples:
             >>> table = prof.table()                                      # doctest: +SKIP
             >>> [r for r in table.records() if r["row_kind"] == "meta"]  # doctest: +SKIP
         """
-        from wandb_modprof.capture.backward.checkpoint_cost import checkpoint_call_ms as cost
         from wandb_modprof.stats.quiet_gc import paused_gc
         from wandb_modprof.view.checkpoint_cells import check_budget
         from wandb_modprof.view.table import build_table
@@ -183,10 +186,7 @@ class Profile:
             raise ModProfError(f"max_rows must be an int >= 100; got {max_rows!r}")
         budget = check_budget(checkpoint_budget, "Profile.table(checkpoint_budget=...)")
         with paused_gc():  # many short-lived rows, no cycles (`stats/quiet_gc.py`)
-            # (priced as `checkpoint_plan` prices it, so the two plans are the same)
-            return build_table(
-                self.snapshot(), max_rows, checkpoint_budget=budget, checkpoint_call_ms=cost()
-            )
+            return build_table(self.snapshot(), max_rows, checkpoint_budget=budget)
 
     def export_chrome_trace(self, path: str | os.PathLike[str], torch_profiler: Any = None) -> Path:
         """Write the last sample as a Chrome / Perfetto trace: a `<module>.forward` span per
@@ -258,10 +258,9 @@ class Profile:
         """
         from wandb_modprof.sinks.report.html import write_report
 
-        label = self.model_name
         return write_report(
             path,
-            [(label, self.snapshot())],
+            [(self.model_name, self.snapshot())],
             mode=mode,
             scale=scale,
             title=title,
@@ -349,12 +348,7 @@ class Profile:
         from wandb_modprof.sinks.report.images import to_wandb_image
 
         png = self.to_png(
-            mode=mode,
-            scale=scale,
-            view=view,
-            width=width,
-            height=height,
-            scale_factor=scale_factor,
+            mode=mode, scale=scale, view=view, width=width, height=height, scale_factor=scale_factor
         )
         return to_wandb_image(png, caption)
 
@@ -363,22 +357,3 @@ class Profile:
 
     def __repr__(self) -> str:
         return f"<wandb_modprof.Profile model={self.model_name!r} samples={self._acc.num_samples}>"
-
-
-def load(path: str | os.PathLike[str]) -> Profile:
-    """Read a profile written by `prof.save(path)`.
-
-    The result is read-only (stats, last sample, structures, summary, `to_dict`). A file that
-    is missing, not JSON, of another format or version, or does not match the schema raises
-    `ModProfError` naming the file, the JSON path of the problem, what was expected and what
-    was found. Loading never runs code from the file. `path` must be a regular file of at
-    most `WANDB_MODPROF_MAX_FILE_MB` megabytes (default 1024): a FIFO or device is refused.
-
-    Examples:
-        >>> prof = wandb_modprof.load("run.modprof.json")         # doctest: +SKIP
-        >>> print(prof.summary())                                 # doctest: +SKIP
-    """
-    from wandb_modprof.sinks.file.profile_file import read_profile
-    from wandb_modprof.sinks.files import check_path
-
-    return Profile.from_data(read_profile(check_path(path, "load()")))

@@ -42,7 +42,7 @@ def _profile(
     value: Profile | ProfileData | str | os.PathLike[str], name: str
 ) -> tuple[ProfileData | SupportsSnapshot, str]:
     if isinstance(value, (str, os.PathLike)):
-        from wandb_modprof.api.profile import load
+        from wandb_modprof.api.profile_load import load
 
         return load(value), Path(value).name
     if isinstance(value, (ProfileData, SupportsSnapshot)):

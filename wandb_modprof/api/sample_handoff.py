@@ -31,7 +31,8 @@ said once. Every wait for an answer has a deadline (`ANSWER_TIMEOUT_S`, and the 
 every `WAIT_SLICE_S`), so `unwatch()` ends. Ctrl-C while `unwatch()` waits kills the worker,
 keeps its checkpoint, says how many samples that lost, and re-raises. A process forked from
 this one (`os.fork`: data-loader workers) never touches the worker or its folder (`forked`).
-Training never sees an error.
+Training never sees an error. The worker's life (started, replaced, given up on, what that
+lost) is its `WorkerSupervisor`'s (`api.worker_supervision`), which the hand-off holds.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from wandb_modprof._warn import warn_safely
 from wandb_modprof.api.sample_message import index_message, sample_message
-from wandb_modprof.api.worker_process import DEAD
+from wandb_modprof.api.worker_process import DEAD, WorkerProcess
 from wandb_modprof.api.worker_supervision import (
     ANSWER_TIMEOUT_S,
     MAX_RESTARTS,
@@ -56,6 +58,8 @@ from wandb_modprof.stats.accumulator import ProfileAccumulator
 from wandb_modprof.stats.quiet_gc import paused_gc
 
 if TYPE_CHECKING:
+    from wandb_modprof.capture.memory.static_memory import ModelIndex
+    from wandb_modprof.records.calls import Structure
     from wandb_modprof.records.snapshot import Overhead
     from wandb_modprof.sinks.wandb.wandb_log import WandbLog
 
@@ -64,18 +68,54 @@ __all__ = ["MAX_RESTARTS", "OFFLOAD_MIN_CALLS", "SampleHandoff"]
 OFFLOAD_MIN_CALLS = 1_000
 
 
-class SampleHandoff(WorkerSupervisor):
+class SampleHandoff:
     """The `Remote` of one watched model's accumulator (see the module docstring)."""
 
     def __init__(self, key: str, setting: str, start: tuple[Any, ...]) -> None:
-        super().__init__(key, start)
+        self.key = key
+        self.supervisor = WorkerSupervisor(key, start)  # the worker process and its life
         self.setting = setting  # "auto", "process" or "off"
-        self.decided = None if setting != "off" else False
+        # whether samples go to a worker (None: not decided yet)
+        self.decided: bool | None = None if setting != "off" else False
+        self.dropped = 0  # samples a worker could not add (an error of ours, said once)
+        # Why the worker cannot log to the run itself ("" where it can; `watch` sets it): told
+        # once, when a worker first starts.
+        self.attach_note = ""
+        # Set by `unwatch()` before it detaches: the final log loads the profile, so a forced
+        # resolve (the detach's) only hands over what is pending.
+        self.closing = False
         self._serial = 0
         # The "logged" answers received and not logged yet, oldest first. An answer to an
         # older request counts too: with a worker a step or more behind, every answer arrives
         # after the next request went out, and each carries its sample's scalars.
         self._answers: list[tuple[Any, ...]] = []
+        # What the worker now running was told; a worker that ends takes it along
+        # (`supervisor.retired` counts them, `_retired` the ones this forgot):
+        self._retired = 0
+        self._outstanding: int | None = None  # the newest log request not answered yet
+        self._requested = 0  # samples covered by the newest log request
+        # the structures handed over, by signature: a pass's structure comes again once its
+        # backward is counted (`capture.structure.backward_work`) and is handed over again
+        self._structures: dict[str, Structure] = {}
+        # the model index whose tables the worker holds (`index_message`): sent again only
+        # when the model changed
+        self._sent_index: weakref.ref[ModelIndex] | None = None
+
+    # ---- what `watch` reads of the worker (`api.overhead`), and a fork's child ------------------
+    @property
+    def lost(self) -> int:
+        """Samples handed to a worker that ended before it saved them."""
+        return self.supervisor.lost
+
+    def cpu_s(self) -> float:
+        """The CPU seconds of every worker of this run so far (`api.overhead`)."""
+        return self.supervisor.cpu_s()
+
+    def forked(self) -> None:
+        """In a child forked from this process: forget the worker without touching it (its
+        process, pipes and folder are the parent's) and resolve in-process from now on."""
+        self.supervisor.forked()
+        self.decided = False
 
     # ---- the Remote protocol -------------------------------------------------------------
     def resolve(self, acc: ProfileAccumulator, force: bool) -> None:
@@ -86,7 +126,8 @@ class SampleHandoff(WorkerSupervisor):
             acc.resolve_pending(force)
             return
         self._ship(acc)
-        if force and self._shipped and self._worker is not None and not self.closing:
+        worker = self.supervisor.worker
+        if force and self.supervisor.shipped and worker is not None and not self.closing:
             reply = self._ask_surviving(("snapshot",), acc)
             if reply is not None:
                 acc.load(reply[2])  # (its overhead is this process's: `load` keeps it)
@@ -103,7 +144,7 @@ class SampleHandoff(WorkerSupervisor):
         ask: tuple[object, ...]
         if final:
             ask = ("log", True, log.artifact_freq is not None, log.wants_report(), acc.overhead)
-            reply = self._ask_surviving(ask, acc) if self._shipped else None
+            reply = self._ask_surviving(ask, acc) if self.supervisor.shipped else None
             if reply is None:  # nothing handed over, or fell back to in-process
                 return log.deliver(lambda: _resolved(acc), acc.snapshot, final=final)
             self._answers = []
@@ -111,9 +152,10 @@ class SampleHandoff(WorkerSupervisor):
             acc.load_pickled(reply[2], reply[9])
             self._log_reply(log, reply, True, acc.overhead)
             return True
-        if self._shipped > self._requested:
-            self._requested = self._shipped
-            table = log.table_due(self._shipped)  # (`sinks.wandb.table_schedule`)
+        shipped = self.supervisor.shipped
+        if shipped > self._requested:
+            self._requested = shipped
+            table = log.table_due(shipped)  # (`sinks.wandb.table_schedule`)
             ask = ("log", False, log.artifact_due_next(), False, acc.overhead, table)
             self._outstanding = self._request(ask)
         self._drain(acc)
@@ -136,16 +178,45 @@ class SampleHandoff(WorkerSupervisor):
         count, totals, columns, rows, page, path, name = reply[2:9]
         if reply[10] is not None:
             text = f"{reply[10]}; the training thread logs {self.key}'s tables"
-            self._warn_once("attach", text)
+            self.supervisor.tell_once("attach", text)
         log.log_packed(count, totals, columns, rows, page, path, name, final, overhead)
 
     def close(self, acc: ProfileAccumulator) -> None:
         """Stop the worker; `acc` keeps the profile it holds (the final log loaded it)."""
         if acc.remote is self:
             acc.remote = None
-        self.end(acc.num_samples)
+        self.supervisor.end(acc.num_samples)
 
     # ---- the worker ------------------------------------------------------------------------
+    def _live_worker(self, acc: ProfileAccumulator) -> WorkerProcess | None:
+        """The supervisor's live worker (`WorkerSupervisor.ensure`), None once it gave up."""
+        first = self.supervisor.worker is None
+        worker = self._follow(acc, self.supervisor.ensure(acc))
+        if worker is not None and first and self.attach_note:
+            note, self.attach_note = self.attach_note, ""
+            warn_safely(
+                f"wandb_modprof: the worker process cannot log {self.key} to the W&B run itself "
+                f"({note}): the training thread logs the tables. Training is not affected.",
+                RuntimeWarning,
+            )
+        return worker
+
+    def _follow(
+        self, acc: ProfileAccumulator, worker: WorkerProcess | None
+    ) -> WorkerProcess | None:
+        """After the supervisor ensured, replaced or abandoned the worker (`worker` is the one
+        now, None: it gave up): what an ended worker was told is forgotten (a new one needs the
+        structures and the index again, and answers no request sent before), and once it gave
+        up `acc` resolves in-process."""
+        if self.supervisor.retired != self._retired:
+            self._retired = self.supervisor.retired
+            self._outstanding, self._requested = None, 0
+            self._structures, self._sent_index = {}, None
+        if worker is None:
+            acc.remote = None
+            self.decided = False
+        return worker
+
     def _decide(self, acc: ProfileAccumulator) -> bool:
         if self.decided is None:
             first = acc.first_pending()
@@ -161,7 +232,7 @@ class SampleHandoff(WorkerSupervisor):
         structures = [s for s in acc.structures() if self._structures.get(s.signature) is not s]
         if not pending and not structures:
             return
-        worker = self._ensure_worker(acc)
+        worker = self._live_worker(acc)
         if worker is None:  # fell back: resolve these in-process
             for item in pending:
                 acc.add(*item)
@@ -179,13 +250,13 @@ class SampleHandoff(WorkerSupervisor):
                 message = sample_message(session, gradients, static_fn)
             if message is None:
                 continue  # cannot happen once decided (the clock is fixed per capture)
-            worker.send(message)
-            self._shipped += 1
+            self.supervisor.hand(message)
 
     def _request(self, message: tuple[Any, ...]) -> int:
         self._serial += 1
-        assert self._worker is not None
-        self._worker.send((message[0], self._serial, *message[1:]))
+        worker = self.supervisor.worker
+        assert worker is not None
+        worker.send((message[0], self._serial, *message[1:]))
         return self._serial
 
     def _drain(self, acc: ProfileAccumulator, until: int | None = None) -> tuple[Any, ...] | None:
@@ -195,11 +266,12 @@ class SampleHandoff(WorkerSupervisor):
             return self._read(acc, until)
         except KeyboardInterrupt:
             if self.closing:  # Ctrl-C while unwatch() waits: nothing lost silently
-                self._abandon(acc)
+                self.supervisor.abandon(acc)
+                self._follow(acc, None)
             raise
 
     def _read(self, acc: ProfileAccumulator, until: int | None) -> tuple[Any, ...] | None:
-        worker = self._worker
+        worker = self.supervisor.worker
         deadline = time.monotonic() + ANSWER_TIMEOUT_S
         while worker is not None:
             try:
@@ -209,15 +281,15 @@ class SampleHandoff(WorkerSupervisor):
                     else worker.inbox.get_nowait()
                 )
             except queue.Empty:
-                why = self._gone_why(worker, deadline if until is not None else None)
+                why = self.supervisor.gone_why(worker, deadline if until is not None else None)
                 if why is not None:
-                    self._replace(acc, why)
+                    self._follow(acc, self.supervisor.replace(acc, why))
                     return None
                 if until is None:
                     return None
                 continue
             if raw == DEAD:
-                self._replace(acc, worker.ended())
+                self._follow(acc, self.supervisor.replace(acc, worker.ended()))
                 return None
             with paused_gc():
                 reply = pickle.loads(raw)
@@ -235,7 +307,9 @@ class SampleHandoff(WorkerSupervisor):
                 if reply[3] in ("sample", "reading"):
                     self.dropped += 1
                 text = reply[2].strip().splitlines()[-1]
-                self._warn_once("error", f"the worker failed ({text}); that sample is dropped")
+                self.supervisor.tell_once(
+                    "error", f"the worker failed ({text}); that sample is dropped"
+                )
                 if serial == self._outstanding:
                     self._outstanding = None
             if until is not None and serial == until:
@@ -243,8 +317,8 @@ class SampleHandoff(WorkerSupervisor):
         return None
 
     def _ask(self, message: tuple[Any, ...], acc: ProfileAccumulator) -> tuple[Any, ...] | None:
-        """Send `message` and wait for its answer (None: the worker is gone, see `_replace`)."""
-        if self._ensure_worker(acc) is None:
+        """Send `message` and wait for its answer (None: the worker is gone, see `replace`)."""
+        if self._live_worker(acc) is None:
             return None
         return self._drain(acc, until=self._request(message))
 
@@ -254,9 +328,9 @@ class SampleHandoff(WorkerSupervisor):
         """`_ask`, asked again of the worker that replaced one that ended while it waited
         (it holds the checkpoint: what the ended one saved)."""
         for _ in range(MAX_RESTARTS + 1):
-            before = self._restarts
+            before = self.supervisor.restarts
             reply = self._ask(message, acc)
-            if reply is not None or acc.remote is not self or self._restarts == before:
+            if reply is not None or acc.remote is not self or self.supervisor.restarts == before:
                 return reply
         return None
 

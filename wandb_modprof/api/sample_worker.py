@@ -80,7 +80,6 @@ class Worker:
         self.attached: AttachedRun | None = None
         self.note: str | None = None  # why it could not attach, told once
         self.tables: tuple[Members, StaticTable] = ({}, {})  # the model index's, as sent
-        self.priced = False  # checkpointing's cost measured (`_price_checkpointing`)
 
     def start(
         self,
@@ -159,8 +158,6 @@ class Worker:
         columns: list[str] | None = None
         rows: list[list[object]] | None = None
         page = None
-        if (table_due or final) and not self.priced:
-            self._price_checkpointing()
         with paused_gc():
             if table_due or final:
                 table = build_table(data, self.max_rows, self.full_detail)
@@ -198,17 +195,6 @@ class Worker:
             with paused_gc():
                 profile = pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
         return (count, totals, columns, rows, page, path, name, profile, note)
-
-    def _price_checkpointing(self) -> None:
-        """Measure what checkpointing costs per call once, here, before the first table: its
-        plan is priced with it (`view.checkpoint_cells`), and the training process, which
-        builds no table, takes no calibration. It imports torch's compiler stack (about a
-        second of this process's CPU, once); where it fails the plan says it is not priced."""
-        from wandb_modprof.capture.backward.checkpoint_cost import checkpoint_call_ms
-
-        self.priced = True
-        with contextlib.suppress(Exception):
-            checkpoint_call_ms()
 
     def snapshot(self) -> ProfileData:
         assert self.acc is not None

@@ -2,14 +2,17 @@
 hand-off, replaced when it ended or is stuck, given up after `MAX_RESTARTS` (the samples are
 then resolved in-process, from its checkpoint), and what each of those cost in samples.
 
-`SampleHandoff` (`api.sample_handoff`) builds on this: it hands the samples over and asks for
-the tables; this part decides when a worker is gone and keeps the counts honest. A sample
-handed to a worker is in the profile once a checkpoint holds it; a worker that ends before
-that loses it, and `lost` counts it (the checkpoint file says how many it holds,
-`worker_process.checkpoint_count`). A worker is gone when its process ended, when it is stuck
-(`WorkerProcess.stuck`), or when it does not answer within `ANSWER_TIMEOUT_S` while still
-showing signs of life. Each kind of warning is given once; `end` says the total lost when it
-grew after the first warning.
+`SampleHandoff` (`api.sample_handoff`) holds one `WorkerSupervisor`: the hand-off builds the
+messages, hands them over and asks for the tables; the supervisor owns the worker process,
+decides when it is gone and keeps the counts honest. It knows nothing of the hand-off, which
+follows its answers: `ensure` and `replace` give the worker, or None once it gave up (the
+checkpoint is then in the accumulator); `retired` counts the workers that ended, each taking
+along what it was told. A sample handed to a worker is in the profile once a checkpoint holds
+it; a worker that ends before that loses it, and `lost` counts it (the checkpoint file says how
+many it holds, `worker_process.checkpoint_count`). A worker is gone when its process ended,
+when it is stuck (`WorkerProcess.stuck`), or when it does not answer within `ANSWER_TIMEOUT_S`
+while still showing signs of life. Each kind of warning is given once; `end` says the total
+lost when it grew after the first warning.
 """
 
 from __future__ import annotations
@@ -19,15 +22,11 @@ import shutil
 import tempfile
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wandb_modprof._warn import warn_safely
 from wandb_modprof.api.worker_process import WorkerProcess, checkpoint_count, read_checkpoint
 from wandb_modprof.stats.accumulator import ProfileAccumulator
-
-if TYPE_CHECKING:
-    from wandb_modprof.capture.memory.static_memory import ModelIndex
-    from wandb_modprof.records.calls import Structure
 
 MAX_RESTARTS = 2
 # The longest wait for one answer of a worker that keeps showing signs of life: the final
@@ -50,31 +49,48 @@ class WorkerSupervisor:
     def __init__(self, key: str, start: tuple[Any, ...]) -> None:
         self.key = key
         self._start = start  # ("start", model, max_rows, full_detail, mode, scale, target)
-        self.decided: bool | None = None  # whether samples go to a worker (None: not yet)
         self._worker: WorkerProcess | None = None
         self._folder = ""
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._restarts = 0
-        self._outstanding: int | None = None  # the newest log request not answered yet
+        self._retired = 0  # workers killed or found ended (what they were told is gone)
         self._shipped = 0  # samples handed over (and in the checkpoint a new worker reads)
-        self._requested = 0  # samples covered by the newest log request
         self.lost = 0  # samples handed to a worker that ended before it saved them
         self._ended_cpu_s = 0.0  # the CPU seconds of the workers that ended
-        self.dropped = 0  # samples a worker could not add (an error of ours, said once)
         self._lost_told = 0  # the lost samples a warning named
         self._told: set[str] = set()  # the kinds of warning given (each once)
-        # the structures handed over, by signature: a pass's structure comes again once its
-        # backward is counted (`capture.structure.backward_work`) and is handed over again
-        self._structures: dict[str, Structure] = {}
-        # the model index whose tables the worker holds (`index_message`): sent again only
-        # when the model changed
-        self._sent_index: weakref.ref[ModelIndex] | None = None
-        # Why the worker cannot log to the run itself ("" where it can; `watch` sets it): told
-        # once, when a worker first starts.
-        self.attach_note = ""
-        # Set by `unwatch()` before it detaches: the final log loads the profile, so a forced
-        # resolve (the detach's) only hands over what is pending.
-        self.closing = False
+
+    @property
+    def worker(self) -> WorkerProcess | None:
+        """The worker process now (None: not started yet, given up, or forked away from)."""
+        return self._worker
+
+    @property
+    def folder(self) -> str:
+        """The folder of the workers' checkpoint and log ("" before the first start)."""
+        return self._folder
+
+    @property
+    def restarts(self) -> int:
+        """Workers started in place of one that ended (at most `MAX_RESTARTS`)."""
+        return self._restarts
+
+    @property
+    def retired(self) -> int:
+        """Workers killed or found ended so far: each took along what it was told."""
+        return self._retired
+
+    @property
+    def shipped(self) -> int:
+        """Samples a worker holds: in its checkpoint, or handed over since (`hand`)."""
+        return self._shipped
+
+    def hand(self, message: tuple[Any, ...]) -> None:
+        """Send one sample to the worker; it counts as lost if the worker ends before its
+        checkpoint holds it."""
+        assert self._worker is not None
+        self._worker.send(message)
+        self._shipped += 1
 
     def cpu_s(self) -> float:
         """The CPU seconds of every worker of this run so far (`api.overhead`)."""
@@ -99,19 +115,19 @@ class WorkerSupervisor:
 
     def forked(self) -> None:
         """In a child forked from this process: forget the worker without touching it (its
-        process, pipes and folder are the parent's) and resolve in-process from now on."""
+        process, pipes and folder are the parent's)."""
         if self._finalizer is not None:
             self._finalizer.detach()
         self._finalizer = None
         self._worker = None
-        self.decided = False
 
-    def _ensure_worker(self, acc: ProfileAccumulator) -> WorkerProcess | None:
+    def ensure(self, acc: ProfileAccumulator) -> WorkerProcess | None:
+        """The live worker: started at the first call, replaced when it ended (`replace`);
+        None where the supervisor gave up (`acc` then holds the checkpoint's samples)."""
         if self._worker is not None and self._worker.alive():
             return self._worker
         if self._worker is not None:
-            self._replace(acc, self._worker.ended())
-            return self._worker
+            return self.replace(acc, self._worker.ended())
         try:
             self._folder = tempfile.mkdtemp(prefix="modprof-worker-")
             self._worker = WorkerProcess(self._checkpoint, self._log_path)
@@ -120,13 +136,6 @@ class WorkerSupervisor:
             return None
         self._finalizer = weakref.finalize(self, _shutdown, self._worker, self._folder, os.getpid())
         self._worker.send(self._start)
-        if self.attach_note:
-            note, self.attach_note = self.attach_note, ""
-            warn_safely(
-                f"wandb_modprof: the worker process cannot log {self.key} to the W&B run itself "
-                f"({note}): the training thread logs the tables. Training is not affected.",
-                RuntimeWarning,
-            )
         return self._worker
 
     @property
@@ -138,7 +147,7 @@ class WorkerSupervisor:
         return os.path.join(self._folder, "worker.log")
 
     @staticmethod
-    def _gone_why(worker: WorkerProcess, deadline: float | None) -> str | None:
+    def gone_why(worker: WorkerProcess, deadline: float | None) -> str | None:
         """Why `worker` is to be replaced now (ended, stuck, or past `deadline`), or None."""
         if not worker.alive():
             return worker.ended()
@@ -149,25 +158,26 @@ class WorkerSupervisor:
             return f"it did not answer within {ANSWER_TIMEOUT_S:.0f} s"
         return None
 
-    def _replace(self, acc: ProfileAccumulator, why: str) -> None:
+    def replace(self, acc: ProfileAccumulator, why: str) -> WorkerProcess | None:
         """The worker is gone (or stuck: killed): its lost samples counted and said; a new
-        worker from the checkpoint, or (after `MAX_RESTARTS`) the checkpoint resolved
+        worker from the checkpoint, or (after `MAX_RESTARTS`: None) the checkpoint resolved
         in-process from now on."""
         lost = self._retire()
         self._warn_lost(f"ended ({why})", lost)
         if self._restarts >= MAX_RESTARTS:
             self._fall_back(acc, f"its worker process ended {self._restarts + 1} times")
-            return
+            return None
         self._restarts += 1
         try:
             self._worker = WorkerProcess(self._checkpoint, self._log_path)
         except Exception as error:
             self._fall_back(acc, f"could not restart it ({type(error).__name__}: {error})")
-            return
+            return None
         if self._finalizer is not None:
             self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _shutdown, self._worker, self._folder, os.getpid())
         self._worker.send(self._start)
+        return self._worker
 
     def _retire(self) -> int:
         """Kill the worker (a live one is stuck or abandoned); the samples handed to it and
@@ -179,13 +189,12 @@ class WorkerSupervisor:
         saved = checkpoint_count(self._checkpoint) if self._folder else 0
         lost = max(0, self._shipped - saved)
         self.lost += lost
-        self._worker, self._outstanding, self._requested = None, None, 0
+        self._worker = None
+        self._retired += 1
         self._shipped = saved
-        self._structures = {}  # a new worker needs them again
-        self._sent_index = None
         return lost
 
-    def _abandon(self, acc: ProfileAccumulator) -> None:
+    def abandon(self, acc: ProfileAccumulator) -> None:
         """Ctrl-C while `unwatch()` waits: the worker killed, its checkpoint kept in `acc`."""
         lost = self._retire()
         what = "was stopped: unwatch() was interrupted (KeyboardInterrupt)"
@@ -205,12 +214,11 @@ class WorkerSupervisor:
         )
 
     def _fall_back(self, acc: ProfileAccumulator, why: str, quiet: bool = False) -> None:
-        """Resolve in-process from now on, from the worker's checkpoint if there is one."""
+        """Give up on workers: `acc` resolves in-process from now on, from the worker's
+        checkpoint if there is one (the caller takes it back from its remote)."""
         if not quiet:
-            self._warn_once("fall back", f"samples of {self.key} are resolved on the training "
-                            f"thread from now on: {why}")  # fmt: skip
-        acc.remote = None
-        self.decided = False
+            self.tell_once("fall back", f"samples of {self.key} are resolved on the training "
+                           f"thread from now on: {why}")  # fmt: skip
         saved = read_checkpoint(self._checkpoint) if self._folder else None
         if saved is not None:
             acc.restore_state(saved[1])
@@ -220,7 +228,8 @@ class WorkerSupervisor:
             self._finalizer()
         self._worker = None
 
-    def _warn_once(self, kind: str, text: str) -> None:
+    def tell_once(self, kind: str, text: str) -> None:
+        """A warning about this run's workers, given once per `kind`."""
         if kind in self._told:
             return
         self._told.add(kind)

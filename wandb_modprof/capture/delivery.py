@@ -9,13 +9,13 @@ ours): then it waits for a later step.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Protocol
 
 import torch
 
 from wandb_modprof.capture.step import registry as _registry
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.structure.pass_modes import structure_pass_active
 
 
@@ -38,7 +38,7 @@ def delivery(capture: Deliverer, after_sample: Callable[[], bool]) -> Callable[[
         if not after_sample():
             capture.sample_due = True
 
-    if "torch._dynamo" in sys.modules:
+    if tp.dynamo_loaded():
         # A root compiled in place (`model.compile()`, which imports dynamo) runs its hooks
         # inside compiled code: a disabled function runs eagerly there, after a graph break.
         # Not applied otherwise: it would import dynamo (~1 s). (disable is untyped.)

@@ -36,9 +36,9 @@ from wandb_modprof.capture.options import Options
 from wandb_modprof.capture.root_hooks import RootHooks
 from wandb_modprof.capture.session import StepSession
 from wandb_modprof.capture.sink import SampleSink
-from wandb_modprof.capture.step import autograd_private as ap
 from wandb_modprof.capture.step import hook_cost
 from wandb_modprof.capture.step import registry as _registry
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.step.clock import CpuClock, make_clock, model_device
 from wandb_modprof.capture.step.warmup import after_warmup
 from wandb_modprof.capture.structure.structure_driver import StructureDriver
@@ -59,7 +59,7 @@ class Capture(RootHooks):
         *,
         sink: SampleSink,
     ) -> None:
-        ap.check()
+        tp.check()
         super().__init__(model, hooks_only_when_sampling)  # (`submodule_hooks`)
         self.options = options
         self.optimizer = optimizer

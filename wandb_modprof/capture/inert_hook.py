@@ -67,7 +67,7 @@ def inert_hook() -> InertHook:
 
 # ---- torch.compile around the watched model --------------------------------------------------
 _state = threading.local()
-# Set once torch._dynamo is imported (`skip_hook_frames`), so that nothing here imports it:
+# Set once Dynamo is imported (`skip_hook_frames`), so that nothing here imports it:
 # "call": `fn(*args)` with Dynamo off for it and every frame it calls; "callback": Dynamo's
 # (C) getter of its frame callback (None or False: off). No Python frame of ours runs between.
 _UNTRACED: dict[str, Callable[..., Any]] = {}
@@ -78,18 +78,17 @@ def under_compile() -> bool:
     return bool(getattr(_state, "under_compile", False))
 
 
-def skip_hook_frames() -> None:
+def skip_hook_frames(dynamo_api: Callable[[], tuple[Any, ...]]) -> None:
     """Dynamo runs `InertHook.__call__` untraced, and the untraced call it makes under
-    Dynamo is ready. Needs torch._dynamo imported; called at every attach (cheap)."""
+    Dynamo is ready. Called at every attach once Dynamo is imported (cheap); `dynamo_api`:
+    `torch_private.dynamo_frame_api` (this leaf of capture/ imports no sub-package)."""
     if "call" in _UNTRACED:
         return
-    import torch._dynamo
-    from torch._C._dynamo.eval_frame import get_eval_frame_callback
-    from torch._dynamo.eval_frame import skip_code
+    get_eval_frame_callback, skip_code, disable = dynamo_api()
 
     def call(fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         fn(*args)
 
     skip_code(InertHook.__call__.__code__)
     _UNTRACED["callback"] = get_eval_frame_callback
-    _UNTRACED["call"] = torch._dynamo.disable(call)  # type: ignore[no-untyped-call]
+    _UNTRACED["call"] = disable(call)

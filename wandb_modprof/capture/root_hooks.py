@@ -25,9 +25,9 @@ from torch import nn
 from wandb_modprof.capture.forward.callstack import call_depth
 from wandb_modprof.capture.memory.static_memory import ROOT_NAME
 from wandb_modprof.capture.session_hooks import SessionHooks
-from wandb_modprof.capture.step import autograd_private as ap
 from wandb_modprof.capture.step import gc_pause, interrupt_guard
 from wandb_modprof.capture.step import registry as _registry
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.step_queue import prune_sessions
 from wandb_modprof.capture.structure.pass_modes import structure_pass_active
 
@@ -60,7 +60,7 @@ class RootHooks(SessionHooks):
         """What this forward is (the module's docstring); True where it opened a window of
         ours (a sampled forward or a structure pass)."""
         # The unsampled path: a counter, a few attribute reads and one C call.
-        if ap.in_backward():
+        if tp.in_backward():
             self._pre(module, args, kwargs)  # a checkpoint recompute of the root
             return False
         if self._root_depth:
@@ -91,7 +91,7 @@ class RootHooks(SessionHooks):
         if self.structures.stale or self.structures.backward is not None:
             self.structures.between_steps()
         step = self._should_sample(module)
-        if (step is not None or self.structures.due) and ap.functorch_active():
+        if (step is not None or self.structures.due) and tp.functorch_active():
             self._skip_transformed_step()  # (a step, counted, but not measured)
             return False
         # A model with compiled code: its graph is traced on fake tensors, before this step.
@@ -117,7 +117,7 @@ class RootHooks(SessionHooks):
         start = perf_counter()
         session = self._forward
         try:
-            if ap.in_backward():
+            if tp.in_backward():
                 self._post(module, args, kwargs, result)  # a checkpoint recompute of the root
                 return
             self._root_depth = max(0, self._root_depth - 1)
@@ -216,7 +216,7 @@ def recover_interrupted_captures(
     in every attached capture; then, where no forward of ours is still running, release the
     collector. `entering`: a capture whose root forward starts now (its own leftovers were
     handled on entry). Never inside a backward, except for a SIGINT (`interrupted`)."""
-    if ap.in_backward() and not interrupted:
+    if tp.in_backward() and not interrupted:
         return
     live = False
     for capture in _registry.attached_captures():

@@ -28,8 +28,8 @@ from wandb_modprof.capture.memory.activations import ActivationCounter
 from wandb_modprof.capture.memory.device_memory import DeviceMemory
 from wandb_modprof.capture.memory.gradient_readings import PendingGradientState
 from wandb_modprof.capture.memory.storage import StorageKey
-from wandb_modprof.capture.step import autograd_private as ap
 from wandb_modprof.capture.step import gc_pause
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.step.clock import Clock
 from wandb_modprof.capture.step.gc_watch import GcWatch
 from wandb_modprof.capture.structure.step_dataflow import StepDataflow
@@ -132,7 +132,7 @@ class StepSession(NodeStamps):
         self._stack.append(idx)
         if self.nvtx is not None:
             self.nvtx.forward_enter(name)
-        inv.seq0 = ap.sequence_nr()
+        inv.seq0 = tp.sequence_nr()
         inv.t0 = self.clock.stamp()
         inv.own0 = self.clock.own_at(inv.t0)
         if parent == -1:
@@ -159,7 +159,7 @@ class StepSession(NodeStamps):
         inv = self.invocations[idx]
         inv.t1 = t1
         inv.own1 = own1
-        inv.seq1 = ap.sequence_nr()
+        inv.seq1 = tp.sequence_nr()
         if inv.module_id != module_id:
             self.fail(inv.name, RuntimeError("forward hooks fired out of order"))
         if self.memory is not None and not self.failed:
@@ -171,7 +171,7 @@ class StepSession(NodeStamps):
         if not self.failed:
             # Hook this call's nodes now rather than holding its outputs' graph until the root
             # returns: a forward that discards graphs (truncated BPTT) must not keep them alive.
-            self._hook_nodes(grad_fns(result), self.invocations[0].seq0, ap.sequence_nr(), None)
+            self._hook_nodes(grad_fns(result), self.invocations[0].seq0, tp.sequence_nr(), None)
             if self.dataflow is not None:
                 self._dataflow_step(self.dataflow.exit, idx, inv, result)
         if not self._stack:

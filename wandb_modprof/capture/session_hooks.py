@@ -34,8 +34,8 @@ from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.capture.options import Options
 from wandb_modprof.capture.session import StepSession
 from wandb_modprof.capture.sink import SampleSink
-from wandb_modprof.capture.step import autograd_private as ap
 from wandb_modprof.capture.step import gc_pause
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.step.clock import Clock
 from wandb_modprof.capture.step_queue import backward_running
 from wandb_modprof.capture.structure.step_dataflow import StepDataflow
@@ -64,7 +64,7 @@ class SessionHooks(SubmoduleHooks):
     def _pre(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         self.clock.own_enter()  # first and last: the whole body is our time (clock.CpuClock)
         try:
-            if ap.in_backward():
+            if tp.in_backward():
                 running = backward_running(self._sessions)
                 if running is not None:
                     running.recompute_enter(id(module), input_shapes(args, kwargs))
@@ -87,7 +87,7 @@ class SessionHooks(SubmoduleHooks):
     def _post(self, module: nn.Module, args: Any, kwargs: Any, result: Any) -> None:
         self.clock.own_enter()
         try:
-            if ap.in_backward():
+            if tp.in_backward():
                 running = backward_running(self._sessions)
                 if running is not None:
                     running.recompute_exit(id(module), result)
@@ -121,7 +121,7 @@ class SessionHooks(SubmoduleHooks):
         if not under_compile():  # (under a compile wrapper: hooks there would be traced)
             self.hook_children(index)
         excluded = None
-        if self.options.activations and not ap.saved_tensors_hooks_active():
+        if self.options.activations and not tp.saved_tensors_hooks_active():
             excluded = index.excluded
         session = StepSession(
             step=step,

@@ -18,7 +18,6 @@ from `hooks.py`. It is also the side of the capture the structure driver sees
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +30,7 @@ from wandb_modprof.capture.memory.static_memory import ModelIndex, build_index
 from wandb_modprof.capture.model.compiled import Removable, hook_calls
 from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.capture.step import stack_room
+from wandb_modprof.capture.step import torch_private as tp
 
 if TYPE_CHECKING:
     from wandb_modprof.capture.session import StepSession
@@ -243,8 +243,8 @@ class ChildHooks:
                 handle.remove()
 
     def restore(self, pre: Any, post: Any) -> None:
-        if "torch._dynamo" in sys.modules:
-            skip_hook_frames()  # (as `hook_calls` does: Dynamo imported since)
+        if tp.dynamo_loaded():
+            skip_hook_frames(tp.dynamo_frame_api)  # (as `hook_calls` does: Dynamo imported since)
         for owner, attr, key, value in self._entries:
             owner[attr][key] = value
         self._others = [(m, hook_calls(m, pre, post)) for m, _ in self._others]

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 from wandb_modprof.records.roofline import Roofline
 from wandb_modprof.view.columns import TABLE_FORMAT, TABLE_VERSION
 from wandb_modprof.view.graphs import CallTree
+from wandb_modprof.view.group_nodes import module_cost
 from wandb_modprof.view.ranks import rank_meta
-from wandb_modprof.view.reduce import Reduction, module_cost
+from wandb_modprof.view.reduce import Reduction
 from wandb_modprof.view.regions import regions
 from wandb_modprof.view.rows import MetaRow
 

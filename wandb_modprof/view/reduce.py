@@ -6,7 +6,8 @@ was left out ("" when nothing was), and the members of every group node drawn.
 First views below some depth are not drawn (their modules' cost stays in the ancestors
 shown), but the costliest of them that fit in the rows left are; if the top view alone is too
 big, its cheapest modules merge into one `group` node, and if even that is too big, its inputs
-and its outputs merge too (see `wandb_modprof.view.table`).
+and its outputs merge too (see `wandb_modprof.view.table`). How nodes merge into a group node,
+and what modules rank by, is `view/group_nodes.py`.
 
 >>> from wandb_modprof.records.graph import GraphNode
 >>> top = ViewGraph("m#0", (GraphNode("m#0|self", "self", "self", "own ops"),), ())
@@ -17,17 +18,15 @@ and its outputs merge too (see `wandb_modprof.view.table`).
 from __future__ import annotations
 
 import heapq
-import math
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from wandb_modprof.records.calls import CallInfo
-from wandb_modprof.records.graph import GraphEdge, GraphNode, ViewGraph
+from wandb_modprof.records.graph import GraphNode, ViewGraph
 from wandb_modprof.records.sample import ModuleStats
 from wandb_modprof.view.blocks import drawn_rows
-from wandb_modprof.view.values import as_float
+from wandb_modprof.view.group_nodes import group_key, merge_nodes, module_cost, ranked_modules
 
 # The most rows one view takes once its modules, its inputs and its outputs are each merged into
 # one group node: its `view` row, those 3 and the `self` node, and at most one edge per ordered
@@ -81,7 +80,7 @@ def reduce_views(
             for view_key, (graph, members) in capped.items():
                 shown[view_key] = graph
                 if members:
-                    groups[_group_key(view_key)] = members
+                    groups[group_key(view_key)] = members
                     merged.update(members)
                 used += _size(graph)
             max_depth += 1
@@ -173,7 +172,7 @@ def _cap_next_depth(
     views = [g for g in graphs if depth_of[g.view_key] == depth]
     if not views:
         return None
-    ranked = {g.view_key: _ranked_modules(g, stats) for g in views}
+    ranked = {g.view_key: ranked_modules(g, stats) for g in views}
     # (view index, cap) -> the capped view, its members and its size: the bisection and the
     # result below ask for the same caps again
     tried: dict[tuple[int, int], tuple[ViewGraph, list[str], int]] = {}
@@ -188,9 +187,9 @@ def _cap_next_depth(
             return tried[i, cap]
         members = order[cap:]
         label = f"{len(members)} modules" if cap == 0 else f"{len(members)} more modules"
-        group = GraphNode(_group_key(g.view_key), "group", label, "grouped")
+        group = GraphNode(group_key(g.view_key), "group", label, "grouped")
         position = {n.node_key: k for k, n in enumerate(g.nodes)}
-        graph = _merge_nodes(g, dict.fromkeys(members, group))
+        graph = merge_nodes(g, dict.fromkeys(members, group))
         tried[i, cap] = (graph, sorted(members, key=position.__getitem__), _size(graph))
         return tried[i, cap]
 
@@ -210,17 +209,6 @@ def _cap_next_depth(
     return {g.view_key: capped(i, lo - 1)[:2] for i, g in enumerate(views)}
 
 
-def _ranked_modules(graph: ViewGraph, stats: Mapping[str, ModuleStats]) -> list[str]:
-    """A view's module nodes, costliest (forward + backward median) first, then in order."""
-    position = {n.node_key: i for i, n in enumerate(graph.nodes)}
-    modules = [n.node_key for n in graph.nodes if n.kind == "module"]
-    return sorted(modules, key=lambda k: (-module_cost(stats.get(k)), position[k]))
-
-
-def _group_key(view_key: str) -> str:
-    return f"{view_key}|group"
-
-
 def _merged_note(
     groups: Mapping[str, list[str]], graphs: Sequence[ViewGraph], stats: Mapping[str, ModuleStats]
 ) -> tuple[str, str]:
@@ -230,7 +218,7 @@ def _merged_note(
     `l.0.experts#0` 96 of 128 (0.412 ms), `l.1.experts#0` ..."); ("", "") when none did."""
     parts = []
     for g in graphs:
-        members = groups.get(_group_key(g.view_key))
+        members = groups.get(group_key(g.view_key))
         if members:
             total = sum(1 for n in g.nodes if n.kind == "module")
             cost = sum(module_cost(stats.get(k)) for k in members)
@@ -252,61 +240,6 @@ def _size(graph: ViewGraph) -> int:
     return 1 + drawn_rows(graph)
 
 
-def _merge_nodes(graph: ViewGraph, into: dict[str, GraphNode]) -> ViewGraph:
-    """Replace every node named in `into` by the group node it maps to, placed where its first
-    member was (so merged inputs stay first and merged outputs last); edges follow,
-    deduplicated, and edges inside one group disappear.
-
-    The same view merged the same way again (a later sample's table, its ranking unchanged)
-    gives the same object: its layout and fixed rows are then reused (`view/rows.py`)."""
-    key = (id(graph), tuple((k, g.node_key, g.label) for k, g in into.items()))
-    cached = _MERGED.get(key)
-    if cached is not None and cached[0] is graph:
-        _MERGED.move_to_end(key)
-        return cached[1]
-    merged = _merged(graph, into)
-    _MERGED[key] = (graph, merged)
-    if len(_MERGED) > MERGED_CACHE_VIEWS:
-        _MERGED.popitem(last=False)
-    return merged
-
-
-# The merged views made last (least recently used dropped first), each with the view it was
-# made from (held: the key uses its identity). A MoE table caps ~3,000 views.
-MERGED_CACHE_VIEWS = 8192
-_MERGED: OrderedDict[tuple[object, ...], tuple[ViewGraph, ViewGraph]] = OrderedDict()
-
-
-def _merged(graph: ViewGraph, into: dict[str, GraphNode]) -> ViewGraph:
-    nodes: list[GraphNode] = []
-    placed: set[str] = set()
-    for n in graph.nodes:
-        group = into.get(n.node_key)
-        if group is None:
-            nodes.append(n)
-        elif group.node_key not in placed:
-            placed.add(group.node_key)
-            nodes.append(group)
-    seen: set[tuple[str, str]] = set()
-    edges: list[GraphEdge] = []
-    for e in graph.edges:
-        src = into[e.src_key].node_key if e.src_key in into else e.src_key
-        dst = into[e.dst_key].node_key if e.dst_key in into else e.dst_key
-        if src != dst and (src, dst) not in seen:
-            seen.add((src, dst))
-            edges.append(GraphEdge(src, dst))
-    return ViewGraph(graph.view_key, tuple(nodes), tuple(edges))
-
-
-def module_cost(stats: ModuleStats | None) -> float:
-    """What views rank a module call by: its fwd + bwd medians (0 where not measured)."""
-    if stats is None:
-        return 0.0
-    fwd, bwd = stats.typical("fwd_ms"), stats.typical("bwd_ms")
-    cost = (0.0 if fwd is None else as_float(fwd)) + (0.0 if bwd is None else as_float(bwd))
-    return cost if not math.isnan(cost) else 0.0  # NaN would make the ranking arbitrary
-
-
 def _shrink_view(
     graph: ViewGraph, stats: Mapping[str, ModuleStats], budget: int
 ) -> tuple[ViewGraph, dict[str, list[str]]]:
@@ -316,16 +249,15 @@ def _shrink_view(
     merge into one group and its outputs into another, and as many modules as then fit are
     kept. Returns the view and the members of each group node drawn (module keys for the
     modules' group, input or output node keys for the others)."""
-    position = {n.node_key: i for i, n in enumerate(graph.nodes)}
     modules = [n.node_key for n in graph.nodes if n.kind == "module"]
-    ranked = sorted(modules, key=lambda k: (-module_cost(stats.get(k)), position[k]))
-    group_key = f"{graph.view_key}|group"
+    ranked = ranked_modules(graph, stats)
+    modules_group = group_key(graph.view_key)
     ends: dict[str, GraphNode] = {}  # input / output node key -> the group it merges into
 
     def attempt(kept: int) -> ViewGraph:
         label = f"{len(ranked)} modules" if kept == 0 else f"{len(ranked) - kept} more modules"
-        group = GraphNode(group_key, "group", label, "grouped")
-        return _merge_nodes(graph, ends | dict.fromkeys(ranked[kept:], group))
+        group = GraphNode(modules_group, "group", label, "grouped")
+        return merge_nodes(graph, ends | dict.fromkeys(ranked[kept:], group))
 
     best = attempt(0)
     if _size(best) > budget:
@@ -349,8 +281,8 @@ def _shrink_view(
             hi = mid - 1
     drawn = {n.node_key for n in best.nodes}
     groups: dict[str, list[str]] = {}
-    if group_key in drawn:
-        groups[group_key] = [k for k in modules if k not in drawn]
+    if modules_group in drawn:
+        groups[modules_group] = [k for k in modules if k not in drawn]
     for member, node in ends.items():
         groups.setdefault(node.node_key, []).append(member)
     return best, groups

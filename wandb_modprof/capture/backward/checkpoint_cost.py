@@ -32,11 +32,11 @@ CALLS = 15  # calls per round and variant
 
 def known_call_ms() -> float | None:
     """`checkpoint_call_ms()` where this process measured it already; None otherwise. Never
-    measures: the tables `watch` builds on its own (in the training process when no worker runs)
-    take no calibration there. The worker process measures it once, off the training thread,
-    before its first table (`api.sample_worker`); an explicit `Profile.checkpoint_plan()`,
-    `table()` or `summary(mode="ckpt")` measures it in the calling process (a fraction of a
-    second once, with every random generator left where it was)."""
+    measures: a table build (the ones `watch` logs during training, `Profile.table()`, the
+    report) takes no calibration, so its plan is priced only where an explicit plan
+    (`Profile.checkpoint_plan()`, `summary(mode="ckpt")`, `wandb-modprof plan`) measured the
+    cost in this process first (a fraction of a second, once, every random generator left
+    where it was)."""
     if checkpoint_call_ms.cache_info().currsize:
         return checkpoint_call_ms()
     return None

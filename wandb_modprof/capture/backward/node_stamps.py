@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from wandb_modprof.capture.backward.nodes import NodeTable, grad_to_create, node_name
 from wandb_modprof.capture.backward.recompute import RecomputeTracker
-from wandb_modprof.capture.step import autograd_private as ap
 from wandb_modprof.capture.step import gc_pause, interrupt_guard
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.step.interrupt_guard import BODY
 
 if TYPE_CHECKING:
@@ -104,13 +104,13 @@ class NodeStamps:
         hooked = 0
         while todo:
             node, via = todo.pop()
-            seq = ap.node_sequence_nr(node)
+            seq = tp.node_sequence_nr(node)
             in_range = lo <= seq < hi
             if in_range:
                 if seq in self._hooked_seqs:
                     continue
                 self._hooked_seqs.add(seq)
-            elif via >= 0 and ap.is_accumulate_grad(node):
+            elif via >= 0 and tp.is_accumulate_grad(node):
                 # A parameter's AccumulateGrad node is shared by every graph built while it
                 # lives: a checkpoint recompute reaches the same node again. Hook it once
                 # (keyed by the parameter, which outlives the step; the node is not pinned).
@@ -148,7 +148,7 @@ class NodeStamps:
                 nexts = [nxt for nxt, _ in node.next_functions if nxt is not None]
                 todo.extend((nxt, slot) for nxt in nexts)
                 if self.dataflow is not None and not self.forward_done:
-                    self.dataflow.adjacency[seq] = [ap.node_sequence_nr(n) for n in nexts]
+                    self.dataflow.adjacency[seq] = [tp.node_sequence_nr(n) for n in nexts]
         return hooked
 
     def running_slots(self) -> list[int]:
@@ -169,7 +169,7 @@ class NodeStamps:
                 self.bwd_started = True
                 gc_pause.hold(id(self))  # until `finish` (or the sample's drop)
                 self.bwd_t_begin = self.clock.stamp()
-                ap.queue_end_of_backward(self.finish)
+                tp.queue_end_of_backward(self.finish)
             tid = threading.get_ident()
             stack = self._exec.setdefault(tid, [])
             self.nodes.enclosing[slot] = stack[-1] if stack else -1

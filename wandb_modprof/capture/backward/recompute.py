@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from wandb_modprof.capture.forward.invocation import Invocation, Recompute, grad_fns
-from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.step.clock import Clock
 
 # What the session walks after a top-level recompute: (roots, lo, hi, owner per sequence nr)
@@ -59,7 +59,7 @@ class RecomputeTracker:
         self._stack.append(len(self.records))
         t0 = clock.stamp()
         self.records.append(
-            Recompute(orig, parent, enclosing, ap.sequence_nr(), t0, clock.own_at(t0))
+            Recompute(orig, parent, enclosing, tp.sequence_nr(), t0, clock.own_at(t0))
         )
 
     def exit(self, result: Any, clock: Clock) -> NodeWalk | None:
@@ -69,7 +69,7 @@ class RecomputeTracker:
         rec = self.records[self._stack.pop()]
         rec.t1 = clock.stamp()
         rec.own1 = clock.own_at(rec.t1)
-        rec.seq1 = ap.sequence_nr()
+        rec.seq1 = tp.sequence_nr()
         self._roots.extend(grad_fns(result))
         if self._stack:
             return None

@@ -9,11 +9,12 @@ from types import CodeType
 from torch import nn
 
 from wandb_modprof.capture.model.compiled import BOUNDARY_CALL
+from wandb_modprof.capture.step.torch_private import CALL_IMPL_CODE
 
 # The code objects of the frames that call a module, each with the local naming the module:
 # `Module._call_impl`, and the boundary around a module compiled in place (`model.compiled`).
-_CALL_CODES: dict[CodeType, str] = {
-    nn.Module._call_impl.__code__: "self",
+_CALL_CODES: dict[CodeType | None, str] = {
+    CALL_IMPL_CODE: "self",
     BOUNDARY_CALL[0]: BOUNDARY_CALL[1],
 }
 

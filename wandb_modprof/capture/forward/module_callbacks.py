@@ -45,7 +45,7 @@ from wandb_modprof.capture.forward.callback_state import (
 )
 from wandb_modprof.capture.forward.invocation import grad_fns
 from wandb_modprof.capture.inert_hook import InertHook
-from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.step import torch_private as tp
 
 
 class ModuleCallbacks:
@@ -99,10 +99,10 @@ class ModuleCallbacks:
         self._handles = []
         self._claims = {}
         calls = list(self._live)
-        if ap.in_backward():
+        if tp.in_backward():
             # Called from a callback inside a backward: the engine may be iterating the hooks
             # of the running node, so take them off once the backward has finished.
-            ap.queue_end_of_backward(functools.partial(remove_calls, calls))
+            tp.queue_end_of_backward(functools.partial(remove_calls, calls))
         else:
             remove_calls(calls)
 
@@ -128,19 +128,19 @@ class ModuleCallbacks:
     def _pre(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         # A forward while a backward runs on this thread is an activation-checkpointing
         # recompute: not a call of the model, and its nodes are not the ones that run.
-        if self._removed or ap.in_backward():
+        if self._removed or tp.in_backward():
             return
         call = self._calls
         self._calls += 1
         self._fire("forward_start", call)
         try:
             # Read after the callback, so that nodes it creates are not taken for the module's.
-            self._stack().append((call, ap.sequence_nr()))
+            self._stack().append((call, tp.sequence_nr()))
         except Exception as error:
             self._internal_error("forward pre-hook", error)
 
     def _post(self, module: nn.Module, args: Any, kwargs: Any, result: Any) -> None:
-        if self._removed or ap.in_backward():
+        if self._removed or tp.in_backward():
             return
         stack = self._stack()
         if not stack:
@@ -149,7 +149,7 @@ class ModuleCallbacks:
         # A forward that raised passes result=None (always_call): nothing to hook.
         if torch.is_grad_enabled():
             try:
-                self._hook_backward(module, call, seq0, ap.sequence_nr(), result)
+                self._hook_backward(module, call, seq0, tp.sequence_nr(), result)
             except Exception as error:
                 self._internal_error("forward hook", error)
         self._fire("forward_end", call)
@@ -166,12 +166,12 @@ class ModuleCallbacks:
         todo = list(grad_fns(out))
         while todo:
             node = todo.pop()
-            if ap.is_accumulate_grad(node):
+            if tp.is_accumulate_grad(node):
                 pid = id(node.variable)
                 if pid in params:
                     accumulators[pid] = node
                 continue
-            seq = ap.node_sequence_nr(node)
+            seq = tp.node_sequence_nr(node)
             if not seq0 <= seq < seq1:
                 inputs.append(node)
                 continue
@@ -221,7 +221,7 @@ class ModuleCallbacks:
             if id(node) in seen:
                 continue
             seen[id(node)] = node
-            if ap.is_accumulate_grad(node):
+            if tp.is_accumulate_grad(node):
                 if id(node.variable) in params:
                     shared.add(id(node.variable))
                 continue
@@ -241,9 +241,9 @@ class ModuleCallbacks:
         starting = not state.open
         if starting:
             try:
-                task = ap.graph_task_id()
+                task = tp.graph_task_id()
                 if state.task != task:
-                    ap.queue_end_of_backward(functools.partial(self._end_of_backward, state))
+                    tp.queue_end_of_backward(functools.partial(self._end_of_backward, state))
                     state.task = task
             except Exception as error:
                 self._internal_error("backward pre-hook", error)
@@ -254,21 +254,21 @@ class ModuleCallbacks:
             state.feeds.clear()
         try:
             state.pending.add(seq)
-            node = ap.current_autograd_node()
+            node = tp.current_autograd_node()
             fed: set[int] = set()
             for nxt, _ in node.next_functions if node is not None else ():
                 if nxt is None:
                     continue
-                if ap.is_accumulate_grad(nxt):
+                if tp.is_accumulate_grad(nxt):
                     pid = id(nxt.variable)
-                    if pid in state.acc and ap.will_engine_execute_node(nxt):
+                    if pid in state.acc and tp.will_engine_execute_node(nxt):
                         fed.add(pid)
                 else:
-                    nxt_seq = ap.node_sequence_nr(nxt)
+                    nxt_seq = tp.node_sequence_nr(nxt)
                     # The type check guards against a node of another thread's forward that
                     # happens to have a number in the call's range (the counters are per thread).
                     ours = state.names.get(nxt_seq) == type(nxt).__name__
-                    if ours and ap.will_engine_execute_node(nxt):
+                    if ours and tp.will_engine_execute_node(nxt):
                         state.pending.add(nxt_seq)
             state.pending_acc |= fed
             state.feeds[seq] = fed

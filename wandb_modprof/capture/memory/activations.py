@@ -30,7 +30,7 @@ from collections.abc import Callable
 import torch
 
 from wandb_modprof.capture.memory.storage import StorageKey, storages
-from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.step.clock import Clock
 
 
@@ -203,7 +203,7 @@ class ActivationCounter:
         would remove theirs, so then we wait until they have left."""
         if self._ctx is None:
             return True
-        if ap.top_saved_tensors_pack_hook() != self.pack:
+        if tp.top_saved_tensors_pack_hook() != self.pack:
             return False
         self.pop()
         return True

@@ -26,6 +26,7 @@ from wandb_modprof.capture.memory.static_memory import (
     local_tensor,
 )
 from wandb_modprof.capture.memory.storage import extents
+from wandb_modprof.capture.step.torch_private import foreach_norm
 
 
 @dataclass(frozen=True)
@@ -228,9 +229,9 @@ def _l2_norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
             # one precision class (the usual case): one call, no per-tensor bookkeeping
             # (without `dtype`, float32 takes the fused path: a third faster on the CPU)
             if dtypes <= _WIDE:
-                return list(torch._foreach_norm(tensors, 2))
+                return list(foreach_norm(tensors, 2))
             if dtypes <= _NARROW:
-                return list(torch._foreach_norm(tensors, 2, dtype=torch.float32))
+                return list(foreach_norm(tensors, 2, dtype=torch.float32))
         values = [_dense_values(t) for t in tensors]
         zero = torch.zeros((), dtype=torch.float32)
         out = [zero] * len(values)
@@ -246,12 +247,12 @@ def _l2_norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
             else:  # a float8 kind, which norms do not take: widened first
                 out[i] = torch.linalg.vector_norm(t.to(torch.float32))
         if wide:
-            for i, norm in zip(wide, torch._foreach_norm([values[i] for i in wide], 2),
+            for i, norm in zip(wide, foreach_norm([values[i] for i in wide], 2),
                                strict=True):  # fmt: skip
                 out[i] = norm
         if narrow:
             picked = [values[i] for i in narrow]
-            norms = torch._foreach_norm(picked, 2, dtype=torch.float32)
+            norms = foreach_norm(picked, 2, dtype=torch.float32)
             for i, norm in zip(narrow, norms, strict=True):
                 out[i] = norm
         return out

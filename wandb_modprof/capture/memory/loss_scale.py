@@ -60,6 +60,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from wandb_modprof._warn import warn_safely
+from wandb_modprof.capture.step import torch_private as tp
 
 _GradScaler = torch.amp.GradScaler
 # Frames above our step pre-hook where the scaler's own method calls `optimizer.step()`:
@@ -98,7 +99,7 @@ def _scale_of(scaler: Any) -> torch.Tensor | None:
     where it scales nothing (disabled, or `scale()` never called)."""
     if scaler is None or not scaler.is_enabled():
         return None
-    scale = scaler._get_scale_async()  # (private: `_scale`, None before the first `scale()`)
+    scale = tp.gradscaler_scale(scaler)
     return None if scale is None else scale.detach().clone()
 
 
@@ -249,10 +250,8 @@ class _StepHook:
 def _sweep_dead_hooks() -> None:
     """Remove the step pre-hooks of ours whose watch is gone (left inert inside a step, where
     they could not be removed, by a capture that then went away without another call)."""
-    import torch.optim.optimizer as optimizer_module
-
-    hooks = getattr(optimizer_module, "_global_optimizer_pre_hooks", None)
-    if not isinstance(hooks, dict):
+    hooks = tp.optimizer_step_pre_hooks()
+    if hooks is None:
         return
     for hook in list(hooks.values()):
         if isinstance(hook, _StepHook) and hook.watch() is None and hook.handle is not None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from wandb_modprof.capture.step.torch_private import is_traceable_wrapper_subclass
 
 StorageKey = tuple[str, int, int]
 

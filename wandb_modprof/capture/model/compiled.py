@@ -17,7 +17,6 @@ traced by Dynamo: graph breaks and recompiles):
 from __future__ import annotations
 
 import copy
-import sys
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
@@ -26,6 +25,7 @@ from torch import nn
 
 from wandb_modprof.capture.inert_hook import InertHook, skip_hook_frames
 from wandb_modprof.capture.model.scripted import ScriptedHandle, is_scripted
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.records.calls import CallInfo
 
 ORIG = "_orig_mod"  # OptimizedModule's attribute holding the user's module
@@ -35,7 +35,7 @@ PostHook = Callable[[nn.Module, Any, Any, Any], None]
 
 
 def is_compiled_wrapper(module: nn.Module) -> bool:
-    # By name: an isinstance check would import torch._dynamo (about 1 s).
+    # By name: an isinstance check would import Dynamo (about 1 s).
     return type(module).__name__ == "OptimizedModule" and hasattr(module, ORIG)
 
 
@@ -192,8 +192,8 @@ def hook_calls(module: nn.Module, pre: PreHook, post: PostHook) -> list[Removabl
     """Our forward pre-hook and always-call forward hook on `module`: as module hooks, or
     around the compiled call of a module compiled in place (where module hooks would run
     inside compiled code)."""
-    if "torch._dynamo" in sys.modules:
-        skip_hook_frames()  # a compiled wrapper around the model runs our hooks untraced
+    if tp.dynamo_loaded():  # a compiled wrapper around the model runs our hooks untraced
+        skip_hook_frames(tp.dynamo_frame_api)
     if compiled_in_place(module):
         return [hook_compiled_boundary(module, pre, post)]
     if is_scripted(module):

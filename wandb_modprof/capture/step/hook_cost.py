@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.modules import module as _module
 
 from wandb_modprof.capture.inert_hook import InertHook
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.step.clock import CpuClock, HookCost
 from wandb_modprof.capture.step.random_state import keeping
 
@@ -175,24 +175,9 @@ def _pack_ns() -> int:
     return max(0, (hooked - plain) // (2 * _CALLS))
 
 
-_GLOBAL_HOOKS = (
-    "_global_forward_pre_hooks",
-    "_global_forward_hooks",
-    "_global_backward_hooks",
-    "_global_backward_pre_hooks",
-    "_global_module_registration_hooks",
-    "_global_parameter_registration_hooks",
-    "_global_buffer_registration_hooks",
-)
-
-
 def _observed() -> bool:
     """Something global would see (or change) our calibration's module calls and ops."""
-    if any(getattr(_module, name, None) for name in _GLOBAL_HOOKS):
-        return True
-    if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled():
-        return True
-    return bool(torch.autograd.profiler._is_profiler_enabled)
+    return tp.module_calls_observed()
 
 
 @functools.cache

@@ -7,7 +7,7 @@ created the node (the innermost call whose sequence numbers hold the node's). Ev
 the node runs is then charged to that call, as the forward's are: bytes read and written
 (`work.moved_bytes`), one op, views not counted. The autograd engine restores the thread's
 mode stack after each node, so the mode ends with its node, even one that raises
-(`autograd_private.push_mode_for_this_node`). A parameter's AccumulateGrad node is charged to
+(`torch_private.push_mode_for_this_node`). A parameter's AccumulateGrad node is charged to
 the call of the node that fed it (its module's); where two gradients of a tensor meet, the
 engine's sum runs in the node whose gradient arrives second, and is its call's. An
 activation-checkpointing recompute runs inside a node and is that node's call's backward work:
@@ -33,11 +33,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from torch.utils._python_dispatch import TorchDispatchMode
-
 from wandb_modprof.capture.forward.invocation import tensors_in
-from wandb_modprof.capture.step import autograd_private as ap
 from wandb_modprof.capture.step import gc_pause
+from wandb_modprof.capture.step import torch_private as tp
+from wandb_modprof.capture.step.torch_private import TorchDispatchMode
 from wandb_modprof.capture.structure.flops import PLAIN_TYPES, handles
 from wandb_modprof.capture.structure.pass_frames import rolled_up
 from wandb_modprof.capture.structure.work import is_work, moved_bytes
@@ -141,14 +140,14 @@ class BackwardWork:
             node, via = todo.pop()
             if id(node) in seen:
                 continue
-            seq = ap.node_sequence_nr(node)
+            seq = tp.node_sequence_nr(node)
             if 0 <= seq - lo < len(owner):
                 call = owner[seq - lo]
                 todo.extend((n, call) for n, _ in node.next_functions if n is not None)
                 if known is not None and call >= 0 and known[call]:
                     seen.add(id(node))
                     continue
-            elif via >= 0 and ap.is_accumulate_grad(node):
+            elif via >= 0 and tp.is_accumulate_grad(node):
                 if known is not None and known[via]:
                     continue
                 self._accumulate[id(node)] = via
@@ -162,16 +161,16 @@ class BackwardWork:
         if self.closed or self.error is not None:
             return
         try:
-            node = ap.current_autograd_node()
-            index = ap.node_sequence_nr(node) - self._lo
+            node = tp.current_autograd_node()
+            index = tp.node_sequence_nr(node) - self._lo
             if 0 <= index < len(self._owner):
                 call = self._owner[index]
             else:
                 call = self._accumulate.get(id(node), -1)
-            task = ap.graph_task_id()
+            task = tp.graph_task_id()
             if task not in self._tasks:
                 self._tasks.add(task)
-                ap.queue_end_of_backward(self._publish)
+                tp.queue_end_of_backward(self._publish)
                 gc_pause.hold(id(self))  # (until `_publish`, as for the pass's forward)
             if call < 0:
                 return
@@ -180,7 +179,7 @@ class BackwardWork:
                 mode = self._local.mode = _Count(self, self.calls)
                 self._modes.append(mode)
             mode.call = call
-            ap.push_mode_for_this_node(mode)
+            tp.push_mode_for_this_node(mode)
         except Exception as error:  # never break the user's backward
             self.fail(error)
 
@@ -246,7 +245,7 @@ def count_pass_backward(
     the counts of the pass that did; a partial pass, `stored=None`, stores nothing, and its
     followed calls' counts are learnt). The counter, to be closed at the next forward."""
     roots = [t.grad_fn for t in tensors_in(result) if t.grad_fn is not None]
-    if not roots or not ap.counts_backward():
+    if not roots or not tp.counts_backward():
         return None  # evaluation, no_grad: no backward to count
     ranges, parents = structure.call_ranges()
     known = [not f for f in structure.followed_calls()]

@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_map_only
 from torch.utils.hooks import RemovableHandle
 
 from wandb_modprof.capture.inert_hook import under_compile
@@ -33,6 +32,7 @@ from wandb_modprof.capture.model.compiled import (
 )
 from wandb_modprof.capture.model.scripted import ScriptedHandle, is_scripted
 from wandb_modprof.capture.model.wrappers import inner_model, type_name
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.structure.structure_pass import StructurePass
 from wandb_modprof.records.calls import Structure
 
@@ -42,31 +42,32 @@ def fake_structure(
 ) -> tuple[Structure | None, Exception | None]:
     """The graph of `model(*args, **kwargs)` traced on fake tensors: (structure, None), or
     (None, the error) when the pass could not follow this forward."""
-    # Imported here: FakeTensorMode brings in torch._subclasses (Dynamo is loaded already:
-    # the model has compiled code).
-    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-    from torch.nn.utils.stateless import _reparametrize_module
+    # Looked up here: FakeTensorMode brings in torch's fake tensors (Dynamo is loaded
+    # already: the model has compiled code).
+    fake_tensor, fake_tensor_mode, reparametrize_module = tp.fake_tensor_api()
 
     # DDP's forward would broadcast and reduce: the model inside it is traced (its modules are
     # named as in the user's model, as the capture names them).
     outer = unwrapped(model)  # torch.compile(ddp) and DDP(torch.compile(model)) alike
     inner = inner_model(outer)
     eager = outer if inner is None else unwrapped(inner)
-    structure = StructurePass(eager, training=eager.training, fake_type=FakeTensor)
+    structure = StructurePass(eager, training=eager.training, fake_type=fake_tensor)
     handles = _hook(structure, eager)
     # No real tensor may enter an op: FakeTensorMode would run an op on real tensors only (an
     # in-place `self.count += 1` on a plain tensor attribute) for real, changing the model.
     # The FLOP mode refuses such an op before it runs; the pass fails (a warning; the step
     # then runs as always).
-    mode = FakeTensorMode(allow_non_fake_inputs=False)
+    mode = fake_tensor_mode(allow_non_fake_inputs=False)
     try:
         with mode:
             fake: dict[str, torch.Tensor] = {
                 name: mode.from_tensor(t)
                 for name, t in [*eager.named_parameters(), *eager.named_buffers()]
             }
-            fake_args, fake_kwargs = tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))
-            with _reparametrize_module(eager, fake, tie_weights=True):
+            fake_args, fake_kwargs = tp.tree_map_only(
+                torch.Tensor, mode.from_tensor, (args, kwargs)
+            )
+            with reparametrize_module(eager, fake, tie_weights=True):
                 structure.push_modes()  # force_eager: compiled regions run their eager code
                 try:
                     structure.enter(eager, ROOT_NAME, type_name(model), fake_args, fake_kwargs)

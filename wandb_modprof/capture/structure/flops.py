@@ -13,10 +13,13 @@ from typing import Any, Protocol
 
 import torch
 from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
+from wandb_modprof.capture.step.torch_private import (
+    CPU_ATTENTION_OP,
+    TorchDispatchMode,
+    tree_leaves,
+)
 from wandb_modprof.capture.structure.work import backward_flops, is_work, moved_bytes
 
 
@@ -70,7 +73,7 @@ def _cpu_sdpa_flops(
 # (torch 2.13); it is the flash formula on the same shapes.
 FORMULAS: dict[Any, Any] = {
     **flop_registry,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops,
+    **({} if CPU_ATTENTION_OP is None else {CPU_ATTENTION_OP: _cpu_sdpa_flops}),
 }
 PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 # The formulas themselves, on shapes: the registry's wrappers map every argument through a

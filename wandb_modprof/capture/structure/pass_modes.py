@@ -15,12 +15,12 @@ compiled code runs eagerly (the `force_eager` stance).
 
 from __future__ import annotations
 
-import sys
 import threading
 from typing import Any, Protocol
 
 import torch
 
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.structure.flops import FlopCount, FlopSink
 from wandb_modprof.capture.structure.pass_frames import Dataflow, Follower
 
@@ -30,28 +30,24 @@ class ModeOwner(Follower, FlopSink, Protocol):
 
 
 def prepare() -> None:
-    """Import torch._dynamo before the first pass, outside any forward.
+    """Import Dynamo before the first pass, outside any forward.
 
     The dataflow mode makes some torch functions import it lazily; imported inside the user's
     forward, that import leaves a reference cycle holding the forward's frames (and tensors)
     until the next garbage collection. With it imported, compiled code also runs eagerly during
     the pass instead of being recompiled (`PassModes.push`). About 1 s, once per process.
     """
-    import torch._dynamo  # noqa: F401
+    tp.import_dynamo()
 
 
 def structure_pass_active() -> bool:
     """A structure pass (of any capture) is following tensors on this thread right now (or
     runs a call it does not follow, its modes off for that call)."""
-    from torch.overrides import _get_current_function_mode_stack
-
     if _SUSPENDED:
         thread = threading.get_ident()
         if any(m.thread == thread and not m.pass_.failed for m in list(_SUSPENDED)):
             return True
-    return any(
-        isinstance(m, Dataflow) and not m.pass_.failed for m in _get_current_function_mode_stack()
-    )
+    return any(isinstance(m, Dataflow) and not m.pass_.failed for m in tp.function_mode_stack())
 
 
 # the modes of passes that are off for a call their pass does not follow (`PassModes.switch`)
@@ -73,9 +69,9 @@ class PassModes:
         self._suspended = False  # the modes are off for the innermost (not followed) call
 
     def push(self) -> None:
-        # torch._dynamo is imported when the capture starts (see `prepare`), so every
+        # Dynamo is imported when the capture starts (see `prepare`), so every
         # torch.compile'd function or module in the forward runs eagerly, not recompiled.
-        if "torch._dynamo" in sys.modules:
+        if tp.dynamo_loaded():
             self._stance = torch.compiler.set_stance("force_eager")
         self._dataflow.__enter__()
         try:
@@ -94,11 +90,8 @@ class PassModes:
             _SUSPENDED.discard(self)
             self.restore_stance()
             return True
-        from torch.overrides import _get_current_function_mode_stack
-        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
-        fstack = _get_current_function_mode_stack()
-        dstack = _get_current_dispatch_mode_stack()
+        fstack = tp.function_mode_stack()
+        dstack = tp.dispatch_mode_stack()
         if not fstack or fstack[-1] is not self._dataflow:
             return False
         if not dstack or dstack[-1] is not self._flops:
@@ -121,11 +114,8 @@ class PassModes:
             self._suspended = False
             _SUSPENDED.discard(self)
             return True
-        from torch.overrides import _get_current_function_mode_stack
-        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
-        fstack = _get_current_function_mode_stack()
-        dstack = _get_current_dispatch_mode_stack()
+        fstack = tp.function_mode_stack()
+        dstack = tp.dispatch_mode_stack()
         if not (fstack and fstack[-1] is self._dataflow and dstack and dstack[-1] is self._flops):
             return False
         self._flops.__exit__(None, None, None)

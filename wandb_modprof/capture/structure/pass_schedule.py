@@ -6,7 +6,8 @@ failed or learnt nothing new. A sampled step derives its own graph where no pass
 (`derive_from_sample`), and a pass later refines that graph. No eager pass runs on a model
 with compiled code (its graph is traced on fake tensors instead, `fake_structure`) or, in
 eval, on one with an inference fast path. Where the graph stays short of the model's, the
-schedule says so once (`warn`). `structure_driver.StructureDriver` runs the passes it asks for.
+schedule says so once (`warn`). `structure_driver.StructureDriver` holds one and runs the
+passes it asks for.
 """
 
 from __future__ import annotations

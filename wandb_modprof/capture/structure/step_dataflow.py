@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from wandb_modprof.capture.forward.invocation import Invocation, tensors_in
-from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.structure.slots import input_slots, output_slots
 from wandb_modprof.records.calls import (
     CallInfo,
@@ -91,7 +91,7 @@ class StepDataflow:
                 frame[id(t)] = (weakref.ref(t), _version(t), sources)
                 grad_fn = t.grad_fn
                 if grad_fn is not None:
-                    seqs.setdefault(ap.node_sequence_nr(grad_fn), set()).add(node)
+                    seqs.setdefault(tp.node_sequence_nr(grad_fn), set()).add(node)
                 if parent is not None and parent_key is not None:
                     self._source(inv.parent, parent_key, parent, t, key)
         self._input_seqs.append(seqs)
@@ -133,7 +133,7 @@ class StepDataflow:
             for src in entry[2]:
                 self._edges.add(DataEdge(view_key, src, dst))
         elif grad_fn is not None:
-            self._pending.append((view, view_key, dst, ap.node_sequence_nr(grad_fn)))
+            self._pending.append((view, view_key, dst, tp.node_sequence_nr(grad_fn)))
 
     # ---- when the root returned ------------------------------------------------------------
     def finish(self, invocations: Sequence[Invocation], owners: Sequence[int]) -> Structure:

@@ -64,9 +64,10 @@ class StructureSink(Protocol):
     def num_structures(self) -> int: ...
 
 
-class StructureDriver(PassSchedule):
-    """The structure passes of one capture: due (`PassSchedule`), running (`current`), or
-    stale (their modes could not be popped yet because someone else's mode is on top of ours)."""
+class StructureDriver:
+    """The structure passes of one capture: due (its `schedule`, a `PassSchedule`), running
+    (`current`), or stale (their modes could not be popped yet because someone else's mode is
+    on top of ours)."""
 
     def __init__(
         self,
@@ -77,9 +78,17 @@ class StructureDriver(PassSchedule):
         peaks: tuple[float | None, float | None] = (None, None),
     ) -> None:
         self.owner = owner
-        known = {True: KnownCalls(), False: KnownCalls()}  # what passes learnt, per mode
-        # (the sink gets graphs with the counts passes kept)
-        super().__init__(enabled, eligible, owner.index, KeptCounts(sink, known), known)
+        self.known = {True: KnownCalls(), False: KnownCalls()}  # what passes learnt, per mode
+        self.sink = KeptCounts(sink, self.known)  # (graphs get the counts passes kept)
+        self.schedule = PassSchedule(enabled, eligible, owner.index, self.sink, self.known)
+        # The schedule's methods the capture's root hooks call, bound here rather than wrapped:
+        # no frame of ours between (they run on sampled steps, and a warning they give keeps
+        # its stack level).
+        self.can_start = self.schedule.can_start
+        self.derive_from_sample = self.schedule.derive_from_sample
+        self.add_derived = self.schedule.add_derived
+        self.check = self.schedule.check
+        self.rearm = self.schedule.rearm
         self.peaks = peaks  # `watch(peak_flops=, peak_bw=)`: None = found by `calibration`
         self.current: StructurePass | None = None
         self.stale: list[StructurePass] = []
@@ -90,6 +99,46 @@ class StructureDriver(PassSchedule):
         self.backward: BackwardWork | None = None  # the last pass's backward, being counted
         if enabled:
             prepare()
+
+    # ---- the schedule's state, as the capture reads it (`root_hooks`, `submodule_hooks`) and,
+    # on a fork or a voided pass, writes it (`step/registry`, `submodule_hooks`): a property
+    # read per step costs about 40 ns, nothing per module call
+    @property
+    def due(self) -> bool:
+        return self.schedule.due
+
+    @due.setter
+    def due(self, value: bool) -> None:
+        self.schedule.due = value
+
+    @property
+    def enabled(self) -> bool:
+        return self.schedule.enabled
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self.schedule.enabled = value
+
+    @property
+    def spent(self) -> int:
+        return self.schedule.spent
+
+    @spent.setter
+    def spent(self, value: int) -> None:
+        self.schedule.spent = value
+
+    @property
+    def derive_failed(self) -> bool:
+        return self.schedule.derive_failed
+
+    @derive_failed.setter
+    def derive_failed(self, value: bool) -> None:
+        self.schedule.derive_failed = value
+
+    @property
+    def passes(self) -> int:
+        """Passes started, of every kind (`api.step_counter`)."""
+        return self.schedule.passes
 
     def totals(self) -> dict[str, Any]:
         """The passes that ran, as `records.snapshot.Overhead` reports them."""
@@ -112,17 +161,18 @@ class StructureDriver(PassSchedule):
         """At a root forward of a model with compiled code, while a graph is due: draw it from
         the eager modules on fake tensors (`fake_structure`), beside the step, which then runs
         compiled as it would have (sampled or not): its numerics stay the compiled ones."""
-        if not (self.due and self.enabled) or not self.eligible(module) or not self.compiled():
+        schedule = self.schedule
+        if not (schedule.due and schedule.enabled) or not schedule.eligible(module):
             return
-        if torch.compiler.is_compiling() or structure_pass_active():
+        if not schedule.compiled() or torch.compiler.is_compiling() or structure_pass_active():
             return
-        self.pass_taken()
+        schedule.pass_taken()
         structure, error = fake_structure(module, args, kwargs)
         if structure is None:
             # Not retried: the same forward on fake tensors fails the same way.
-            self.warn(f"the graph of the compiled model could not be traced ({error!r})")
+            schedule.warn(f"the graph of the compiled model could not be traced ({error!r})")
             return
-        self.refined(structure.signature)
+        schedule.refined(structure.signature)
         self.sink.add_structure(self._with_roofline(structure, module))
 
     def _with_roofline(self, structure: Structure, module: nn.Module) -> Structure:
@@ -136,7 +186,7 @@ class StructureDriver(PassSchedule):
         return dataclasses.replace(structure, roofline=found)
 
     def start(self, module: nn.Module, args: Any, kwargs: Any) -> None:
-        self.pass_taken()
+        self.schedule.pass_taken()
         # The collector held off through the pass's forward, as through a sampled one: the
         # pass makes many small objects (frames, sets), and the collections they set off
         # took ~30 % of a 10,000-call pass (`gc_pause`).
@@ -153,7 +203,7 @@ class StructureDriver(PassSchedule):
             structure.enter(module, name, module_type, args, kwargs)
         except BaseException:
             self.end()  # pops what was pushed, takes the child hooks off again
-            self.rearm()
+            self.schedule.rearm()
             raise
 
     def exit(self, module: nn.Module, result: Any) -> None:
@@ -174,14 +224,14 @@ class StructureDriver(PassSchedule):
             # The forward raised (always-call hooks run on exceptions): a partial graph is
             # not kept; a later step tries again.
             self.end()
-            self.rearm()
+            self.schedule.rearm()
             return
         structure.exit(module, result)
         if not structure.forward_done and not structure.failed:
             return  # the root was re-entered; its outer call is still open
         self.end()
         if structure.failed:
-            self.rearm()
+            self.schedule.rearm()
             error = structure.error or RuntimeError("forward hooks fired out of order")
             self.owner.warn_once("<structure pass>", error)
             return
@@ -196,17 +246,18 @@ class StructureDriver(PassSchedule):
         if not structure.complete():
             # Known calls that called others than before, or new calls beyond the budget:
             # the next pass follows them (it is due at once: it starts where this one ended).
-            self.pass_partial(len(known.calls) > before or bool(structure.changed))
+            self.schedule.pass_partial(len(known.calls) > before or bool(structure.changed))
             self._count_backward(structure, None, result)
             return
         finished = structure.finish()
-        if not self.room_for(finished.signature):
+        if not self.schedule.room_for(finished.signature):
             # A pass asked for to refine a derived graph may meet yet another new sequence
             # (routing changes every step) after that graph filled the last place: not kept.
-            self.warn(f"the model called more than {MAX_STRUCTURES} different sequences of modules")
+            text = f"the model called more than {MAX_STRUCTURES} different sequences of modules"
+            self.schedule.warn(text)
             self._count_backward(structure, None, result)
             return
-        self.refined(finished.signature)
+        self.schedule.refined(finished.signature)
         stored = self._with_roofline(finished, module)
         self.sink.add_structure(stored)
         self._count_backward(structure, stored, result)

@@ -35,7 +35,7 @@ from wandb_modprof.capture.forward.call_keys import CallKeys
 from wandb_modprof.capture.forward.callstack import call_depth
 from wandb_modprof.capture.forward.invocation import tensors_in
 from wandb_modprof.capture.model.wrappers import inner_model
-from wandb_modprof.capture.step import autograd_private as ap
+from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.structure.known_calls import KnownCall, KnownCalls, call_meta
 from wandb_modprof.capture.structure.pass_frames import (
     CallBuilder,
@@ -163,7 +163,7 @@ class StructurePass:
             len(self._stack),
         )
         self._calls.append(call)
-        call.seq = (ap.sequence_nr(), -1)
+        call.seq = (tp.sequence_nr(), -1)
         if (parent is None or not parent.followed) and self._beyond_budget(key):
             # left to a later pass, inside a call not followed either: nothing to record
             call.followed, self.partial = False, True
@@ -230,7 +230,7 @@ class StructurePass:
         if call.module_id != id(module):
             self.failed = True
             return
-        call.seq = (call.seq[0], ap.sequence_nr())
+        call.seq = (call.seq[0], tp.sequence_nr())
         parent = self._stack[-1] if self._stack else None
         if not frame.followed and call.known is None and (parent is None or not parent.followed):
             # left to a later pass (`enter`), inside a call not followed: the modes stay off

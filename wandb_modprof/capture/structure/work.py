@@ -28,6 +28,12 @@ from typing import Any
 import torch
 import torch.utils.flop_counter as fc
 
+from wandb_modprof.capture.step.torch_private import (
+    ATTENTION_OPS,
+    CONVOLUTION_OPS,
+    HigherOrderOperator,
+)
+
 aten = torch.ops.aten
 
 
@@ -82,17 +88,11 @@ def _rules() -> dict[Any, Callable[..., int]]:
 
     rules: dict[Any, Callable[..., int]] = {aten.mm: mm, aten.bmm: mm}
     rules.update({aten.addmm: addmm, aten.baddbmm: addmm})
-    for name in ("convolution", "_convolution", "convolution_overrideable"):
+    for name in ("convolution", "convolution_overrideable"):
         if hasattr(aten, name):
             rules[getattr(aten, name)] = _conv
-    for name in (
-        "_scaled_dot_product_flash_attention",
-        "_scaled_dot_product_efficient_attention",
-        "_scaled_dot_product_cudnn_attention",
-        "_scaled_dot_product_flash_attention_for_cpu",
-    ):
-        if hasattr(aten, name):
-            rules[getattr(aten, name)] = _attention
+    rules.update(dict.fromkeys(CONVOLUTION_OPS, _conv))  # (`aten._convolution`)
+    rules.update(dict.fromkeys(ATTENTION_OPS, _attention))
     return rules
 
 
@@ -144,7 +144,7 @@ def _bytes_of(value: Any) -> int:
 def is_work(func: Any) -> bool:
     """An op that is work of the call it runs in: not a view (no data moved), not a
     higher-order operator (`torch.cond` & co.: the ops inside it are not seen)."""
-    return not (is_view(func) or isinstance(func, torch._ops.HigherOrderOperator))
+    return not (is_view(func) or isinstance(func, HigherOrderOperator))
 
 
 def is_view(func: Any) -> bool:

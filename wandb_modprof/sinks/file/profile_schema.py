@@ -5,7 +5,7 @@ does the file I/O.
 
 The schema is read from the dataclasses' type hints, so it follows them; see
 `profile_file.py` for the rules (non-finite floats as strings, exact fields, 64-bit integers,
-call trees that hold together).
+call trees that hold together: `profile_call_tree.py`, times: `profile_times.py`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Protocol, get_args, get_origin
+from typing import Any, get_args, get_origin
 
 from wandb_modprof.records.calls import CallInfo, Structure
 from wandb_modprof.records.roofline import Roofline
@@ -27,6 +27,12 @@ from wandb_modprof.records.sample import (
     RunningStat,
     Sample,
     StepTotals,
+)
+from wandb_modprof.sinks.file.profile_call_tree import (
+    Problem,
+    calls_problem,
+    regions_problem,
+    tree_problem,
 )
 from wandb_modprof.sinks.file.profile_encode import hints, is_record, optional
 from wandb_modprof.sinks.file.profile_times import statistic_time_problem, time_problem
@@ -185,15 +191,17 @@ def check_record(obj: object, where: str) -> None:
                 at = f"stats[{json.dumps(key)}].key"
                 raise FileError(at, f"{json.dumps(stat.key)} does not match its key in stats")
         stats = list(obj.stats.values())
-        _check_tree(stats, lambda i: f"stats[{json.dumps(stats[i].key)}]", "a key of stats")
+        _raise(
+            tree_problem(stats, lambda i: f"stats[{json.dumps(stats[i].key)}]", "a key of stats")
+        )
         signatures = [s.signature for s in obj.structures]
         for i, signature in enumerate(signatures):
             if signature in signatures[:i]:
                 raise FileError(f"structures[{i}].signature", "repeats an earlier structure's")
     elif isinstance(obj, Structure):
         calls = {c.key for c in obj.calls}
-        _check_calls(obj.calls, f"{where}.calls", "a call of this structure", True)
-        _check_regions(obj.calls, where)
+        _raise(calls_problem(obj.calls, f"{where}.calls", "a call of this structure", True))
+        _raise(regions_problem(obj.calls, where))
         # a view is a call; the other nodes a call or "<call key>|in:<slot>" (|out:, |self).
         # Each distinct node checked once (version 8 writes a node many edges share once), and
         # only its prefixes up to a key's length: each "|" of a long hostile string costs a
@@ -213,40 +221,6 @@ def check_record(obj: object, where: str) -> None:
                 if not ok:
                     at = f"{where}.edges[{i}].{name}"
                     raise FileError(at, f"{json.dumps(node)} is not a call of this structure")
-
-
-def _check_calls(calls: Sequence[_Call], at: str, within: str, exact: bool) -> None:
-    """One call per key, and a call tree (`_check_tree`)."""
-    earlier: set[str] = set()
-    for i, call in enumerate(calls):
-        if call.key in earlier:
-            raise FileError(
-                f"{at}[{i}].key", f"{json.dumps(call.key)} repeats an earlier call's key"
-            )
-        earlier.add(call.key)
-    _check_tree(calls, lambda i: f"{at}[{i}]", within, exact=exact)
-
-
-def _check_regions(calls: Sequence[CallInfo], where: str) -> None:
-    """A call's `compiled_region` (after `_check_tree`: parents known, no cycle) is null, its
-    own key with no ancestor in a region (the outermost region is the one measured), or an
-    ancestor's key that is that ancestor's own region."""
-    by_key = {c.key: c for c in calls}
-    for i, call in enumerate(calls):
-        region = call.compiled_region
-        if region is None:
-            continue
-        at = f"{where}.calls[{i}].compiled_region"
-        parent = by_key.get(call.parent_key) if call.parent_key is not None else None
-        above = parent.compiled_region if parent is not None else None
-        if region == call.key:
-            if above is not None:
-                got = f"its own key inside region {json.dumps(above)}"
-                raise FileError(at, f"expected {json.dumps(above)} (the outermost region), {got}")
-        elif region != above:  # (so, up the chain, some ancestor is its own region's root)
-            expected = "null, its own key" + (f" or {json.dumps(above)}" if above else "")
-            got = json.dumps(region)
-            raise FileError(at, f"expected {expected} (its parent's region), got {got}")
 
 
 def _check_values(obj: object, where: str) -> None:
@@ -270,7 +244,8 @@ def _check_values(obj: object, where: str) -> None:
             raise FileError(prefix + "kind", f"expected {expected}, got {describe(obj.kind)}")
     elif isinstance(obj, Sample):
         keys = {inv.key for inv in obj.invocations}
-        _check_calls(obj.invocations, f"{prefix}invocations", "a call of this sample", False)
+        at = f"{prefix}invocations"
+        _raise(calls_problem(obj.invocations, at, "a call of this sample", False))
         for i, run in enumerate(obj.runs):
             if run.owner_key not in keys:
                 at = f"{prefix}runs[{i}].owner_key"
@@ -317,52 +292,6 @@ def _check_stat(stat: RunningStat, prefix: str) -> None:
         raise FileError(prefix + "median", f"expected within [min, max], got {median!r}")
 
 
-class _Call(Protocol):
-    """What `ModuleStats` and `CallInfo` share: a place in the call tree."""
-
-    @property
-    def key(self) -> str: ...
-    @property
-    def parent_key(self) -> str | None: ...
-    @property
-    def depth(self) -> int: ...
-
-
-def _check_tree(
-    calls: Sequence[_Call], at: Callable[[int], str], within: str, exact: bool = False
-) -> None:
-    """Parents within `calls` (unique keys), no cycle, depth 0 at a root; below a parent depth
-    is the parent's + 1 where `exact` (one forward pass), else at least 1 (see the module
-    docstring). `at(i)` is the JSON path of `calls[i]`, `within` what a parent must be."""
-    index = {c.key: i for i, c in enumerate(calls)}
-    for i, call in enumerate(calls):
-        if call.parent_key is not None and call.parent_key not in index:
-            raise FileError(f"{at(i)}.parent_key", f"{json.dumps(call.parent_key)} is not {within}")
-    rooted: set[str] = set()  # keys whose chain of parents is known to end at a root
-    for call in calls:
-        chain: dict[str, None] = {}  # the keys walked so far, in order
-        key: str | None = call.key
-        while key is not None and key not in rooted:
-            if key in chain:
-                loop = [*list(chain)[list(chain).index(key) :], key]
-                shown = " -> ".join(json.dumps(k) for k in loop[:6])
-                more = " -> ..." if len(loop) > 6 else ""
-                raise FileError(
-                    f"{at(index[key])}.parent_key", f"a cycle of parents: {shown}{more}"
-                )
-            chain[key] = None
-            key = calls[index[key]].parent_key
-        rooted.update(chain)
-    for i, call in enumerate(calls):
-        if call.parent_key is None:
-            expected = "0 (a call without a parent)"
-            ok = call.depth == 0
-        elif exact:
-            parent = calls[index[call.parent_key]].depth
-            expected = f"{parent + 1} (its parent {json.dumps(call.parent_key)}'s depth + 1)"
-            ok = call.depth == parent + 1
-        else:
-            expected = "at least 1 (a call below a parent)"
-            ok = call.depth >= 1
-        if not ok:
-            raise FileError(f"{at(i)}.depth", f"expected {expected}, got {call.depth}")
+def _raise(problem: Problem) -> None:
+    if problem is not None:
+        raise FileError(*problem)

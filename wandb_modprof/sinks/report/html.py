@@ -24,7 +24,8 @@ For tests and tools the page sets `window.__modprof_view` (the Vega `View`) and
 `window.__modprof_error` holds the message, which the page also shows.
 
 The page is the jinja2 template `templates/report.html.j2` with its style sheet
-(`report.css`) and boot script (`report.js`), files of the package.
+(`report.css`) and boot script (`report.js`), files of the package. Several profiles are the
+page's runs (`runs.py`: their rows joined, the header's totals).
 
 Escaping: every string that comes from the model or the caller (module and class names,
 labels, the title) is page text (the templates' autoescape), or JSON inside `<script>`
@@ -41,7 +42,7 @@ import datetime
 import functools
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,9 +54,9 @@ from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_dat
 from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.sinks.escape import encodable
 from wandb_modprof.sinks.files import check_path, missing_directory, write_atomic
+from wandb_modprof.sinks.report.runs import joined_runs, run_id, totals_table
 from wandb_modprof.sinks.report.table_notes import table_notes
 from wandb_modprof.sinks.report.vega_bundle import vega_bundle
-from wandb_modprof.sinks.units import format_value
 from wandb_modprof.view.checkpoint_cells import DEFAULT_BUDGET, check_budget
 
 if TYPE_CHECKING:
@@ -149,50 +150,6 @@ def check_profiles(profiles: Any, where: str) -> list[tuple[str, ProfileData]]:
     return out
 
 
-def _meta(table: ProfileTable) -> dict[str, float | None]:
-    """The table's meta numbers by key (None where the table says missing)."""
-    out: dict[str, float | None] = {}
-    for row in table.records(("meta",)):
-        measured = row["missing"] != "meta_number"
-        out[str(row["meta_key"])] = float(row["meta_number"]) if measured else None
-        if row["meta_key"] == "statistic" and row["meta_value"] == "mean":
-            out["statistic_mean"] = 1.0  # a version-1 profile: means, no medians
-    return out
-
-
-# the same figures as the panel's totals and `summary`'s "per step" line: the root call's
-# median (mean for a version-1 file) over the samples in the statistics
-_TOTALS_HEADS = ("model", "forward / step", "backward / step", "activations", "parameters")
-
-
-def _totals(
-    summaries: Sequence[tuple[str, str, Mapping[str, float | None]]], several: bool
-) -> tuple[list[str], list[list[str]]]:
-    """The header's totals table: its column heads and one row of text cells per profile."""
-    stat = "mean" if any(meta.get("statistic_mean") for _, _, meta in summaries) else "median"
-    named = [_TOTALS_HEADS[0], *(f"{h} ({stat})" for h in _TOTALS_HEADS[1:4]), _TOTALS_HEADS[4]]
-    heads = (["run"] if several else []) + named + ["samples"]
-    rows = []
-    for label, model, meta in summaries:
-        samples = meta.get("num_samples")
-        cells = [
-            model,
-            format_value("ms", meta.get("total_fwd_ms")),
-            format_value("ms", meta.get("total_bwd_ms")),
-            format_value("bytes", meta.get("total_act_bytes")),
-            format_value("bytes", meta.get("total_param_bytes")),
-        ]
-        cells = ([label] if several else []) + cells + ["0" if not samples else f"{samples:.0f}"]
-        rows.append(cells)
-    return heads, rows
-
-
-def run_id(index: int, runs: int) -> str:
-    """The `id` of the `index`-th profile: its index, zero-padded to one width ("0" ... "9",
-    "00" ... "11") because the spec lists runs sorted by id as strings."""
-    return str(index).zfill(len(str(runs - 1)))
-
-
 def report_spec(
     mode: str = DEFAULT_MODE,
     scale: str = DEFAULT_SCALE,
@@ -277,7 +234,7 @@ def tables_html(
     caller; `WandbLog` reuses the table it logs)."""
     from wandb_modprof._version import __version__
 
-    columns, data, summaries = _joined(tables)
+    columns, data, summaries = joined_runs(tables)
     models = list(dict.fromkeys(model for _, model, _ in summaries))
     page_title = title if title is not None else f"{models[0]} profile"
     spec = report_spec(mode, scale, compare=compare, runs=len(tables))
@@ -295,7 +252,7 @@ def tables_html(
         for note in table_notes(table)
     ]
     written = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z").strip()
-    heads, totals = _totals(summaries, len(tables) > 1)
+    heads, totals = totals_table(summaries, len(tables) > 1)
     return (
         _environment()
         .get_template("report.html.j2")
@@ -315,26 +272,6 @@ def tables_html(
             vega=_trusted(vega_bundle()),
         )
     )
-
-
-def _joined(
-    tables: Sequence[tuple[str, str, ProfileTable]],
-) -> tuple[list[str], list[list[Any]], list[tuple[str, str, dict[str, float | None]]]]:
-    """The tables' rows as one table (several: with the run's `id` and `name` appended), and
-    the (label, model, meta numbers) of each."""
-    several = len(tables) > 1
-    columns: list[str] = []
-    data: list[list[Any]] = []
-    summaries: list[tuple[str, str, dict[str, float | None]]] = []
-    for index, (label, model, table) in enumerate(tables):
-        if not columns:
-            columns = list(table.columns) + (["id", "name"] if several else [])
-        elif list(table.columns) != columns[: len(table.columns)]:
-            raise ModProfError("report_html() expected tables of one format; the columns differ")
-        extra = [run_id(index, len(tables)), label] if several else []
-        data.extend([*row, *extra] for row in table.rows)
-        summaries.append((label, model, _meta(table)))
-    return columns, data, summaries
 
 
 def _utf8(text: str) -> bytes:

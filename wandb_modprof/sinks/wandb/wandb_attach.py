@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from wandb_modprof.sinks.wandb import wandb_private as wp
 from wandb_modprof.sinks.wandb.wandb_entry import entry_of, html_entry
 from wandb_modprof.sinks.wandb.wandb_table import wandb_table_of
 
@@ -56,9 +57,9 @@ def attach_target(
         run_id, files_dir = getattr(run, "id", None), getattr(run, "dir", None)
     except Exception as error:  # a property of a finished or foreign run object
         return None, f"the run cannot say its id ({type(error).__name__})"
-    if not hasattr(wandb, "attach"):
+    if not wp.has_attach(wandb):
         return None, f"wandb {getattr(wandb, '__version__', '?')} has no wandb.attach"
-    service = os.environ.get("WANDB_SERVICE", "")
+    service = os.environ.get(wp.SERVICE_ENV, "")
     if not (service and isinstance(run_id, str) and isinstance(files_dir, str)):
         return None, "the run has no W&B service to attach to"
     return AttachTarget(run_id, files_dir, service, key, chart, dict(string_fields)), ""
@@ -68,13 +69,12 @@ class AttachedRun:
     """The user's run, attached from the worker process."""
 
     def __init__(self, target: AttachTarget) -> None:
-        os.environ["WANDB_SERVICE"] = target.service  # before W&B's first call in this process
+        os.environ[wp.SERVICE_ENV] = target.service  # before W&B's first call in this process
         import wandb
 
-        wandb.setup(settings=wandb.Settings(x_files_dir=target.files_dir))
+        wandb.setup(settings=wp.files_dir_settings(wandb, target.files_dir))
         self.target = target
-        # (W&B's `attach` is public but not in its type stubs.)
-        self.run = wandb.attach(attach_id=target.run_id)  # type: ignore[attr-defined]
+        self.run = wp.attach(wandb, target.run_id)
         self.logged_samples = 0
         self.log_s = 0.0  # time spent logging, for the record
 

@@ -10,13 +10,16 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from wandb_modprof._errors import ModProfError
+from wandb_modprof.sinks.wandb import wandb_private
 
 T = TypeVar("T")
 
 
 def current_run(run: Any) -> Any:
-    """`run`, or `wandb.run` when None; W&B is imported here, never at package import."""
+    """`run`, or `wandb.run` when None; W&B is imported here, never at package import. The
+    first call with W&B imported checks its private APIs (`wandb_private.check`)."""
     if run is not None:
+        wandb_private.check()
         return run
     try:
         import wandb
@@ -29,23 +32,16 @@ def current_run(run: Any) -> Any:
             "watch() needs a W&B run: call wandb.init() before watch(), or pass run=...; "
             "for profiling without W&B use wandb_modprof.profile(model)"
         )
+    wandb_private.check()
     return wandb.run
 
 
 def call_at_finish(run: Any, owner: T, fn: Callable[[T], Any]) -> None:
     """`run.finish()` calls `fn(owner)` first (while `owner` is alive), so that samples still
     pending (in `watch`'s worker or awaiting device events) and the report are logged while
-    the run is open. Uses W&B's teardown hooks (`Run._teardown_hooks`, stage EARLY: before the
-    run is marked finished); a run without them (an older SDK, a stand-in) is left alone, and
-    its user calls `unwatch()` before `run.finish()`."""
-    try:
-        from wandb.sdk.wandb_run import TeardownHook, TeardownStage
-
-        hooks = run._teardown_hooks
-    except Exception:
-        return
-    if not isinstance(hooks, list):
-        return
+    the run is open. Uses W&B's teardown hooks (`wandb_private.add_teardown_hook`); a run
+    without them (an older SDK, a stand-in) is told to the user once, who then calls
+    `unwatch()` before `run.finish()`."""
     ref = weakref.ref(owner)
 
     def at_finish() -> None:
@@ -53,4 +49,4 @@ def call_at_finish(run: Any, owner: T, fn: Callable[[T], Any]) -> None:
         if alive is not None:
             fn(alive)
 
-    hooks.append(TeardownHook(at_finish, TeardownStage.EARLY))
+    wandb_private.add_teardown_hook(run, at_finish)
