@@ -17,7 +17,8 @@ from wandb_modprof.api.profile_block import ProfileBlock, profile
 from wandb_modprof.api.profile_load import load
 from wandb_modprof.api.regression import check_regression
 from wandb_modprof.api.settings import Settings
-from wandb_modprof.api.watch import WatchHandle, unwatch, watch
+from wandb_modprof.api.watch import unwatch, watch
+from wandb_modprof.api.watch_handle import WatchHandle
 from wandb_modprof.records.calls import CallInfo as CallInfo
 from wandb_modprof.records.calls import DataEdge as DataEdge
 from wandb_modprof.records.calls import Structure as Structure

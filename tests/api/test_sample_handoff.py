@@ -1,6 +1,6 @@
 """`watch`'s worker process (`api.sample_handoff`, `api.sample_worker`): what it logs equals
-what the training process would have, a dead worker costs only the samples in flight, and
-`run.finish()` waits for it."""
+what the training process would have, a dead worker costs only the samples since its last
+checkpoint, and `run.finish()` waits for it."""
 
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ def test_the_worker_logs_every_sample_and_the_final_profile(tmp_path):
         assert torch.equal(a, b)
 
 
-def test_a_killed_worker_loses_only_the_samples_in_flight(tmp_path):
+def test_a_killed_worker_loses_only_the_samples_since_its_checkpoint(tmp_path):
     model, x = TinyGPT(), gpt_input()
     run = wandb.init(mode="disabled")
     handle = wandb_modprof.watch(

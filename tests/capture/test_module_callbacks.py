@@ -402,7 +402,7 @@ def test_graph_dropped_without_backward_frees_activations_and_claims():
     assert saved[0]() is not None  # tanh's output, saved by the next Linear for backward
     del out  # no backward: the graph (and what it saved) must go now, without gc
     assert saved[0]() is None
-    assert len(hooks._live) == 0
+    assert len(hooks._backward.live) == 0
     events.clear()
     model(torch.randn(4, 8)).sum().backward()  # the next call owns the accumulation again
     assert events == [

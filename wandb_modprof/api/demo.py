@@ -12,7 +12,8 @@ import torch
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.api.profile import Profile
-from wandb_modprof.api.watch import WatchHandle, watch
+from wandb_modprof.api.watch import watch
+from wandb_modprof.api.watch_handle import WatchHandle
 from wandb_modprof.sinks.text.summary import mode_summary
 
 # The demo's tables: (analysis mode, what its ranking says)

@@ -30,7 +30,8 @@ import torch
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._validate import check_log_freq
 from wandb_modprof.api.settings import FIELDS
-from wandb_modprof.api.watch import WatchHandle, count_from, forwards_counted, watch
+from wandb_modprof.api.watch import watch
+from wandb_modprof.api.watch_handle import WatchHandle, count_from, forwards_counted
 
 
 class MissingFrameworkError(ModProfError, ImportError):

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from wandb_modprof._errors import ModProfError
-from wandb_modprof.api.watch import WatchHandle, watch
+from wandb_modprof.api.watch import watch
+from wandb_modprof.api.watch_handle import WatchHandle
 from wandb_modprof.integrations import (
     check_watch_options,
     import_framework,

@@ -42,7 +42,8 @@ from torch import nn
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._warn import warn_at_user
-from wandb_modprof.api.watch import WatchHandle, watch
+from wandb_modprof.api.watch import watch
+from wandb_modprof.api.watch_handle import WatchHandle
 from wandb_modprof.integrations import (
     check_watch_options,
     import_framework,

@@ -35,8 +35,9 @@ class _Armed:
         self.pending: tuple[int, FrameType | None] | None = None
 
 
-_ARMED = _Armed()
-BODY = _ARMED  # (the node hooks' depth and pending interrupt, `backward.node_stamps`)
+# whether our handler is on, and the node hooks' body depth and pending interrupt (read and
+# written by `backward.node_stamps` on every node hook)
+BODY = _Armed()
 
 
 def register(recover: Callable[[], None]) -> None:
@@ -48,28 +49,24 @@ def register(recover: Callable[[], None]) -> None:
 def arm() -> None:
     """A window opens: SIGINT ours while it is Python's default handler (main thread only:
     `signal.signal` works nowhere else)."""
-    if _ARMED.on or threading.current_thread() is not threading.main_thread():
+    if BODY.on or threading.current_thread() is not threading.main_thread():
         return
     try:
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, _on_sigint)
-            _ARMED.on = True
+            BODY.on = True
     except (ValueError, OSError):  # (an interpreter without signals, a restricted host)
         return
 
 
 def disarm() -> None:
     """The last window closed: Python's default handler back, unless someone replaced ours."""
-    if not _ARMED.on or threading.current_thread() is not threading.main_thread():
+    if not BODY.on or threading.current_thread() is not threading.main_thread():
         return
-    _ARMED.on = False
+    BODY.on = False
     with contextlib.suppress(ValueError, OSError):
         if signal.getsignal(signal.SIGINT) is _on_sigint:
             signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def armed() -> bool:
-    return _ARMED.on
 
 
 def body_done() -> None:

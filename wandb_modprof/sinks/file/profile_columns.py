@@ -30,14 +30,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from wandb_modprof.sinks.file.profile_schema import FileError, describe, exact_fields, scalar
+from wandb_modprof.sinks.file.profile_schema import (
+    INT_LIMIT,
+    FileError,
+    describe,
+    exact_fields,
+    scalar,
+)
 
 Floats = npt.NDArray[np.float64]
 Flags = npt.NDArray[np.bool_]
 At = Callable[[int], str]  # the JSON path of a column's i-th value
 
 EXACT = 2**53  # every integer below this in magnitude is a double exactly
-_INT_LIMIT = 2**63  # (as `profile_schema`: the file holds signed 64-bit integers)
 REPEAT = ("repeat", "times")
 
 
@@ -175,7 +180,7 @@ def ints(value: Any, n: int | None, nullable: bool, at: At, where: str) -> list[
     if nullable:
         known = [v for v in known if v is not None]
     if all(type(v) is int for v in known) and (
-        not known or (min(known) > -_INT_LIMIT and max(known) < _INT_LIMIT)
+        not known or (min(known) > -INT_LIMIT and max(known) < INT_LIMIT)
     ):
         return col
     _first_problem(col, repeated, int, nullable, at, where)

@@ -40,7 +40,7 @@ from wandb_modprof.sinks.file.profile_times import statistic_time_problem, time_
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 # Every integer the profiler records (bytes, FLOPs, counts, indices) fits a signed 64-bit int;
 # a larger one can only be corrupt, and would overflow a float (or a W&B cell) downstream.
-_INT_LIMIT = 2**63
+INT_LIMIT = 2**63
 
 
 # The least value of integer fields that count or measure something (a count, bytes, FLOPs, an
@@ -165,7 +165,7 @@ def scalar(value: Any, tp: type, where: str, or_null: str) -> Any:
         assert tp in (int, str, bool), f"no JSON decoding for {tp}"
         # type() not isinstance(): JSON true/false must not pass for an integer
         if type(value) is tp:
-            if isinstance(value, int) and abs(value) >= _INT_LIMIT:
+            if isinstance(value, int) and abs(value) >= INT_LIMIT:
                 raise FileError(
                     where, f"integer out of range: expected |x| < 2**63, got {describe(value)}"
                 )

@@ -15,10 +15,10 @@ __all__ = ["column_types", "wandb_table", "wandb_table_of"]
 
 
 def column_types(columns: Sequence[str]) -> list[type] | None:
-    """The table's column types, as `view.table` defines them (cells are never None). Given to
-    `wandb.Table` they make it 4x faster to build than inferring each cell's type (~80 vs
-    ~320 us per row) and make W&B reject, rather than store, a cell of the wrong kind. None
-    for a column not known here: then W&B infers."""
+    """The table's column types, as `view.table` defines them (cells are never None): what W&B
+    must infer for each column `wandb_table` adds (the tests check it does; `wandb_table` no
+    longer passes them as `dtype`, which re-derives every row's type). None for a column not
+    known here: then W&B infers."""
     from wandb_modprof.view import (
         table as _table,  # with the layout (igraph): only when logging, not at import
     )
