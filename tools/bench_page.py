@@ -218,8 +218,11 @@ about 10,000 calls (its samples go to the worker process).
 What torch's hook machinery costs with hooks that do nothing, without wandb_modprof, on the
 scale benchmark's nested tree of about 10,000 modules: forward pre-hooks and hooks on every
 module, a pre-hook and a hook on every autograd node (and registering them alone), identity
-saved-tensor hooks. Reported per module call (medians of 5 steps, one torch thread): the cost
-of capturing with the hooks the product needs before any of its own work.
+saved-tensor hooks. Reported per module call, one torch thread: each variant's step runs once
+per round, 9 rounds interleaved, and each figure is the median over rounds of the training
+thread's CPU time of the hooked step less the plain step's in the same round (the collector
+off inside the steps): the cost of capturing with the hooks the product needs before any of
+its own work. `thread_cpu` and `scale` measure the same floor beside each of their models.
 """,
         preformatted=True,
     ),
