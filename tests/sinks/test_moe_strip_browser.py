@@ -38,6 +38,23 @@ def _lane_labels(panel: browser.Panel) -> list[browser.Item]:
     return [i for i in panel.items("lane_label") if i.visible and str(i.text or "").strip()]
 
 
+def _uncovered_point(spans: list[Any]) -> tuple[Any, float]:
+    """The span (widest first) with the longest stretch, at least a pixel, that no other span
+    covers, and the middle of that stretch: where a hover can only hit that span."""
+    for span in sorted(spans, key=lambda s: -s.width):
+        free = [(span.x, span.x + span.width)]
+        for other in spans:
+            if other is span:
+                continue
+            a, b = other.x, other.x + other.width
+            free = [piece for lo, hi in free for piece in ((lo, min(hi, a)), (max(lo, b), hi))]
+            free = [(lo, hi) for lo, hi in free if hi - lo > 0]
+        best = max(free, key=lambda p: p[1] - p[0], default=None)
+        if best is not None and best[1] - best[0] >= 1.0:
+            return span, (best[0] + best[1]) / 2
+    raise AssertionError("every expert span is covered by its neighbours: nothing to hover")
+
+
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_a_layer_of_128_experts_gets_one_readable_lane_for_them(
     chromium: browser.Browser, rows: list[dict[str, Any]], size: tuple[int, int]
@@ -65,10 +82,11 @@ def test_a_layer_of_128_experts_gets_one_readable_lane_for_them(
         (folded,) = [i for i in labels if i.text == FOLDED]
         assert abs(folded.cy - next(iter(rows_y))) <= 1.5
         # hovering one expert's span names that very call
-        # (the widest expert span: most are a pixel or two wide, neighbours overlap there)
-        widest = max((s for s in spans if s.datum["node_key"] in experts), key=lambda s: s.width)
-        key = widest.datum["node_key"]
-        panel.hover_at(widest.cx, widest.cy)
+        # (at a point of it no other expert's span covers: most are a pixel or two wide, and
+        # neighbours overlap, so even the widest one's centre may be its neighbour's)
+        span, x = _uncovered_point([s for s in spans if s.datum["node_key"] in experts])
+        key = span.datum["node_key"]
+        panel.hover_at(x, span.cy)
         assert panel.signal("card_key") == key
         card = [str(i.text) for i in panel.items("card_text")]
         assert card and card[0].startswith(key.removesuffix("#0") + " (")
