@@ -5,6 +5,7 @@ heading per column."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import browser
@@ -39,20 +40,24 @@ def _lane_labels(panel: browser.Panel) -> list[browser.Item]:
 
 
 def _uncovered_point(spans: list[Any]) -> tuple[Any, float]:
-    """The span (widest first) with the longest stretch, at least a pixel, that no other span
-    covers, and the middle of that stretch: where a hover can only hit that span."""
-    for span in sorted(spans, key=lambda s: -s.width):
+    """Of `spans` (in drawing order, so a later one lies on top of an earlier one), the one with
+    a whole pixel no span drawn after it covers, farthest from the edges of its uncovered
+    stretch: where a hover can only hit that span."""
+    best: tuple[float, Any, float] | None = None
+    for k, span in enumerate(spans):
         free = [(span.x, span.x + span.width)]
-        for other in spans:
-            if other is span:
-                continue
+        for other in spans[k + 1 :]:
             a, b = other.x, other.x + other.width
             free = [piece for lo, hi in free for piece in ((lo, min(hi, a)), (max(lo, b), hi))]
             free = [(lo, hi) for lo, hi in free if hi - lo > 0]
-        best = max(free, key=lambda p: p[1] - p[0], default=None)
-        if best is not None and best[1] - best[0] >= 1.0:
-            return span, (best[0] + best[1]) / 2
-    raise AssertionError("every expert span is covered by its neighbours: nothing to hover")
+        for lo, hi in free:
+            # a whole pixel: the browser delivers the pointer at integer coordinates
+            for x in range(math.ceil(lo), math.floor(hi) + 1):
+                margin = min(x - lo, hi - x)
+                if best is None or margin > best[0]:
+                    best = (margin, span, float(x))
+    assert best is not None and best[0] > 0, "no expert span has a pixel of its own"
+    return best[1], best[2]
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -82,7 +87,7 @@ def test_a_layer_of_128_experts_gets_one_readable_lane_for_them(
         (folded,) = [i for i in labels if i.text == FOLDED]
         assert abs(folded.cy - next(iter(rows_y))) <= 1.5
         # hovering one expert's span names that very call
-        # (at a point of it no other expert's span covers: most are a pixel or two wide, and
+        # (at a point of it no span drawn over it covers: most are a pixel or two wide, and
         # neighbours overlap, so even the widest one's centre may be its neighbour's)
         span, x = _uncovered_point([s for s in spans if s.datum["node_key"] in experts])
         key = span.datum["node_key"]
