@@ -7,6 +7,7 @@ pass to refine it, and that pass, on the next step, meets yet another sequence."
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from torch import nn
 
 import wandb_modprof
 from wandb_modprof.capture.structure.pass_schedule import MAX_STRUCTURES
+from wandb_modprof.view.graphs import merge
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "measurement.md"
 STEPS = 40
@@ -83,7 +85,7 @@ def profiled(model: nn.Module) -> Iterator[Callable[[], wandb_modprof.Profile]]:
         yield lambda: prof
 
 
-@pytest.mark.parametrize("model_type", [Repeated, Routed])
+@pytest.mark.parametrize("model_type", [Repeated])
 @pytest.mark.parametrize("capture", [watched, profiled])
 def test_a_new_sequence_at_every_step_keeps_the_documented_number_of_graphs(
     model_type: type[Repeated | Routed],
@@ -101,3 +103,30 @@ def test_a_new_sequence_at_every_step_keeps_the_documented_number_of_graphs(
     signatures = {s.signature for s in prof.structures()}
     assert len(prof.structures()) == len(signatures) == MAX_STRUCTURES
     assert prof.num_samples > STEPS // 2  # the passes took some steps, the rest were sampled
+
+
+@pytest.mark.parametrize("capture", [watched, profiled])
+def test_a_router_that_picks_new_experts_every_step_needs_one_pass(
+    capture: Callable[[nn.Module], AbstractContextManager[Callable[[], wandb_modprof.Profile]]],
+) -> None:
+    """31 subsets of identical experts, none repeated: the experts no pass met take the counts
+    of the one it did (their twin), so one pass and one grown graph hold every expert, with
+    no warning and no call left without FLOPs. (`Repeated` above has no twins: a new number of
+    calls of one module is a new call, which only a pass can count.)"""
+    model = Routed()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with capture(model) as result:
+            for step in range(STEPS):
+                model.route(step)
+                model(torch.randn(2, 4)).sum().backward()
+    prof = result()
+    # the first sample's own graph, the one pass's (on another route), and the sampled
+    # steps' graphs grown into one
+    assert len(prof.structures()) == 3
+    calls = {c.key: c for c in merge(prof.structures(), prof.stats().values()).calls}
+    experts = [k for k in prof.stats() if k.startswith("experts.")]
+    assert len(experts) == 5
+    for key in experts:  # a Linear(4, 4) with bias on 2 rows: 2 x 2 x 4 x 4 FLOPs
+        assert calls[key].flops_known and calls[key].fwd_flops == 64, key
+    assert prof.flops_unknown == 0

@@ -16,6 +16,7 @@ from wandb_modprof._warn import warn_safely
 from wandb_modprof.capture import memory_curve
 from wandb_modprof.capture.backward_charges import BackwardTimes, NodeMemory, backward_times
 from wandb_modprof.capture.backward_runs import backward_runs
+from wandb_modprof.capture.forward.invocation import rows_of
 from wandb_modprof.capture.memory.gradient_readings import GradientState
 from wandb_modprof.capture.memory.static_memory import StaticMemory
 from wandb_modprof.capture.session import StepSession
@@ -235,6 +236,7 @@ def _record(
             "grad_norm": gradients.grad_norm.get(inv.name) if gradients is not None else None,
             "gc_ms": session.gc.ms(i),
             "fwd_wall_ms": fwd_wall[i],
+            "rows": rows_of(inv.shapes),
         },
     )
 

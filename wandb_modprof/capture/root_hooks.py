@@ -139,7 +139,7 @@ class RootHooks(SessionHooks):
                 self.warn_once("<module graph>", session.structure_error)
             if not session.closed:
                 self._sessions.append(session)
-                self.structures.check(session)
+                self.structures.check(session, module.training)
             self._maybe_detach_children()
         except Exception as error:
             self._forward = None

@@ -36,6 +36,12 @@ class CallInfo:
     `bwd_bytes` / `bwd_ops` likewise for the ops its backward ran, counted on the pass's own
     backward (`capture.structure.backward_work`) where one came (`bwd_work_known`; False for
     a step with no backward and for a profile file before version 7).
+
+    `rows`: the rows (tokens) of the call's first tensor input when its counts were taken
+    (`capture.forward.invocation.rows_of`; None where unknown). `rows_linear`: every op of
+    the call and of the calls inside it is linear in those rows (matrix products, elementwise
+    ops), so its counts scale with the rows it processes: the views give such a call the
+    counts at its mean rows over the samples (`view.graphs.merge`).
     """
 
     key: str
@@ -63,6 +69,8 @@ class CallInfo:
     bwd_ops: int = 0
     bwd_self_ops: int = 0
     bwd_work_known: bool = False
+    rows: int | None = None
+    rows_linear: bool = False
 
 
 @dataclass(frozen=True)

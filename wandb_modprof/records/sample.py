@@ -34,8 +34,16 @@ DEVICE_MEMORY_METRICS: tuple[str, ...] = (
 HEALTH_METRICS: tuple[str, ...] = ("param_norm", "grad_norm")
 # Python garbage collections that ran inside the call (see `InvocationRecord.gc_ms`).
 PAUSE_METRICS: tuple[str, ...] = ("gc_ms",)
+# What a call processed (see `InvocationRecord.rows`). Last, so that the columns of the metrics
+# before it (statistics arrays, `records.stat_columns`) keep their indices.
+LOAD_METRICS: tuple[str, ...] = ("rows",)
 METRICS: tuple[str, ...] = (
-    TIME_METRICS + MEMORY_METRICS + DEVICE_MEMORY_METRICS + HEALTH_METRICS + PAUSE_METRICS
+    TIME_METRICS
+    + MEMORY_METRICS
+    + DEVICE_MEMORY_METRICS
+    + HEALTH_METRICS
+    + PAUSE_METRICS
+    + LOAD_METRICS
 )
 
 
@@ -47,6 +55,11 @@ class InvocationRecord:
     ReLU in the step); the root module's qualified name is `"<root>"`.
     Times are milliseconds; `*_start_ms` / `*_end_ms` are offsets from the start of the root
     module's forward in the same sample (used by traces). Bytes are storage bytes.
+
+    `rows` is the rows (tokens) the call processed: its first tensor argument's element count
+    over its last dimension, the product of the leading dimensions (`[B, T, D]` -> `B * T`; 1
+    for a 0-d or 1-d tensor; positional arguments first, then keyword ones). None: the call had
+    no tensor argument, or the record was read from a file written before rows were kept.
     """
 
     key: str
@@ -94,6 +107,9 @@ class InvocationRecord:
     # without it: capture/step/clock.py `CpuClock`). Traces draw this, so spans nest and line up
     # with a profiler's events. None: not kept (a version-1 file, whose `fwd_ms` is this).
     fwd_wall_ms: float | None = None
+    # Rows (tokens) of the call's first tensor argument (see the docstring): the per-call load
+    # that times and work scale with when batch or sequence sizes vary between samples.
+    rows: int | None = None
 
     def to_dict(self) -> dict[str, str | int | float | None]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

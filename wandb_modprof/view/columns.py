@@ -10,7 +10,7 @@ True
 from __future__ import annotations
 
 from wandb_modprof.records.roofline import BOUNDS
-from wandb_modprof.records.sample import METRICS
+from wandb_modprof.records.sample import LOAD_METRICS, METRICS
 
 TABLE_FORMAT = "wandb_modprof.table"
 # 2: views are rows of their own (`view_id`, `view_parent`, `view_last`) and node / edge rows
@@ -106,17 +106,29 @@ BOOL_COLUMNS = ("has_view",)
 # row's time (`t0_ms`) and live bytes; ms from the root forward's start of the last sample.
 TIMELINE_COLUMNS = ("t0_ms", "t1_ms", "live_bytes")
 LAYOUT_COLUMNS = ("x_px", "y_px", "w_px", "h_px", "view_w_px", "view_h_px")
+# Metrics added since the W&B copy's packed order was fixed (`records.sample.LOAD_METRICS`:
+# `rows`, what a call processed, its median over the samples) are the table's last columns: the
+# panel's spec names the word "rows" (in a message), so its W&B copy packs that column, and
+# there, last, it moves no number that a panel registered before it decodes by position
+# (`sinks/wandb/packed.py`; such a panel ignores the numbers it does not know).
+LATE_METRIC_COLUMNS = LOAD_METRICS
 METRIC_COLUMNS = (
-    METRICS
+    tuple(m for m in METRICS if m not in LATE_METRIC_COLUMNS)
     + tuple(f"{m}_{s}" for m in SPREAD_METRICS for s in SPREAD_STATS)
     + GC_COLUMNS
     + FLOP_COLUMNS
     + WORK_COLUMNS
     + EFFICIENCY_COLUMNS
     + CHECKPOINT_COLUMNS
+    + LATE_METRIC_COLUMNS
 )
 NUMBER_COLUMNS = (
-    LAYOUT_COLUMNS + METRIC_COLUMNS + RANK_NUMBER_COLUMNS + TIMELINE_COLUMNS + ("meta_number",)
+    LAYOUT_COLUMNS
+    + METRIC_COLUMNS[: -len(LATE_METRIC_COLUMNS)]
+    + RANK_NUMBER_COLUMNS
+    + TIMELINE_COLUMNS
+    + ("meta_number",)
+    + LATE_METRIC_COLUMNS
 )
 # Columns named in `missing` when not measured for a row.
 MISSABLE_COLUMNS = METRIC_COLUMNS + RANK_COLUMNS

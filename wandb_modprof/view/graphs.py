@@ -10,6 +10,7 @@ view, without edges: nothing measured is left out of the graph.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ def merge(structures: Sequence[Structure], stats: Iterable[ModuleStats] = ()) ->
     """Union of the passes; the newest pass wins for a call's attributes (its FLOPs, slots)."""
     calls: dict[str, CallInfo] = {}
     edges: set[DataEdge] = set()
+    stats = list(stats)
     for structure in structures:
         for call in structure.calls:
             old = calls.get(call.key)
@@ -68,11 +70,47 @@ def merge(structures: Sequence[Structure], stats: Iterable[ModuleStats] = ()) ->
                 fwd_self_flops=0,
                 flops_known=False,
             )
-    ordered = tuple(calls.values())
+    ordered = tuple(at_mean_rows(calls.values(), stats))
     return CallTree(
         calls=ordered,
         edges=tuple(sorted(edges, key=lambda e: (e.view_key, e.src_key, e.dst_key))),
     )
+
+
+# The counts that grow with a call's rows: its FLOPs. Bytes hold its weights' reads, which do
+# not, and op counts do not change with the rows: those stay as counted.
+_ROW_SCALED = ("fwd_flops", "fwd_self_flops", "bwd_flops", "bwd_self_flops")
+
+
+def at_mean_rows(calls: Iterable[CallInfo], stats: Iterable[ModuleStats]) -> list[CallInfo]:
+    """Each call whose counts are linear in its rows (`CallInfo.rows_linear`: an expert of a
+    routed MoE, counted once at the rows it got that step) with its FLOPs at its mean rows
+    over the samples (the `rows` statistic), where those differ from the counted rows."""
+    means: dict[str, float] = {}
+    for stat in stats:
+        rows = stat.metrics.get("rows")
+        if rows is None or not rows.count:
+            continue
+        try:  # (a profile file's statistics may hold anything: NaN, an int past a float's)
+            mean = float(rows.mean)
+        except OverflowError:
+            continue
+        if math.isfinite(mean) and mean >= 0:
+            means[stat.key] = mean
+    out: list[CallInfo] = []
+    for call in calls:
+        at = means.get(call.key)
+        if not call.rows_linear or not call.rows or at is None or at == call.rows:
+            out.append(call)
+            continue
+        try:  # (a profile file's counts may be any size: one past a float's range stays)
+            scale = at / call.rows
+            changes = {f: round(getattr(call, f) * scale) for f in _ROW_SCALED}
+        except (OverflowError, ValueError):
+            out.append(call)
+            continue
+        out.append(dataclasses.replace(call, rows=round(at), **changes))
+    return out
 
 
 def _union(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:

@@ -273,9 +273,12 @@ def timeline_rows(
 ) -> list[Row]:
     """`span` rows (`view/timeline.py`: per drawn view, a node's forward or backward window,
     its key relative to the view) then `mem` rows (the curve's points, `view_id` -1: every
-    view shares it). No metric applies to them (`missing` "*")."""
+    view shares it). No metric applies to them (`missing` "*"). A span or point whose time is
+    not finite (a loaded file may hold a run ending at "nan") has nothing to draw: no row."""
     rows = []
     for view_key, node_key, phase, t0, t1, runs in spans:
+        if not (isfinite(t0) and isfinite(t1)):
+            continue
         call = calls.get(view_key)
         cells: dict[str, Cell] = {
             "row_kind": "span",
@@ -289,6 +292,8 @@ def timeline_rows(
         }
         rows.append(_row(cells))
     for t, live in curve:
+        if not isfinite(t):
+            continue
         cells = {"row_kind": "mem", "view_id": -1, "t0_ms": t, "live_bytes": float(live)}
         cells["missing"] = "*"
         rows.append(_row(cells))

@@ -80,6 +80,22 @@ def input_shapes(args: tuple[Any, ...], kwargs: Mapping[str, Any] | None) -> tup
     return tuple(shapes)
 
 
+def rows_of(shapes: tuple[Any, ...]) -> int | None:
+    """The rows (tokens) a call processed: its first tensor input's element count over its
+    last dimension, i.e. the product of the leading dimensions (1 for a 0-d tensor). None
+    for a call with no tensor argument. `shapes`: `input_shapes`'s (a keyword tensor's
+    entry is `(name, shape)`)."""
+    if not shapes:
+        return None
+    first = shapes[0]
+    if isinstance(first, tuple) and len(first) == 2 and isinstance(first[0], str):
+        first = first[1]  # (name, shape): a keyword argument
+    rows = 1
+    for size in tuple(first)[:-1]:
+        rows *= int(size)
+    return rows
+
+
 class Recompute:
     """A module forward that ran during backward (activation checkpointing)."""
 

@@ -26,7 +26,7 @@ from wandb_modprof.capture.structure.work import backward_flops, is_work, moved_
 class FlopSink(Protocol):
     failed: bool
 
-    def add_work(self, flops: int, bwd_flops: int, nbytes: int) -> None: ...
+    def add_work(self, flops: int, bwd_flops: int, nbytes: int, linear: bool = False) -> None: ...
 
     def fail(self, error: Exception) -> None: ...
 
@@ -144,6 +144,16 @@ def handles(func: Any, types: Any, plain_types: tuple[type, ...]) -> bool:
     return func not in _SHAPE_QUERIES and all(t in plain_types for t in types)
 
 
+# Ops whose work grows linearly with the rows of their inputs, besides the elementwise ones
+# (`torch.Tag.pointwise`): matrix products. A call made only of such ops does work in
+# proportion to the rows it gets (`known_calls.shapes_fit`): an expert fed 7 tokens does 7/5
+# of the work it did on 5. Reductions, convolutions, attention and indexing are not in it.
+_ROW_LINEAR = frozenset(
+    op._overloadpacket
+    for op in _ops("mm.default", "addmm.default", "_to_copy.default", "clone.default")
+)
+
+
 class FlopCount(TorchDispatchMode):
     """FLOPs of every ATen op with a `torch.utils.flop_counter` formula, charged to the
     innermost open call. Unlike `FlopCounterMode` it never decomposes an op to count it:
@@ -187,7 +197,8 @@ class FlopCount(TorchDispatchMode):
             if formula is not None:
                 flops = flops_of(formula, args, kwargs, out)
                 bwd = backward_flops(func, args, kwargs, out)
-            self.pass_.add_work(flops, bwd, moved_bytes(args, kwargs, out))
+            linear = func._overloadpacket in _ROW_LINEAR or torch.Tag.pointwise in func.tags
+            self.pass_.add_work(flops, bwd, moved_bytes(args, kwargs, out), linear)
         except Exception as error:  # a formula that cannot read these arguments
             self.pass_.fail(error)
         return out

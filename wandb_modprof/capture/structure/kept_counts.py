@@ -11,7 +11,10 @@ goes to the profile through `KeptCounts`, which fills each call it did not count
 
 * its own counts (`fwd_self_*`, `bwd_self_*`) from the newest pass that followed it
   (`known_calls.KnownCalls`: passes that completed a graph, partial ones, and ones past the
-  cap of graphs alike);
+  cap of graphs alike), or, for a list member no pass met (an expert first routed to on a
+  sampled step), from the identical member that a pass followed (`KnownCalls.own`), with the
+  rows they were counted at (`CallInfo.rows`; the views scale counts that are linear in the
+  rows to the call's mean rows);
 * its inclusive counts summed over its calls in this graph where all of them have own counts:
   exactly this sequence's work, whichever route the passes ran;
 * else (a call whose subtree holds a call no pass followed) the inclusive counts of the newest
@@ -76,10 +79,14 @@ class KeptCounts:
         # graphs with calls left unknown, by signature: as received, as handed over, and
         # their call keys
         self._unfilled: dict[str, tuple[Structure, Structure, frozenset[str]]] = {}
+        # per training mode, the keys of every graph handed over (`routed_graph` adds a
+        # call to its graph only where no graph holds it)
+        self.held: dict[bool, set[str]] = {True: set(), False: set()}
 
     def add_structure(self, structure: Structure) -> None:
         mode = structure.training
         fwd, bwd, fresh = self._fwd[mode], self._bwd[mode], self._fresh[mode]
+        self.held[mode].update(c.key for c in structure.calls)
         for call in structure.calls:
             if call.flops_known:
                 fwd[call.key] = call
@@ -144,6 +151,7 @@ def fill(
     fwd_own = [_own_forward(c, known) for c in calls]
     bwd_own = [_own_backward(c, known) for c in calls]
     fwd_sum, bwd_sum = _rolled_up(fwd_own, parents), _rolled_up(bwd_own, parents)
+    rows, linear = _rows(calls, known, parents)
     previous = before.calls if before is not None and len(before.calls) == len(calls) else None
     complete = True
     out: list[CallInfo] = []
@@ -161,6 +169,8 @@ def fill(
                 changes.update(zip(inclusive_f, inclusive, strict=True))
                 changes.update(zip(own_f, own, strict=True))
                 changes.update(dict.fromkeys(flags, True))
+                if not call.flops_known:  # (the rows its counts were taken at)
+                    changes.update(rows=rows[i], rows_linear=linear[i])
             else:
                 complete = False
         if not changes:
@@ -176,10 +186,32 @@ def _holds(call: CallInfo, key: str, changes: Mapping[str, Any]) -> bool:
     return call.key == key and all(getattr(call, f) == v for f, v in changes.items())
 
 
+def _rows(
+    calls: Sequence[CallInfo], known: KnownCalls, parents: Sequence[int]
+) -> tuple[list[int | None], list[bool]]:
+    """Per call, the rows its counts were taken at and whether they scale with the rows:
+    every op of its subtree linear in them (a call's twin's, `KnownCalls.own`, where it
+    takes its twin's counts)."""
+    rows: list[int | None] = []
+    linear: list[bool] = []
+    for call in calls:
+        learnt = None if call.flops_known else known.own(call.key)
+        if learnt is None:
+            rows.append(call.rows)
+            linear.append(call.rows_linear if call.flops_known else False)
+        else:
+            rows.append(learnt.rows)
+            linear.append(learnt.linear and learnt.rows is not None)
+    for i in range(len(parents) - 1, -1, -1):
+        if parents[i] >= 0 and not linear[i]:
+            linear[parents[i]] = False
+    return rows, linear
+
+
 def _own_forward(call: CallInfo, known: KnownCalls) -> Own | None:
     if call.flops_known:
         return _counts(call, _FWD_SELF)
-    learnt = known.calls.get(call.key)
+    learnt = known.own(call.key)
     if learnt is None:
         return None
     return (learnt.flops, learnt.bwd_flops, learnt.nbytes, learnt.ops)
@@ -188,7 +220,7 @@ def _own_forward(call: CallInfo, known: KnownCalls) -> Own | None:
 def _own_backward(call: CallInfo, known: KnownCalls) -> Own | None:
     if call.bwd_work_known:
         return _counts(call, _BWD_SELF)
-    learnt = known.calls.get(call.key)
+    learnt = known.own(call.key)
     if learnt is None or learnt.bwd_bytes is None:
         return None
     return (learnt.bwd_bytes, learnt.bwd_ops or 0)

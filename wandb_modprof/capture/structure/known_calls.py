@@ -27,7 +27,10 @@ what a full pass on another step would count.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import re
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -67,6 +70,9 @@ class KnownCall:
     edges: tuple[DataEdge, ...]  # those of its own view
     bwd_bytes: int | None = None  # own backward nodes' (None: no counted backward yet)
     bwd_ops: int | None = None
+    rows: int | None = None  # its first tensor input's rows then (`invocation.rows_of`)
+    linear: bool = False  # every op of its own code was linear in those rows (`flops`)
+    twin: str | None = None  # its class among identical list members (`twin_class`)
 
 
 class KnownCalls:
@@ -80,6 +86,29 @@ class KnownCalls:
         # keys learnt (forward or backward) since `kept_counts` last filled graphs from here:
         # a graph holding none of them would be filled as before
         self.fresh: set[str] = set()
+        # a list member's class (`twin_class`) -> the newest key of that class learnt
+        self.twins: dict[str, str] = {}
+        # a key no pass followed -> the learnt twin whose own results it takes (`covers`)
+        self.alias: dict[str, str] = {}
+
+    def own(self, key: str) -> KnownCall | None:
+        """What is known of `key`'s own code: learnt, or its twin's (`covers`)."""
+        known = self.calls.get(key)
+        if known is None and key in self.alias:
+            known = self.calls.get(self.alias[key])
+        return known
+
+    def covers(self, key: str, shapes: Sequence[Any], twin: str | None) -> bool:
+        """A timed step's call needs no pass for its own counts: a pass counted it (or, for a
+        call no pass met, an identical list member, `twin`) on inputs of the same shapes, or
+        of shapes that differ only in their leading (row) dimensions where every op of its
+        code was linear in the rows (its counts then scale: `view.graphs.merge`).
+        `shapes`: the call's tensor arguments' (`invocation.input_shapes`)."""
+        if key not in self.calls and twin is not None and twin in self.twins:
+            self.alias[key] = self.twins[twin]
+            self.fresh.add(key)  # (a graph holding it is filled again: `kept_counts.refresh`)
+        known = self.own(key)
+        return known is not None and shapes_fit(known.meta, shapes, known.linear)
 
     def usable(self, key: str, meta: Meta, backward: bool) -> KnownCall | None:
         """The known results of `key` if a pass may use them instead of following the call:
@@ -111,6 +140,9 @@ class KnownCalls:
     def learn(self, key: str, known: KnownCall) -> None:
         self.calls[key] = known
         self.fresh.add(key)
+        self.alias.pop(key, None)  # (its own results now)
+        if known.twin is not None:
+            self.twins[known.twin] = key
 
     def learn_backward(self, key: str, meta: Meta, nbytes: int, ops: int) -> None:
         """The counted backward of a call a pass followed (`meta`: that pass's input meta;
@@ -119,3 +151,36 @@ class KnownCalls:
         if known is not None and known.meta == meta:
             self.calls[key] = dataclasses.replace(known, bwd_bytes=nbytes, bwd_ops=ops)
             self.fresh.add(key)
+
+
+# A dotted name component that is a list index (`experts.5`, `layers.0`): members of one
+# `ModuleList` / `Sequential` share a class when they match in type and parameter shapes.
+_INDEX = re.compile(r"(?<![^.#/])\d+(?=[.#]|$)")
+
+
+def twin_class(key: str, module: torch.nn.Module) -> str | None:
+    """The class of identical list members `key`'s call belongs to: its key with list
+    indices wildcarded, its type and its parameters' shapes (an expert `experts.5` and an
+    expert `experts.3` of the same width); None for a call of no list member."""
+    pattern = _INDEX.sub("*", key.partition("#")[0])
+    if "*" not in pattern:
+        return None
+    try:
+        params = tuple(tuple(p.shape) for p in module.parameters())
+    except RuntimeError:  # (an uninitialised lazy parameter)
+        return None
+    digest = hashlib.blake2b(repr(params).encode(), digest_size=8).hexdigest()
+    return f"{pattern}#{key.partition('#')[2]}|{type(module).__qualname__}|{digest}"
+
+
+def shapes_fit(meta: Meta, shapes: Sequence[Any], linear: bool) -> bool:
+    """The top-level tensor arguments' `shapes` (`invocation.input_shapes`) are among those
+    `meta` holds (a tensor passed twice is one slot of `meta`, and `meta` also holds tensors
+    nested in tuples and lists), or, for a call whose ops are `linear` in the rows, each
+    matches one of them in rank and last dimension: it differs only in its rows."""
+    then = {shape for _, tensors in meta for shape, _ in tensors}
+    now = {tuple(s[1] if len(s) == 2 and isinstance(s[0], str) else s) for s in shapes}
+    if now <= then:
+        return True
+    tails = {(len(a), a[-1:]) for a in then}
+    return linear and all((len(b), b[-1:]) in tails for b in now)

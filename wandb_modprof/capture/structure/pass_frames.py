@@ -145,8 +145,8 @@ def _op_tensors(values: tuple[Any, ...]) -> list[torch.Tensor]:
 class CallBuilder:
     __slots__ = (
         "bwd_flops", "bytes", "call_index", "depth", "flops", "followed", "inputs", "key",
-        "known", "meta", "module_id", "module_name", "module_type", "ops", "outputs", "parent",
-        "seq",
+        "known", "linear", "meta", "module_id", "module_name", "module_type", "ops", "outputs",
+        "parent", "rows", "seq", "twin",
     )  # fmt: skip
 
     def __init__(
@@ -178,6 +178,9 @@ class CallBuilder:
         self.followed = True
         # not followed: what an earlier pass found (None: nobody knows yet, the pass is partial)
         self.known: KnownCall | None = None
+        self.rows: int | None = None  # its first tensor input's (`invocation.rows_of`)
+        self.linear = True  # every op of its own code so far linear in the rows (`flops`)
+        self.twin: str | None = None  # its class among identical list members (`known_calls`)
 
 
 def rolled_up(own: Sequence[int], parents: Sequence[int]) -> list[int]:
@@ -196,6 +199,7 @@ def call_infos(calls: Sequence[CallBuilder]) -> tuple[CallInfo, ...]:
         rolled_up([getattr(c, name) for c in calls], parents)
         for name in ("flops", "bwd_flops", "bytes", "ops")
     )
+    linear = rolled_up([int(not c.linear) for c in calls], parents)  # (0: the whole subtree)
     return tuple(
         CallInfo(
             key=c.key,
@@ -217,6 +221,8 @@ def call_infos(calls: Sequence[CallBuilder]) -> tuple[CallInfo, ...]:
             fwd_ops=ops[i],
             fwd_self_ops=c.ops,
             work_known=True,
+            rows=c.rows,
+            rows_linear=c.rows is not None and not linear[i],
         )
         for i, c in enumerate(calls)
     )
@@ -244,6 +250,9 @@ def own_results(
                 c.bytes,
                 c.ops,
                 tuple(by_view.get(c.key, ())),
+                rows=c.rows,
+                linear=c.linear,
+                twin=c.twin,
             ),
         )
         for i, c in enumerate(calls)

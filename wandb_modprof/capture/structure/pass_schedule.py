@@ -23,17 +23,20 @@ from wandb_modprof.capture.inert_hook import under_compile
 from wandb_modprof.capture.model.compiled import compiled_in_place, is_compiled_wrapper
 from wandb_modprof.capture.model.wrappers import inner_model
 from wandb_modprof.capture.structure.kept_counts import KeptCounts
-from wandb_modprof.capture.structure.known_calls import KnownCalls
+from wandb_modprof.capture.structure.known_calls import KnownCalls, twin_class
 from wandb_modprof.capture.structure.pass_modes import structure_pass_active
-from wandb_modprof.records.calls import call_signature
+from wandb_modprof.capture.structure.routed_graph import RoutedGraph, calls_of
+from wandb_modprof.records.calls import Structure, call_signature
 
 if TYPE_CHECKING:
     from wandb_modprof.capture.forward.invocation import Invocation
     from wandb_modprof.capture.memory.static_memory import ModelIndex
-    from wandb_modprof.records.calls import Structure
 
 MAX_STRUCTURES = 8  # distinct call sequences captured; beyond that the graph stops growing
 MAX_PASSES = 2 * MAX_STRUCTURES  # structure passes that failed or learnt nothing new
+# Sampled steps of a model that varies derive their graph (`derive_from_sample`) until this
+# many in a row added nothing to the routed graph; a step that calls something new resumes it.
+IDLE_DERIVATIONS = 3
 # Modules with an inference fast path that `has_torch_function` (true under our dataflow mode)
 # turns off: a structure pass on their eval forward would change its numerics.
 _FASTPATH_TYPES = (
@@ -81,6 +84,10 @@ class PassSchedule:
         self._warned = False
         self._fastpath: tuple[ModelIndex, bool] | None = None
         self._compiled: tuple[ModelIndex, bool] | None = None
+        # once it varies: its sampled steps' graphs grown into one (`routed_graph`)
+        self.routed = RoutedGraph()
+        self.idle = 0  # derived graphs in a row that added nothing to it
+        self._twins: dict[str, str | None] = {}  # call key -> its `twin_class` (once: ~50 us)
 
     def compiled(self) -> bool:
         """The model has compiled regions (their boundaries are among the hooked modules):
@@ -148,17 +155,29 @@ class PassSchedule:
         be added and no pass is due (a due pass takes the step where a pass may run, as
         before): a structure pass runs on a step the sampler did not pick and, with routing,
         sees other calls than the sampled steps (on a 4-step MoE, 12 module nodes drawn
-        without edges). Deriving costs only the sampled steps of models that vary."""
+        without edges). Deriving costs only the sampled steps of models that vary; their
+        graphs grow one graph (`routed_graph`), so there is no cap on them, and it stops after
+        `IDLE_DERIVATIONS` graphs in a row that added nothing (a sample that calls something
+        new starts it again: `check`)."""
         if not self.enabled or self.derive_failed or self.compiled():
             return False  # (a compiled model: its compiled regions' insides would be missing)
-        count = self.sink.num_structures()
-        if count and not (self.varies and not self.due and count < MAX_STRUCTURES):
+        if self.sink.num_structures() and not (
+            self.varies and not self.due and self.idle < IDLE_DERIVATIONS
+        ):
             return False
         return not torch.compiler.is_compiling() and not structure_pass_active()
 
     def add_derived(self, structure: Structure) -> None:
         """The graph of a timed step (no FLOPs): kept until a structure pass of the same call
-        sequence replaces it. That pass is asked for on a later eligible step."""
+        sequence replaces it. That pass is asked for on a later eligible step. Once the
+        model varies, the graph grows the routed graph instead, and asks for no pass (`check`
+        asks for one where a call's counts are unknown)."""
+        if self.varies:
+            grown = self.routed.absorb(structure, self.sink.held[structure.training])
+            self.idle = 0 if grown is not None else self.idle + 1
+            if grown is not None:
+                self.sink.add_structure(grown)
+            return
         if self.sink.has_structure(structure.signature):
             return
         self.sink.add_structure(structure)
@@ -173,19 +192,38 @@ class PassSchedule:
         if self.spent >= MAX_PASSES:
             self.warn(f"{MAX_PASSES} structure passes failed or were cut short")
 
-    def check(self, session: TimedStep) -> None:
-        """A timed step whose call sequence was never captured asks for a structure pass."""
+    def check(self, session: TimedStep, training: bool) -> None:
+        """A timed step whose call sequence was never captured asks for a structure pass,
+        unless a pass already counted each of its calls (`covered`): a router that picked
+        other experts, or sent them other numbers of tokens, then needs none."""
         if not self.enabled or self.compiled():
             return  # (a compiled model's sample has its regions' boundaries only)
-        signature = call_signature(inv.key for inv in session.invocations)
+        invocations = session.invocations
+        signature = call_signature(inv.key for inv in invocations)
         known = self.sink.has_structure(signature)
+        covered = False
         if not known:
             self.varies = True
             # the calls whose children changed are followed by the next pass (`known_calls`)
-            keys = [inv.key for inv in session.invocations]
-            parents = [inv.parent for inv in session.invocations]
+            keys = [inv.key for inv in invocations]
+            parents = [inv.parent for inv in invocations]
             for table in self.known.values():  # (the session does not say which mode ran)
                 table.mark_changed(keys, parents)
+            covered = self.covered(invocations, training)  # (before the graph is filled)
+            # calls no graph holds yet are nodes of the routed graph from this sample on
+            held = self.sink.held[training]
+            room = self.sink.num_structures() < MAX_STRUCTURES and self.spent < MAX_PASSES
+            # (a pass about to be asked for gives them their graph, edges and all)
+            if (covered or not room) and any(key not in held for key in keys):
+                bare = Structure(signature, training, calls_of(invocations), ())
+                grown = self.routed.absorb(bare, held, bare=True)
+                if grown is not None:
+                    self.idle = 0  # (the next sampled steps derive: their edges)
+                    self.sink.add_structure(grown)
+            if self.known[training].fresh:
+                self.sink.refresh()  # (calls that took a twin's counts: graphs filled again)
+            if covered:
+                return
         if self.due or (known and signature not in self._derived):
             return
         if known:  # a graph derived from a timed step (this one or earlier): a pass refines it
@@ -196,6 +234,28 @@ class PassSchedule:
             self.due = True
         else:
             self.warn(f"the model called more than {MAX_STRUCTURES} different sequences of modules")
+
+    def covered(self, invocations: list[Invocation], training: bool) -> bool:
+        """Every call's own counts are known from a pass (`KnownCalls.covers`: the same call,
+        or an identical list member, on inputs of the same shapes or of other rows). Each
+        call no pass met gets its twin here (`KnownCalls.alias`), which `kept_counts` reads."""
+        table = self.known[training]
+        if not table.calls:
+            return False
+        modules = None  # (the index costs a walk of the model: only where a twin is new)
+        covered = True
+        twins = self._twins
+        for inv in invocations:
+            twin = None
+            if inv.key not in table.calls and inv.key not in table.alias:
+                if inv.key in twins:
+                    twin = twins[inv.key]
+                else:
+                    modules = self._index().modules if modules is None else modules
+                    entry = modules.get(inv.module_id)
+                    twin = twins[inv.key] = None if entry is None else twin_class(inv.key, entry[1])
+            covered = table.covers(inv.key, inv.shapes, twin) and covered
+        return covered
 
     def warn(self, why: str) -> None:
         if self._warned:

@@ -33,10 +33,15 @@ import torch
 
 from wandb_modprof.capture.forward.call_keys import CallKeys
 from wandb_modprof.capture.forward.callstack import call_depth
-from wandb_modprof.capture.forward.invocation import tensors_in
+from wandb_modprof.capture.forward.invocation import input_shapes, rows_of, tensors_in
 from wandb_modprof.capture.model.wrappers import inner_model
 from wandb_modprof.capture.step import torch_private as tp
-from wandb_modprof.capture.structure.known_calls import KnownCall, KnownCalls, call_meta
+from wandb_modprof.capture.structure.known_calls import (
+    KnownCall,
+    KnownCalls,
+    call_meta,
+    twin_class,
+)
 from wandb_modprof.capture.structure.pass_frames import (
     CallBuilder,
     Frame,
@@ -130,14 +135,16 @@ class StructurePass:
     def frame(self) -> Frame | None:
         return self._stack[-1] if self._stack and not self.failed else None
 
-    def add_work(self, flops: int, bwd_flops: int, nbytes: int) -> None:
-        """One op of the innermost open call (`flops.FlopCount`)."""
+    def add_work(self, flops: int, bwd_flops: int, nbytes: int, linear: bool = False) -> None:
+        """One op of the innermost open call (`flops.FlopCount`); `linear`: its work is
+        linear in its inputs' rows (a matrix product, an elementwise op)."""
         if self._stack and not self.failed and self._stack[-1].followed:
             call = self._calls[self._stack[-1].index]
             call.flops += flops
             call.bwd_flops += bwd_flops
             call.bytes += nbytes
             call.ops += 1
+            call.linear = call.linear and linear
 
     def enter(
         self,
@@ -174,7 +181,10 @@ class StructurePass:
         inner = inner_model(module)
         slots = input_slots(module if inner is None else inner, args, kwargs)
         call.inputs = tuple(slot for slot, _ in slots)
+        call.rows = rows_of(input_shapes(args, kwargs))
         followed = self._decide(call, slots)
+        if followed:
+            call.twin = twin_class(call.key, module)
         frame = Frame(len(self._calls) - 1, call.key, followed)
         for slot, tensors in slots:
             if parent is not None and parent.followed:
@@ -291,8 +301,8 @@ class StructurePass:
         for c in self._calls:
             known = c.known
             if not c.followed and known is not None:  # (`complete`: every such call is known)
-                c.flops, c.bwd_flops, c.bytes, c.ops = (
-                    known.flops, known.bwd_flops, known.nbytes, known.ops
+                c.flops, c.bwd_flops, c.bytes, c.ops, c.linear = (
+                    known.flops, known.bwd_flops, known.nbytes, known.ops, known.linear
                 )  # fmt: skip
                 self._edges.update(known.edges)
         calls = call_infos(self._calls)

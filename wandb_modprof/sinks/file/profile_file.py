@@ -20,9 +20,9 @@ schema (`profile_schema.py`) is read from the dataclasses' type hints, so it fol
 has no NaN or infinity: in a float written as a JSON number those are the strings `"nan"`,
 `"inf"`, `"-inf"` (a base64 column holds their bits). A value in a column is named by its
 record's JSON path (`last_sample.invocations[3].fwd_ms`), as in version 7. Loading is
-strict: every field must be present (`null` where the type allows it), unknown fields are
-rejected (a change of the schema means a new `version`, and dropping data silently would break
-the exact round trip), `true` is not an integer, an integer field holds a signed 64-bit value
+strict: every field must be present (`null` where the type allows it; `LATER_FIELDS` may be absent),
+unknown fields are rejected (dropping data silently would break the exact round trip), `true`
+is not an integer, an integer field holds a signed 64-bit value
 (|x| < 2**63), and an integer where a float is expected is read as that float (the writer never
 produces one: it writes `1.0`). The call trees must hold together: every `parent_key` in `stats`
 is null or another key of `stats`, every `parent_key` in a structure's `calls` null or the key
@@ -82,7 +82,8 @@ efficiency shown).
 Version 8 stores the records as columns, with the same fields: the ~230,000 objects of a
 10,000-call profile, field names and all (42 MB, 1 s to write, 5 s to load), are a few hundred
 columns (9.5 MB, 0.2 s, 0.5 s: benchmarks/profile_file.py). Files of versions 1-7 load as
-before: version 7's layout is read by `profile_schema.decode`, after the migrations below.
+before (version 7's layout: `profile_schema.decode`, after the migrations below). Added in
+version 8 (`LATER_FIELDS`; absent: null / false): invocation and call `rows`, `rows_linear`.
 """
 
 from __future__ import annotations
@@ -124,8 +125,7 @@ def save_profile(
     temporary file beside it and renamed over `path`, so a reader never sees half a file and a
     failed write leaves the old file as it was; a symlink is written through, and a `path`
     that is a device, FIFO or directory is refused (`sinks/files.py`). `version` 7 writes the
-    layout before version 8 (one object per record): for tests and
-    `benchmarks/profile_file.py` only.
+    layout before version 8 (one object per record), for tests and benchmarks only.
     """
     assert version in (7, VERSION), version
     target = check_path(path, "save()")

@@ -56,6 +56,7 @@ AT_LEAST: dict[type, dict[str, int]] = {
         **dict.fromkeys(("act_bytes", "act_self_bytes", "grad_bytes", "optim_bytes"), 0),
         **dict.fromkeys(("fwd_mem_peak_bytes", "bwd_mem_peak_bytes"), 0),
         **dict.fromkeys(("seq_start", "seq_end"), -1),
+        "rows": 0,
     },
     StepTotals: {"act_bytes": 0},
     Sample: {"step": 0},
@@ -65,10 +66,21 @@ AT_LEAST: dict[type, dict[str, int]] = {
         **dict.fromkeys(("fwd_flops", "fwd_self_flops", "bwd_flops", "bwd_self_flops"), 0),
         **dict.fromkeys(("fwd_bytes", "fwd_self_bytes", "fwd_ops", "fwd_self_ops"), 0),
         **dict.fromkeys(("bwd_bytes", "bwd_self_bytes", "bwd_ops", "bwd_self_ops"), 0),
+        "rows": 0,
     },
 }
 # Metrics whose every value is >= 0, so their statistics' min is too.
-NON_NEGATIVE_METRICS = (*MEMORY_METRICS, "fwd_mem_peak_bytes", "bwd_mem_peak_bytes", "gc_ms")
+NON_NEGATIVE_METRICS = (
+    *MEMORY_METRICS, "fwd_mem_peak_bytes", "bwd_mem_peak_bytes", "gc_ms", "rows",
+)  # fmt: skip
+# Fields added within version 8, each with its "not recorded" value: a file written before
+# them lacks them and reads as that value, one that has them is read as strictly as any field.
+# No new version for them: loading tells old from new by the field alone (as statistics of a
+# metric are, which a file holds only for the metrics some key measured).
+LATER_FIELDS: dict[type, dict[str, Any]] = {
+    InvocationRecord: {"rows": None},
+    CallInfo: {"rows": None, "rows_linear": False},
+}
 RUN_KINDS = ("node", "recompute")
 
 
@@ -125,12 +137,24 @@ def decode_record(value: Any, cls: type, where: str, field: Callable[[Any, Any, 
     if not isinstance(value, dict):
         raise FileError(where, f"expected an object ({cls.__name__}), got {describe(value)}")
     names = [f.name for f in fields(cls)]
+    absent = absent_later_fields(cls, value)
+    if absent:
+        value = {**value, **absent}
     exact_fields(value, names, where)
     field_types = hints(cls)
     prefix = f"{where}." if where else ""
     obj = cls(**{n: field(value[n], field_types[n], prefix + n) for n in names})
     check_record(obj, where)
     return obj
+
+
+def absent_later_fields(cls: type, value: dict[str, Any]) -> dict[str, Any]:
+    """The `LATER_FIELDS` of `cls` that the JSON object (or table) `value` lacks, each with its
+    JSON value for "not recorded"."""
+    later = LATER_FIELDS.get(cls)
+    if later is None:
+        return {}
+    return {name: none for name, none in later.items() if name not in value}
 
 
 def exact_fields(value: dict[str, Any], names: Sequence[str], where: str) -> None:

@@ -40,6 +40,7 @@ from wandb_modprof.sinks.file.profile_encode import encoder, hints, is_record, o
 from wandb_modprof.sinks.file.profile_schema import (
     FileData,
     FileError,
+    absent_later_fields,
     check_least,
     check_record,
     decode,
@@ -160,11 +161,16 @@ def _read_table(value: Any, cls: type, where: str) -> tuple[Any, ...]:
         got = describe(value)
         raise FileError(where, f"expected an object (a table of {cls.__name__}), got {got}")
     names = [f.name for f in fields(cls)]
-    exact_fields(value, names, where)
+    absent = absent_later_fields(cls, value)  # (a file written before them: "not recorded")
+    exact_fields(value, [name for name in names if name not in absent], where)
     types = hints(cls)
     columns: list[list[Any]] = []
     for name in names:  # (as many records as the first column has values)
         n = len(columns[0]) if columns else None
+        if name in absent:
+            assert n is not None, "the first field of a record is never a later one"
+            columns.append([absent[name]] * n)
+            continue
         here = f"{where}.{name}"
         columns.append(_read_column(value[name], n, types[name], _field(where, name), here))
     records: list[Any] = []

@@ -1,0 +1,100 @@
+"""One graph for a model whose call sequence changes from step to step (a routed
+mixture-of-experts: the router picks other experts, and sends them other numbers of tokens,
+at every step).
+
+Keeping one graph per call sequence filled `MAX_STRUCTURES` places within a few samples and
+asked for a structure pass after each: experts first routed to after that had no FLOPs. Here
+the graphs of such a model's sampled steps (`step_dataflow`, no pass needed) grow one graph
+per training mode: a call no kept graph holds is added the first time a step calls it, with
+the edges that reach it in that step, so every expert any sample called is a node of a graph,
+whichever subset ran. Its counts come from the passes (`kept_counts`: the expert's own, or
+an identical expert's; the views scale them with its rows). A sampled step that derived no
+graph (the first one seen to vary) adds its new calls without edges; a later graph of a step
+that called them gives them their edges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
+
+from wandb_modprof.records.calls import CallInfo, DataEdge, Structure, call_signature
+
+if TYPE_CHECKING:
+    from wandb_modprof.capture.forward.invocation import Invocation
+
+
+def routed_signature(training: bool) -> str:
+    """The routed graph's signature: one per training mode, unlike any call sequence's."""
+    return call_signature(("<routed graph>", "train" if training else "eval"))
+
+
+class RoutedGraph:
+    """The union of a routed model's sampled steps' graphs, per training mode."""
+
+    def __init__(self) -> None:
+        self._calls: dict[bool, dict[str, CallInfo]] = {True: {}, False: {}}
+        self._edges: dict[bool, set[DataEdge]] = {True: set(), False: set()}
+        self._bare: dict[bool, set[str]] = {True: set(), False: set()}  # added without edges
+
+    def absorb(
+        self, structure: Structure, held: Collection[str], bare: bool = False
+    ) -> Structure | None:
+        """`structure`'s calls that no graph holds (`held`: the keys of every graph kept,
+        this one's included), or that this one holds without edges, with the edges that reach
+        them; the grown graph, or None where nothing was new. `bare`: the calls come without
+        edges (`CallInfo`s made from a step's calls, `calls_of`)."""
+        mode = structure.training
+        calls, edges, without = self._calls[mode], self._edges[mode], self._bare[mode]
+        if bare:
+            new = {c.key for c in structure.calls if c.key not in held}
+        else:
+            new = {c.key for c in structure.calls if c.key not in held or c.key in without}
+        if not new:
+            return None
+        for call in structure.calls:
+            if call.key in new:
+                calls[call.key] = dataclasses.replace(call, order=len(calls))
+        if bare:
+            without |= new
+        else:
+            without -= new
+            edges.update(e for e in structure.edges if _touches(e, new))
+        return Structure(
+            routed_signature(mode),
+            mode,
+            tuple(calls.values()),
+            tuple(sorted(edges, key=lambda e: (e.view_key, e.src_key, e.dst_key))),
+        )
+
+
+def _touches(edge: DataEdge, keys: set[str]) -> bool:
+    """The edge is inside a new call's view, or leaves or reaches one of its nodes
+    (`key`, or `key|in:slot` / `key|out:slot`)."""
+    return (
+        edge.view_key in keys
+        or edge.src_key.partition("|")[0] in keys
+        or edge.dst_key.partition("|")[0] in keys
+    )
+
+
+def calls_of(invocations: Sequence[Invocation]) -> tuple[CallInfo, ...]:
+    """Bare `CallInfo`s (no slots, no counts: `kept_counts` fills them) of a step's calls."""
+    return tuple(
+        CallInfo(
+            key=inv.key,
+            module_name=inv.name,
+            module_type=inv.module_type,
+            call_index=inv.call_index,
+            parent_key=None if inv.parent < 0 else invocations[inv.parent].key,
+            depth=inv.depth,
+            order=i,
+            inputs=(),
+            outputs=(),
+            fwd_flops=0,
+            fwd_self_flops=0,
+            flops_known=False,
+        )
+        for i, inv in enumerate(invocations)
+    )
