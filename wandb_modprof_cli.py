@@ -47,6 +47,7 @@ MODE_KEYS = (  # = wandb_modprof.records.modes.MODE_KEYS
     "eff_bwd",
     "imbalance",
     "ckpt",
+    "load",
 )
 DEFAULT_MODE = "fwd_bwd"  # = wandb_modprof.records.modes.DEFAULT_MODE
 SCALES = ("linear", "log")  # = wandb_modprof.records.modes.SCALES

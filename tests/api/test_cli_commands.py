@@ -130,6 +130,10 @@ def test_summary_runs_in_every_mode(files, capsys, key):
     # on CPU too, from the memory curve)
     if key in ("optim", "imbalance"):
         assert f"no module has a value in mode {key} (not measured in this profile)" in out
+    elif key == "load":  # the members of the model's module lists only: its blocks
+        lines = _table_lines(out, "#  module")
+        assert len(lines) >= 2 and all(re.search(r"\.\d+#\d+$", line[1]) for line in lines)
+        assert sum(float(line[-1].rstrip("%")) for line in lines) == pytest.approx(100, abs=1)
     else:
         assert len(_table_lines(out, "#  module")) == 15
 

@@ -140,6 +140,14 @@ def _card_notes() -> list[str]:
         f"{CKPT_ON} && !{missing('ckpt_freed_bytes')} ? 'Frees ~' + "
         f"({fmt_bytes('datum.ckpt_freed_bytes')}) + (isValid(datum.fwd_ms) ? ' for ' + "
         f"({fmt_ms('datum.fwd_ms')}) + ' recompute' : '') : ''",
+        # The "Load" mode (`view.load`): the list's imbalance beside the call's share, and a
+        # member no sample called
+        f"mode === 'load' && !{missing('load_imbalance')} ? 'List imbalance: ' + "
+        f"({fmt_ratio('datum.load_imbalance')}) + ' (max / mean rows)' : ''",
+        f"mode === 'load' && !{missing('load_rows')} ? 'Rows per step: ' + "
+        "format(datum.load_rows, '.3~s') : ''",
+        f"mode === 'load' && !{missing('load_idle_samples')} ? 'Never called in ' + "
+        "datum.load_idle_samples + ' samples' : ''",
         # a module call no structure pass ran has no FLOP count (meta `flops_unknown`)
         "flops_text && datum.node_kind === 'module' && "
         "indexof(split(datum.missing, ','), 'fwd_flops') >= 0 ? "

@@ -177,6 +177,7 @@ def _meta() -> list[Data]:
                 ("unseen", "unseen_calls"),
                 ("flops_unknown", "flops_unknown"),
                 ("ckpt_plan", "ckpt_plan"),  # the checkpoint plan's totals (`checkpoint_cells`)
+                ("never_called", "never_called"),  # list members no sample called (`view.load`)
                 ("cold", "cold_start"),  # the model's first step: left out, or the only one
                 # the timeline (`strip.py`): the curve's source and step, its peak
                 ("timeline", "timeline"),

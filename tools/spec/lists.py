@@ -244,7 +244,7 @@ def _messages() -> list[Data]:
                 sequence(1),
                 _filter(
                     "reduced_text !== '' || unseen_text !== '' || flops_note !== '' || "
-                    "ckpt_note !== ''"
+                    "ckpt_note !== '' || load_note !== ''"
                 ),
                 _formula(
                     "text",
@@ -254,7 +254,9 @@ def _messages() -> list[Data]:
                     " + ((reduced_text || unseen_text) && flops_note ? ' · ' : '')"
                     " + (flops_note ? 'FLOPs: ' + flops_note : '')"
                     " + ((reduced_text || unseen_text) && ckpt_note ? ' · ' : '')"
-                    " + (ckpt_note ? ckpt_note + ' (○ marked)' : '')",
+                    " + (ckpt_note ? ckpt_note + ' (○ marked)' : '')"
+                    " + ((reduced_text || unseen_text) && load_note ? ' · ' : '')"
+                    " + (load_note ? 'Load: ' + load_note : '')",
                 ),
             ],
         },

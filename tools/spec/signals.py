@@ -164,6 +164,10 @@ def _meta() -> list[Signal]:
         # calls without FLOP counts (meta `flops_unknown`), said in the Compute modes only
         {"name": "flops_text", "update": _first("m_flops_unknown", "meta_value", "''")},
         {"name": "flops_note", "update": f"indexof({COMPUTE_KEYS}, mode) >= 0 ? flops_text : ''"},
+        # module-list members no sample called (meta `never_called`, `view.load`): said in the
+        # "Load" mode's banner
+        {"name": "never_text", "update": _first("m_never_called", "meta_value", "''")},
+        {"name": "load_note", "update": "mode === 'load' ? never_text : ''"},
         # the checkpoint plan at the table's budget (meta `ckpt_plan`, `view.checkpoint_cells`):
         # its lines, shown in place of the totals in the "Checkpoint value" mode
         {"name": "ckpt_text", "update": _first("m_ckpt_plan", "meta_value", "''")},
@@ -183,7 +187,8 @@ def _meta() -> list[Signal]:
         {"name": "regions_tot", "update": _first("regions_sum", "", "{'n': 0, 'fused': 0}")},
         {
             "name": "banner_h",
-            "update": "reduced_text || unseen_text || flops_note || ckpt_note ? 22 : 0",
+            "update": "reduced_text || unseen_text || flops_note || ckpt_note || load_note "
+            "? 22 : 0",
         },
         {"name": "gw", "update": f"max(60, width - {GX0})"},
         # the detail strip (`strip.py`) takes its height and a gap below the graph

@@ -87,14 +87,15 @@ class Profile:
 
     @property
     def flops_unknown(self) -> int:
-        """How many module calls of the profile have no FLOP count (`CallInfo.flops_known`
-        False): no structure pass ran them (a route taken on sampled steps only, or first
-        taken after the cap of graphs; every call with `structure=False`). Their table rows
-        list the FLOP columns in `missing`. 0 when every call was counted."""
+        """How many module calls that ran have no FLOP count (`CallInfo.flops_known` False):
+        no structure pass ran them (a route first taken past the cap of graphs, a module no
+        pass and no identical list member counted; every call with `structure=False`). Their
+        table rows list the FLOP columns in `missing`. 0 when every call was counted."""
         from wandb_modprof.view.graphs import merge
 
         data = self.snapshot()
-        return sum(not c.flops_known for c in merge(data.structures, data.stats.values()).calls)
+        tree = merge(data.structures, data.stats.values())
+        return sum(not c.flops_known and c.key in data.stats for c in tree.calls)
 
     def top(
         self, metric: str = "bwd_self_ms", n: int = 10, include_root: bool = False

@@ -119,3 +119,10 @@ def call_signature(keys: Iterable[str]) -> str:
     for key in keys:
         digest.update(f"{key}\n".encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
+
+
+def routed_signature(training: bool) -> str:
+    """The signature of a routed model's growing graph (`capture.structure.routed_graph`): one
+    per training mode, unlike any call sequence's. Calls it holds without an edge were added
+    from a step that derived no graph, or as list members no step called yet."""
+    return call_signature(("<routed graph>", "train" if training else "eval"))

@@ -61,7 +61,8 @@ class Group(_StrEnum):
     MEMORY = "Memory"
     """Activations, parameters, gradients, optimizer state, peaks of live memory."""
     HEALTH = "Health"
-    """Parameter and gradient norms."""
+    """Parameter and gradient norms, and the load on a module list's members (a
+    mixture-of-experts' experts: a collapsing router shows there first)."""
     COMPUTE = "Compute"
     """FLOPs and FLOP/s."""
     RANKS = "Ranks"
@@ -202,6 +203,12 @@ MODES: tuple[Mode, ...] = (
         _SUM,
         "",
     ),
+)
+MODES += (
+    # The rows each member of a module list took per sampled step, as its share of the list's
+    # (`view.load`): an expert router's load; the card gives the list's imbalance (max / mean).
+    # Listed under Health (one more legend row, no heading: the legend keeps its height).
+    Mode("load", "Load (rows)", _H, Unit.PERCENT, ("load_share",), _SUM, ""),
 )
 MODE_KEYS: tuple[str, ...] = tuple(m.key for m in MODES)
 DEFAULT_MODE = "fwd_bwd"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from wandb_modprof.records.roofline import BOUNDS
 from wandb_modprof.records.sample import LOAD_METRICS, METRICS
+from wandb_modprof.view.load import LOAD_COLUMNS
 
 TABLE_FORMAT = "wandb_modprof.table"
 # 2: views are rows of their own (`view_id`, `view_parent`, `view_last`) and node / edge rows
@@ -110,8 +111,9 @@ LAYOUT_COLUMNS = ("x_px", "y_px", "w_px", "h_px", "view_w_px", "view_h_px")
 # `rows`, what a call processed, its median over the samples) are the table's last columns: the
 # panel's spec names the word "rows" (in a message), so its W&B copy packs that column, and
 # there, last, it moves no number that a panel registered before it decodes by position
-# (`sinks/wandb/packed.py`; such a panel ignores the numbers it does not know).
-LATE_METRIC_COLUMNS = LOAD_METRICS
+# (`sinks/wandb/packed.py`; such a panel ignores the numbers it does not know). After it, the
+# "Load" mode's columns (`view.load`).
+LATE_METRIC_COLUMNS = LOAD_METRICS + LOAD_COLUMNS
 METRIC_COLUMNS = (
     tuple(m for m in METRICS if m not in LATE_METRIC_COLUMNS)
     + tuple(f"{m}_{s}" for m in SPREAD_METRICS for s in SPREAD_STATS)

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from wandb_modprof.records.calls import Structure, routed_signature
 from wandb_modprof.records.roofline import Roofline
+from wandb_modprof.records.sample import ModuleStats
 from wandb_modprof.view.columns import TABLE_FORMAT, TABLE_VERSION
 from wandb_modprof.view.graphs import CallTree
 from wandb_modprof.view.group_nodes import module_cost
@@ -65,7 +67,7 @@ def profile_meta(
     meta.extend(cold_meta(prof))
     meta.extend(rank_meta(prof.ranks))
     meta.extend(unseen_meta(prof))
-    meta.extend(flops_meta(tree))
+    meta.extend(flops_meta(tree, prof.stats))
     meta.extend(region_meta(tree))
     return meta
 
@@ -108,6 +110,10 @@ def region_meta(tree: CallTree) -> list[MetaRow]:
     return [("compiled_region", r.key, float(r.inside)) for r in regions(tree)[:MAX_REGION_ROWS]]
 
 
+def _routed(structure: Structure) -> bool:
+    return structure.signature == routed_signature(structure.training)
+
+
 def unseen_meta(prof: ProfileData) -> list[MetaRow]:
     """`unseen_calls`, only when some calls the statistics hold are in no captured graph
     (number: how many; text: the note the panel's banner shows): calls that first appeared
@@ -117,7 +123,10 @@ def unseen_meta(prof: ProfileData) -> list[MetaRow]:
     every call was seen, so tables of ordinary models are unchanged."""
     if not prof.structures:
         return []
-    seen = {c.key for s in prof.structures for c in s.calls}
+    seen = {c.key for s in prof.structures if not _routed(s) for c in s.calls}
+    for routed in filter(_routed, prof.structures):  # (its calls without an edge: not seen)
+        seen.update(e.view_key for e in routed.edges)
+        seen.update(k.partition("|")[0] for e in routed.edges for k in (e.src_key, e.dst_key))
     unseen = sum(1 for key in prof.stats if key not in seen)
     if not unseen:
         return []
@@ -128,13 +137,15 @@ def unseen_meta(prof: ProfileData) -> list[MetaRow]:
     return [("unseen_calls", text, float(unseen))]
 
 
-def flops_meta(tree: CallTree) -> list[MetaRow]:
+def flops_meta(tree: CallTree, stats: Mapping[str, ModuleStats]) -> list[MetaRow]:
     """`flops_unknown`, only when some calls have FLOP counts and others not (number: how many
     not; text: the note the panel shows in its Compute modes): calls no structure pass ran, such
     as experts a router chose on sampled steps only. No row where every call was counted, or
-    none was (capture without structure passes: the FLOP modes are then not measured at all)."""
-    unknown = sum(not c.flops_known for c in tree.calls)
-    if not unknown or unknown == len(tree.calls):
+    none was (capture without structure passes: the FLOP modes are then not measured at all).
+    A list member no sample called (held for the "Load" mode, `view.load`) ran nowhere: not
+    counted."""
+    unknown = sum(not c.flops_known and c.key in stats for c in tree.calls)
+    if not unknown or unknown == sum(c.key in stats for c in tree.calls):
         return []
     text = (
         f"{unknown} call{'s' if unknown > 1 else ''} without FLOPs: no structure pass ran "

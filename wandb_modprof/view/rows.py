@@ -67,6 +67,8 @@ class RowSource:
     roofline: Roofline | None = None  # the machine's peaks (`records.roofline`); None: unknown
     # call key -> its checkpoint-plan cells (`view.checkpoint_cells`); empty: no plan
     checkpoint: Mapping[str, dict[str, float]] = field(default_factory=dict)
+    # call key -> its load cells (`view.load`: members of a module list); empty: none
+    load: Mapping[str, dict[str, float]] = field(default_factory=dict)
 
 
 def meta_rows(meta: Sequence[MetaRow]) -> list[Row]:
@@ -240,6 +242,7 @@ def _node_values(
         }
         values = module_values(stats, call if call.flops_known else None, src.roofline)
         values.update(src.checkpoint.get(call.key, {}))
+        values.update(src.load.get(call.key, {}))
         if src.ranks is not None:
             values.update(rank_values(src.ranks.fwd_bwd.get(call.key)))
         return cells, values, stats

@@ -87,6 +87,7 @@ from wandb_modprof.view.columns import (
 )
 from wandb_modprof.view.graphs import call_graphs
 from wandb_modprof.view.layout import layout_view
+from wandb_modprof.view.load import load_cells
 from wandb_modprof.view.meta import REDUCTION_META_ROWS, profile_meta, reduction_meta
 from wandb_modprof.view.reduce import MIN_VIEW_ROWS, reduce_views
 from wandb_modprof.view.refs import from_ref, number_views
@@ -222,6 +223,8 @@ def build_table(
     plan = checkpoint_cells(prof, tree.calls, prof.stats, checkpoint_budget, checkpoint_call_ms)
     meta = profile_meta(prof, tree, has_views=bool(graphs), roofline=roofline)
     meta += plan.meta
+    load = load_cells(tree.calls, prof.stats, prof.num_samples - prof.cold_left_out)
+    meta += load.meta
     # The timeline's rows come out of the budget first, as many as it needs with every view
     # drawn, within its own budget (`view/timeline.py`) and never below one view's room.
     # (one `ViewSpans` for both timelines: the second reuses the views the reduction kept)
@@ -252,6 +255,7 @@ def build_table(
         views=frozenset(g.view_key for g in reduction.graphs),
         roofline=roofline,
         checkpoint=plan.values,
+        load=load.values,
     )
     rows = meta_rows(meta)
     refs = number_views([g.view_key for g in reduction.graphs], calls)

@@ -85,7 +85,8 @@ class PassSchedule:
         self._fastpath: tuple[ModelIndex, bool] | None = None
         self._compiled: tuple[ModelIndex, bool] | None = None
         # once it varies: its sampled steps' graphs grown into one (`routed_graph`)
-        self.routed = RoutedGraph()
+        self.routed = RoutedGraph(self.list_members)
+        self._lists: tuple[ModelIndex, dict[str, list[tuple[str, str]]]] | None = None
         self.idle = 0  # derived graphs in a row that added nothing to it
         self._twins: dict[str, str | None] = {}  # call key -> its `twin_class` (once: ~50 us)
 
@@ -234,6 +235,18 @@ class PassSchedule:
             self.due = True
         else:
             self.warn(f"the model called more than {MAX_STRUCTURES} different sequences of modules")
+
+    def list_members(self, name: str) -> list[tuple[str, str]]:
+        """The model's modules in module list `name`, with their types (`routed_graph`)."""
+        index = self._index()
+        if self._lists is None or self._lists[0] is not index:
+            lists: dict[str, list[tuple[str, str]]] = {}
+            for member, module in index.modules.values():
+                owner, _, last = member.rpartition(".")
+                if last.isdigit():
+                    lists.setdefault(owner, []).append((member, type(module).__name__))
+            self._lists = (index, lists)
+        return self._lists[1].get(name, [])
 
     def covered(self, invocations: list[Invocation], training: bool) -> bool:
         """Every call's own counts are known from a pass (`KnownCalls.covers`: the same call,

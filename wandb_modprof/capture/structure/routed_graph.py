@@ -16,24 +16,25 @@ that called them gives them their edges.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Sequence
+import re
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
-from wandb_modprof.records.calls import CallInfo, DataEdge, Structure, call_signature
+from wandb_modprof.records.calls import CallInfo, DataEdge, Structure, routed_signature
 
 if TYPE_CHECKING:
     from wandb_modprof.capture.forward.invocation import Invocation
 
 
-def routed_signature(training: bool) -> str:
-    """The routed graph's signature: one per training mode, unlike any call sequence's."""
-    return call_signature(("<routed graph>", "train" if training else "eval"))
-
-
 class RoutedGraph:
-    """The union of a routed model's sampled steps' graphs, per training mode."""
+    """The union of a routed model's sampled steps' graphs, per training mode. `members`:
+    the model's modules in a module list, by the list's name (`experts` ->
+    `[("experts.0", "Expert"), ...]`): a list member first called brings its siblings that
+    no step called yet, as calls without counts or edges (the "Load" mode lists them, with
+    0 rows: `view.load`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, members: Callable[[str], Sequence[tuple[str, str]]] = lambda _: ()) -> None:
+        self._members = members
         self._calls: dict[bool, dict[str, CallInfo]] = {True: {}, False: {}}
         self._edges: dict[bool, set[DataEdge]] = {True: set(), False: set()}
         self._bare: dict[bool, set[str]] = {True: set(), False: set()}  # added without edges
@@ -53,9 +54,14 @@ class RoutedGraph:
             new = {c.key for c in structure.calls if c.key not in held or c.key in without}
         if not new:
             return None
+        idle: list[CallInfo] = []
         for call in structure.calls:
             if call.key in new:
                 calls[call.key] = dataclasses.replace(call, order=len(calls))
+                idle += self._siblings(call, held, calls)
+        for call in idle:
+            calls[call.key] = dataclasses.replace(call, order=len(calls))
+            without.add(call.key)
         if bare:
             without |= new
         else:
@@ -67,6 +73,39 @@ class RoutedGraph:
             tuple(calls.values()),
             tuple(sorted(edges, key=lambda e: (e.view_key, e.src_key, e.dst_key))),
         )
+
+    def _siblings(
+        self, call: CallInfo, held: Collection[str], calls: dict[str, CallInfo]
+    ) -> list[CallInfo]:
+        """The members of `call`'s module list no graph holds (keyed as `call` is: its first
+        call, a plain key), as calls of the same parent."""
+        found = _MEMBER.match(call.module_name)
+        if found is None or call.key != f"{call.module_name}#0":
+            return []
+        out = []
+        for name, module_type in self._members(found.group(1)):
+            key = f"{name}#0"
+            if key in held or key in calls or key == call.key:
+                continue
+            out.append(
+                dataclasses.replace(
+                    call,
+                    key=key,
+                    module_name=name,
+                    module_type=module_type,
+                    inputs=(),
+                    outputs=(),
+                    flops_known=False,
+                    work_known=False,
+                    bwd_work_known=False,
+                    rows=None,
+                    rows_linear=False,
+                )
+            )
+        return out
+
+
+_MEMBER = re.compile(r"^(.*)\.\d+$")  # a module list's member: `experts.5` of `experts`
 
 
 def _touches(edge: DataEdge, keys: set[str]) -> bool:

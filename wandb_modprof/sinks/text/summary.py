@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from wandb_modprof.records.modes import CHECKPOINT_MODE
 from wandb_modprof.records.roofline import BOUND_TEXT
 from wandb_modprof.sinks.escape import escape_text
 from wandb_modprof.sinks.units import format_value
@@ -332,8 +333,11 @@ def format_mode_summary(values: ModeValues, n: int, notes: Sequence[str] = ()) -
     lines = [head, f"top {len(shown)} of {len(measured)} module calls{by} ({kind} over samples)"]
     if m.bound_by:
         lines += roofline_notes(values.modules, shown)
-    if values.plan:  # the checkpoint plan at the table's budget, as the panel shows it
-        lines += [*values.plan, "(○: checkpointed in the plan; `wandb-modprof plan` for others)"]
+    # the checkpoint plan at the table's budget, as the panel shows it; in the "Load" mode, the
+    # list members no sample called
+    lines += values.plan
+    if values.plan and m.key == CHECKPOINT_MODE:
+        lines.append("(○: checkpointed in the plan; `wandb-modprof plan` for others)")
     held = [v for v in shown if v.gc_samples]
     if held:
         calls = ", ".join(

@@ -30,6 +30,7 @@ from wandb_modprof.records.sample import ModuleStats
 from wandb_modprof.records.snapshot import ProfileData, SupportsSnapshot, as_data
 from wandb_modprof.view.checkpoint_cells import NO_CELLS, STATE_CODES, checkpoint_cells
 from wandb_modprof.view.graphs import call_graphs
+from wandb_modprof.view.load import load_cells
 from wandb_modprof.view.regions import Region, regions
 from wandb_modprof.view.values import (
     as_float,
@@ -77,7 +78,8 @@ class ModeValues:
     regions: tuple[Region, ...] = ()
     roofline: Roofline | None = None  # the machine's peaks (`records.roofline`), where known
     root_key: str = ""  # the root call's key, whose statistics make `total` ("": no call)
-    # the "Checkpoint value" mode: the plan's lines at the table's budget (`view.checkpoint_cells`)
+    # the "Checkpoint value" mode: the plan's lines at the table's budget (`view.checkpoint_cells`);
+    # the "Load" mode: the list members no sample called (`view.load`)
     plan: tuple[str, ...] = ()
 
     def ranked(self) -> list[ModuleValue]:
@@ -126,10 +128,12 @@ def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValu
     plan = NO_CELLS
     if m.key == CHECKPOINT_MODE:
         plan = checkpoint_cells(data, tree.calls, data.stats, call_ms=checkpoint_call_ms())
+    load = load_cells(tree.calls, data.stats, data.num_samples - data.cold_left_out)
     modules = []
     for c in order:
         measured = _columns(data.stats.get(c.key), c, data.ranks, roofline)
         measured.update(plan.values.get(c.key, {}))
+        measured.update(load.values.get(c.key, {}))
         bound = measured.get(m.bound_by) if m.bound_by else None
         modules.append(
             ModuleValue(
@@ -156,7 +160,11 @@ def mode_values(prof: ProfileData | SupportsSnapshot, mode_key: str) -> ModeValu
         regions(tree),
         roofline,
         root.key if root is not None else "",
-        tuple(line for _, text, _ in plan.meta for line in text.split("\n")),
+        tuple(
+            line
+            for _, text, _ in (*plan.meta, *(load.meta if m.key == "load" else []))
+            for line in text.split("\n")
+        ),
     )
 
 
