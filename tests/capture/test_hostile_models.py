@@ -136,8 +136,9 @@ def module_rows(prof: Any) -> dict[str, dict[str, Any]]:
     }
 
 
-# Every mode a CPU run with an optimizer can measure: all but the ranks' imbalance.
-MEASURED = [m for m in MODES if m.key != "imbalance"]
+# Every mode a CPU run with an optimizer can measure on any module: all but the ranks'
+# imbalance and the load (members of a module list only, `view/load.py`).
+MEASURED = [m for m in MODES if m.key not in ("imbalance", "load")]
 POSITIVE = ("fwd", "bwd", "fwd_bwd", "param", "grad", "optim", "param_norm", "grad_norm", "flops")
 
 
