@@ -161,9 +161,10 @@ plain steps, and what `unwatch()` and `run.finish()` take. Models: the nested tr
 10,000 calls; a mixture of experts of 8 layers x 64 tiny experts, top-2 routing (each expert
 sees about 2 tokens: fixed costs dominate); one of 18 layers x 128 experts, top-8 of 64
 tokens (nearly every expert called); the tiny one fed 16 new tokens every step (`-r16`: the
-experts called change from step to step, so each sample shows a new call sequence and the
-next step is a structure pass over what changed, up to 8 sequences; its cost is in the
-thread's figure); GPT-2 with 12 layers. Targets: thread <= 1.5x the floor, all-in <= 3x,
+experts called, and their tokens, change from step to step, so each sample shows a new call
+sequence; the experts a pass has not met take an identical expert's counts, so no further
+pass runs, and the sampled steps derive their graph while it still grows); GPT-2 with 12
+layers. Targets: thread <= 1.5x the floor, all-in <= 3x,
 `unwatch()` <= 2 s.
 """,
     ),
