@@ -13,23 +13,14 @@ import warnings
 
 import torch
 from helpers import disabled_run
+from test_kept_counts import DIM, HIDDEN, Expert
 from torch import nn
 
 import wandb_modprof
 from wandb_modprof.view.graphs import merge
 
-DIM, HIDDEN, EXPERTS, TOKENS, STEPS = 8, 12, 16, 24, 40
+EXPERTS, TOKENS, STEPS = 16, 24, 40
 ROW_FLOPS = 2 * (2 * DIM * HIDDEN)  # up and down, per row
-
-
-class Expert(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.up = nn.Linear(DIM, HIDDEN, bias=False)
-        self.down = nn.Linear(HIDDEN, DIM, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.relu(self.up(x)))
 
 
 class Top1(nn.Module):

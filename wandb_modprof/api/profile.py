@@ -92,10 +92,10 @@ class Profile:
         pass and no identical list member counted; every call with `structure=False`). Their
         table rows list the FLOP columns in `missing`. 0 when every call was counted."""
         from wandb_modprof.view.graphs import merge
+        from wandb_modprof.view.meta import calls_without_flops
 
         data = self.snapshot()
-        tree = merge(data.structures, data.stats.values())
-        return sum(not c.flops_known and c.key in data.stats for c in tree.calls)
+        return calls_without_flops(merge(data.structures, data.stats.values()), data.stats)
 
     def top(
         self, metric: str = "bwd_self_ms", n: int = 10, include_root: bool = False

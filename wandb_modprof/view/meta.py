@@ -137,14 +137,18 @@ def unseen_meta(prof: ProfileData) -> list[MetaRow]:
     return [("unseen_calls", text, float(unseen))]
 
 
+def calls_without_flops(tree: CallTree, stats: Mapping[str, ModuleStats]) -> int:
+    """The calls that ran (the statistics hold them) without a FLOP count: a list member no
+    sample called, which a graph holds for the "Load" mode (`view.load`), ran nowhere."""
+    return sum(not c.flops_known and c.key in stats for c in tree.calls)
+
+
 def flops_meta(tree: CallTree, stats: Mapping[str, ModuleStats]) -> list[MetaRow]:
     """`flops_unknown`, only when some calls have FLOP counts and others not (number: how many
     not; text: the note the panel shows in its Compute modes): calls no structure pass ran, such
     as experts a router chose on sampled steps only. No row where every call was counted, or
-    none was (capture without structure passes: the FLOP modes are then not measured at all).
-    A list member no sample called (held for the "Load" mode, `view.load`) ran nowhere: not
-    counted."""
-    unknown = sum(not c.flops_known and c.key in stats for c in tree.calls)
+    none was (capture without structure passes: the FLOP modes are then not measured at all)."""
+    unknown = calls_without_flops(tree, stats)
     if not unknown or unknown == sum(c.key in stats for c in tree.calls):
         return []
     text = (

@@ -25,7 +25,8 @@ from wandb_modprof.capture.model.wrappers import inner_model
 from wandb_modprof.capture.structure.kept_counts import KeptCounts
 from wandb_modprof.capture.structure.known_calls import KnownCalls, twin_class
 from wandb_modprof.capture.structure.pass_modes import structure_pass_active
-from wandb_modprof.capture.structure.routed_graph import RoutedGraph, calls_of
+from wandb_modprof.capture.structure.routed_graph import RoutedGraph
+from wandb_modprof.capture.structure.step_dataflow import step_calls
 from wandb_modprof.records.calls import Structure, call_signature
 
 if TYPE_CHECKING:
@@ -216,7 +217,7 @@ class PassSchedule:
             room = self.sink.num_structures() < MAX_STRUCTURES and self.spent < MAX_PASSES
             # (a pass about to be asked for gives them their graph, edges and all)
             if (covered or not room) and any(key not in held for key in keys):
-                bare = Structure(signature, training, calls_of(invocations), ())
+                bare = Structure(signature, training, step_calls(invocations), ())
                 grown = self.routed.absorb(bare, held, bare=True)
                 if grown is not None:
                     self.idle = 0  # (the next sampled steps derive: their edges)

@@ -18,12 +18,8 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING
 
 from wandb_modprof.records.calls import CallInfo, DataEdge, Structure, routed_signature
-
-if TYPE_CHECKING:
-    from wandb_modprof.capture.forward.invocation import Invocation
 
 
 class RoutedGraph:
@@ -45,7 +41,7 @@ class RoutedGraph:
         """`structure`'s calls that no graph holds (`held`: the keys of every graph kept,
         this one's included), or that this one holds without edges, with the edges that reach
         them; the grown graph, or None where nothing was new. `bare`: the calls come without
-        edges (`CallInfo`s made from a step's calls, `calls_of`)."""
+        edges (a step's calls, `step_dataflow.step_calls`)."""
         mode = structure.training
         calls, edges, without = self._calls[mode], self._edges[mode], self._bare[mode]
         if bare:
@@ -115,25 +111,4 @@ def _touches(edge: DataEdge, keys: set[str]) -> bool:
         edge.view_key in keys
         or edge.src_key.partition("|")[0] in keys
         or edge.dst_key.partition("|")[0] in keys
-    )
-
-
-def calls_of(invocations: Sequence[Invocation]) -> tuple[CallInfo, ...]:
-    """Bare `CallInfo`s (no slots, no counts: `kept_counts` fills them) of a step's calls."""
-    return tuple(
-        CallInfo(
-            key=inv.key,
-            module_name=inv.name,
-            module_type=inv.module_type,
-            call_index=inv.call_index,
-            parent_key=None if inv.parent < 0 else invocations[inv.parent].key,
-            depth=inv.depth,
-            order=i,
-            inputs=(),
-            outputs=(),
-            fwd_flops=0,
-            fwd_self_flops=0,
-            flops_known=False,
-        )
-        for i, inv in enumerate(invocations)
     )

@@ -144,22 +144,10 @@ class StepDataflow:
         for view, view_key, dst, seq in self._pending:
             for src in self._resolve(view, seq, invocations, owners, base, budget):
                 self._edges.add(DataEdge(view_key, src, dst))
-        calls = tuple(
-            CallInfo(
-                key=inv.key,
-                module_name=inv.name,
-                module_type=inv.module_type,
-                call_index=inv.call_index,
-                parent_key=None if inv.parent < 0 else invocations[inv.parent].key,
-                depth=inv.depth,
-                order=i,
-                inputs=self._inputs[i] if i < len(self._inputs) else (),
-                outputs=self._outputs.get(i, ()),
-                fwd_flops=0,  # not measured on a timed step: the structure pass counts them
-                fwd_self_flops=0,
-                flops_known=False,
-            )
-            for i, inv in enumerate(invocations)
+        calls = step_calls(
+            invocations,
+            [self._inputs[i] if i < len(self._inputs) else () for i in range(len(invocations))],
+            [self._outputs.get(i, ()) for i in range(len(invocations))],
         )
         edges = tuple(sorted(self._edges, key=lambda e: (e.view_key, e.src_key, e.dst_key)))
         signature = call_signature(inv.key for inv in invocations)
@@ -213,3 +201,30 @@ def _child_of(idx: int, view: int, invocations: Sequence[Invocation]) -> int:
             return idx
         idx = parent
     return -1
+
+
+def step_calls(
+    invocations: Sequence[Invocation],
+    inputs: Sequence[tuple[str, ...]] | None = None,
+    outputs: Sequence[tuple[str, ...]] | None = None,
+) -> tuple[CallInfo, ...]:
+    """A timed step's calls as `CallInfo`s, with their argument and output slots where given
+    (none: calls without slots, as `routed_graph` adds a step's new calls). No FLOPs: a timed
+    step does not count them; the structure passes do (`kept_counts` fills them in)."""
+    return tuple(
+        CallInfo(
+            key=inv.key,
+            module_name=inv.name,
+            module_type=inv.module_type,
+            call_index=inv.call_index,
+            parent_key=None if inv.parent < 0 else invocations[inv.parent].key,
+            depth=inv.depth,
+            order=i,
+            inputs=inputs[i] if inputs is not None else (),
+            outputs=outputs[i] if outputs is not None else (),
+            fwd_flops=0,
+            fwd_self_flops=0,
+            flops_known=False,
+        )
+        for i, inv in enumerate(invocations)
+    )
