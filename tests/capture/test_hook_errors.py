@@ -30,8 +30,8 @@ from models import RaisingModel, TinyGPT
 from torch import nn
 
 import wandb_modprof
+from wandb_modprof.capture.root_hooks import under_transform_text
 from wandb_modprof.capture.step import torch_private as tp
-from wandb_modprof.capture.submodule_hooks import under_transform_text
 
 pytestmark = pytest.mark.usefixtures("isolate_saved_tensor_hooks")
 

@@ -27,7 +27,7 @@ from torch.nn.parameter import is_lazy
 import wandb_modprof
 from wandb_modprof import ModProfError
 from wandb_modprof.capture.memory.static_memory import build_index
-from wandb_modprof.capture.submodule_hooks import under_transform_text
+from wandb_modprof.capture.root_hooks import under_transform_text
 from wandb_modprof.records.modes import MODES
 
 pytestmark = pytest.mark.usefixtures("isolate_saved_tensor_hooks")

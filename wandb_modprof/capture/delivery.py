@@ -23,8 +23,10 @@ class Deliverer(Protocol):
     sample_due: bool  # set when a sample finished; cleared when it was handed over
 
 
-def delivery(capture: Deliverer, after_sample: Callable[[], bool]) -> Callable[[], None]:
-    """The function the capture calls at a root forward while `sample_due` is set."""
+def delivery(
+    sessions: Deliverer, after_sample: Callable[[], bool], capture: object
+) -> Callable[[], None]:
+    """The function `capture` calls at a root forward while its `sessions.sample_due` is set."""
 
     def deliver() -> None:
         if torch.compiler.is_compiling() or structure_pass_active():
@@ -34,9 +36,9 @@ def delivery(capture: Deliverer, after_sample: Callable[[], bool]) -> Callable[[
                 return
         # Cleared first: a sample finishing meanwhile on another thread (a device backward)
         # sets it again instead of being overwritten.
-        capture.sample_due = False
+        sessions.sample_due = False
         if not after_sample():
-            capture.sample_due = True
+            sessions.sample_due = True
 
     if tp.dynamo_loaded():
         # A root compiled in place (`model.compile()`, which imports dynamo) runs its hooks

@@ -10,8 +10,10 @@ the timed forward and queues its session for its backward. A root that calls its
 step; a forward that a KeyboardInterrupt left without its exit hook is recovered from at the
 next root entry.
 
-The base class of `hooks.Capture`: the hook bodies read the capture's state in one attribute
-read, as before this was split from `hooks.py`.
+`RootHooks` owns what only the root's calls change: their nesting (`depth`), the first steps'
+countdown, which steps to sample and its own seconds (`root_hook_s`). It drives the
+submodules' hooks (`submodule_hooks.SubmoduleHooks`), the sessions
+(`session_hooks.SessionHooks`) and the structure driver through their methods.
 """
 
 from __future__ import annotations
@@ -22,75 +24,95 @@ from typing import Any
 
 from torch import nn
 
+from wandb_modprof._warn import warn_at_user
 from wandb_modprof.capture.forward.callstack import call_depth
 from wandb_modprof.capture.memory.static_memory import ROOT_NAME
+from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.capture.session_hooks import SessionHooks
 from wandb_modprof.capture.step import gc_pause, interrupt_guard
 from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.capture.step import torch_private as tp
-from wandb_modprof.capture.step_queue import prune_sessions
 from wandb_modprof.capture.structure.pass_modes import structure_pass_active
+from wandb_modprof.capture.structure.structure_driver import StructureDriver
+from wandb_modprof.capture.submodule_hooks import SubmoduleHooks
 
-_MAX_PENDING = 4
+
+def _nothing() -> None:
+    return None
 
 
-class RootHooks(SessionHooks):
-    """The root's forward pre-hook and forward hook of `hooks.Capture`.
+class RootHooks:
+    """The root's forward pre-hook (`pre`) and forward hook (`post`) of a capture."""
 
-    The attributes declared below without a value are the capture's, set by its `__init__`."""
+    def __init__(
+        self,
+        model: nn.Module,
+        modules: SubmoduleHooks,
+        sessions: SessionHooks,
+        structures: StructureDriver,
+        should_sample: Callable[[nn.Module], int | None],
+        cold: bool,
+    ) -> None:
+        self.model = model
+        self.modules = modules
+        self.sessions = sessions
+        self.structures = structures
+        self.should_sample = should_sample  # the step to sample, or None
+        # hands a finished sample to `sessions.after_sample` (`delivery`), once one is set
+        self.deliver: Callable[[], None] = _nothing
+        self.depth = 0  # nesting of root calls (a root may call itself)
+        # The first step's sample is the model's first step in this process when nothing says
+        # the model ran before (`registry.cold_model`).
+        self._cold = cold
+        self._cold_step = False  # the step now starting is that first step
+        self._first_steps = 2  # counts down over the first two steps, then never read again
+        # steps that were to be measured but ran under a torch.func transform: not measured
+        self.transformed_steps = 0
+        # the root hooks' own seconds so far, read with the clock inside them: the floor of
+        # `watch` that every step pays (`api.overhead`)
+        self.root_hook_s = 0.0
 
-    _should_sample: Callable[[nn.Module], int | None]  # the step to sample, or None
-    _deliver_fn: Callable[[], None]  # hands a finished sample to `after_sample` (`delivery`)
-    _cold: bool  # the first step's sample is the model's first step in this process
-    _first_steps: int  # counts down over the first two steps, then never read again
-    root_hook_s: float  # the root hooks' own seconds so far (`api.overhead`)
-
-    def _root_pre(self, module: nn.Module, args: Any, kwargs: Any) -> ForwardFrame | None:
+    def pre(self, module: nn.Module, args: Any, kwargs: Any) -> ForwardFrame | None:
         start = perf_counter()
         try:
-            if self._enter_root(module, args, kwargs):
+            if self._enter(module, args, kwargs):
                 return ForwardFrame((args, kwargs))  # a window opened: see `ForwardFrame`
         except Exception as error:
-            self._internal_error(ROOT_NAME, error)
+            self.sessions.internal_error(ROOT_NAME, error)
         finally:
             self.root_hook_s += perf_counter() - start
         return None
 
-    def _enter_root(self, module: nn.Module, args: Any, kwargs: Any) -> bool:  # noqa: PLR0911  (an exit per kind of step)
+    def _enter(self, module: nn.Module, args: Any, kwargs: Any) -> bool:  # noqa: PLR0911  (an exit per kind of step)
         """What this forward is (the module's docstring); True where it opened a window of
         ours (a sampled forward or a structure pass)."""
         # The unsampled path: a counter, a few attribute reads and one C call.
+        sessions = self.sessions
         if tp.in_backward():
-            self._pre(module, args, kwargs)  # a checkpoint recompute of the root
+            sessions.pre(module, args, kwargs)  # a checkpoint recompute of the root
             return False
-        if self._root_depth:
+        if self.depth:
             if call_depth(module) > 1:  # the root calls itself: one step, not several
-                self._root_depth += 1
-                if self._forward is not None or self.structures.current is not None:
-                    self._pre(module, args, kwargs)
+                self.depth += 1
+                if sessions.forward is not None or self.structures.current is not None:
+                    sessions.pre(module, args, kwargs)
                 return False
             self._recover_interrupted()
-        self._root_depth = 1
-        self._index_checked = False
+        self.depth = 1
+        self.modules.forward_began()
         if self._first_steps:  # (later steps: one attribute read)
             self._first_steps -= 1
             self._cold_step = self._cold and self._first_steps == 1
             _registry.stepped(self.model)
         if gc_pause.holding():  # a window left without its end (a failed backward)
             recover_interrupted_captures(entering=self)
-        if self.sample_due:
-            self._deliver_fn()
-        if self._stale_sessions:
-            self._stale_sessions = [
-                s for s in self._stale_sessions if not s.pop_saved_tensors_hooks()
-            ]
-        if self._sessions:
-            self._sessions = prune_sessions(self._sessions, _MAX_PENDING)
-            for pending in self._sessions:
-                pending.superseded = True
+        if sessions.sample_due:
+            self.deliver()
+        if sessions.stale or sessions.pending:
+            sessions.before_root()
         if self.structures.stale or self.structures.backward is not None:
             self.structures.between_steps()
-        step = self._should_sample(module)
+        step = self.should_sample(module)
         if (step is not None or self.structures.due) and tp.functorch_active():
             self._skip_transformed_step()  # (a step, counted, but not measured)
             return False
@@ -105,22 +127,23 @@ class RootHooks(SessionHooks):
             self.structures.start(module, args, kwargs)
             return True
         if step is None:
-            if self.children_hooked:
-                self._maybe_detach_children()
+            if self.modules.children_hooked:
+                self.modules.release_children()
             return False
         if structure_pass_active():
             return False  # another model's structure pass runs through this forward: not timed
-        self._start(step, module, args, kwargs, derive)
+        sessions.start(step, module, args, kwargs, derive, self._cold_step)
         return True
 
-    def _root_post(self, module: nn.Module, args: Any, kwargs: Any, result: Any) -> None:
+    def post(self, module: nn.Module, args: Any, kwargs: Any, result: Any) -> None:
         start = perf_counter()
-        session = self._forward
+        sessions = self.sessions
+        session = sessions.forward
         try:
             if tp.in_backward():
-                self._post(module, args, kwargs, result)  # a checkpoint recompute of the root
+                sessions.post(module, args, kwargs, result)  # a checkpoint recompute of the root
                 return
-            self._root_depth = max(0, self._root_depth - 1)
+            self.depth = max(0, self.depth - 1)
             if self.structures.current is not None:
                 self._exit_pass(module, result)
                 return
@@ -131,39 +154,55 @@ class RootHooks(SessionHooks):
             session.exit(id(module), result)
             if not session.forward_done:
                 return  # the root was re-entered; its outer call is still open
-            self._forward = None
-            if session.structure is not None:
-                self.structures.add_derived(session.structure)
-            elif session.structure_error is not None:
-                self.structures.derive_failed = True  # the next step's pass draws the graph
-                self.warn_once("<module graph>", session.structure_error)
-            if not session.closed:
-                self._sessions.append(session)
-                self.structures.check(session, module.training)
-            self._maybe_detach_children()
+            sessions.end_forward(session, module.training)
+            self.modules.release_children()
         except Exception as error:
-            self._forward = None
+            sessions.forward = None
             if session is not None:
-                self._end_failed_forward(session)
-            self._internal_error(ROOT_NAME, error)
-            self._maybe_detach_children()
+                sessions.end_failed_forward(session)
+            sessions.internal_error(ROOT_NAME, error)
+            self.modules.release_children()
         finally:
             # the model may change between forwards; within this one (the graph check above
             # included) one walk of it sufficed
-            self._index_checked = False
+            self.modules.forward_left(self.depth > 0)
             self.root_hook_s += perf_counter() - start
+
+    def _materialised_now(self) -> bool:
+        """The forward ending now (the root's outermost call) materialised lazy modules
+        (`SubmoduleHooks.materialised_now`)."""
+        return self.depth == 0 and self.modules.materialised_now()
+
+    def _exit_pass(self, module: nn.Module, result: object) -> None:
+        """The root's exit during a structure pass. A pass whose forward materialised lazy
+        modules is ended without keeping anything and not counted against the passes' limit:
+        the next step where a pass may run runs another."""
+        if not self._materialised_now():
+            self.structures.exit(module, result)
+            return
+        self.structures.end()
+        self.structures.spent -= 1
+        self.structures.due = self.structures.enabled
+
+    def _skip_transformed_step(self) -> None:
+        """A sampled step (or one due for a structure pass) called under a `torch.func`
+        transform (`vmap`, `grad`, ...: `model/transforms.py`): counted, neither measured nor a
+        pass (one stays due); the first one warns."""
+        self.transformed_steps += 1
+        if self.transformed_steps == 1:
+            warn_at_user(under_transform_text(type_name(self.model)), UserWarning)
+        if self.modules.children_hooked:
+            self.modules.release_children()
 
     def _recover_interrupted(self) -> None:
         """A forward ended without our root exit hook: `Module._call_impl` runs always-call
         hooks on `Exception` only, so a KeyboardInterrupt or SystemExit skips them."""
-        self._root_depth = 0
+        self.depth = 0
         if self.structures.current is not None:  # (the driver's warning counts these frames)
             self.structures.end()
             self.structures.rearm()
-        session, self._forward = self._forward, None
-        if session is not None:
-            self._end_failed_forward(session)
-        self._maybe_detach_children()
+        self.sessions.end_interrupted_forward()
+        self.modules.release_children()
 
     def recover_dead_windows(self, interrupted: bool) -> None:
         """From outside this model's forward (another model's root entry, `profile()`,
@@ -171,22 +210,25 @@ class RootHooks(SessionHooks):
         this thread is about to unwind): end a root forward no longer on the stack (a
         `KeyboardInterrupt` skipped its exit hook) and a sampled backward that began but never
         reached its end callback (a node raised); pop what a stale session or pass left pushed."""
-        if self._root_depth and (interrupted or call_depth(self.model) == 0):
+        if self.depth and (interrupted or call_depth(self.model) == 0):
             self._recover_interrupted()
-        self._end_dead_backwards()
-        if self._stale_sessions:
-            self._stale_sessions = [
-                s for s in self._stale_sessions if not s.pop_saved_tensors_hooks()
-            ]
+        self.sessions.end_dead_backwards()
+        self.sessions.pop_stale()
         # (stale passes' modes only: a pass's backward may still come after its forward)
         self.structures.pop_stale()
 
-    def _end_dead_backwards(self) -> None:
-        # Outside a backward on this thread, a begun one that is not closed has raised: the
-        # engine ran no end callback of ours after it (the sample is dropped).
-        for session in self._sessions:
-            if session.bwd_started and not session.closed:
-                session.abandon()
+
+def under_transform_text(model_type: str) -> str:
+    """The warning given once per watch or profile block when a step that was to be measured
+    ran under a `torch.func` transform (`capture/model/transforms.py`)."""
+    return (
+        f"wandb_modprof: {model_type} was called under torch.func transforms (vmap, grad, "
+        "jacrev, jvp, functionalize), e.g. a torch.func.stack_module_state ensemble or "
+        "per-sample gradients; calls under these transforms are not profiled: they run on "
+        "functorch's wrapper tensors, which have no storage to measure and no autograd graph of "
+        "their own. Those steps are not sampled; calls of the model outside a transform "
+        "(torch.func.functional_call on its own included) are profiled as usual."
+    )
 
 
 class ForwardFrame(tuple):  # type: ignore[type-arg]
@@ -220,14 +262,15 @@ def recover_interrupted_captures(
         return
     live = False
     for capture in _registry.attached_captures():
-        if entering is not None and capture is entering:
-            entering._end_dead_backwards()
+        roots: RootHooks = capture.roots
+        if roots is entering:
+            roots.sessions.end_dead_backwards()
             continue
         try:
-            capture.recover_dead_windows(interrupted)
+            roots.recover_dead_windows(interrupted)
         except Exception as error:  # never break the user's code: that capture warns once
             capture.warn_once("<recovery after an interrupted step>", error)
-        live = live or bool(capture._root_depth)
+        live = live or bool(roots.depth)
     if not live:
         gc_pause.release_all()
 

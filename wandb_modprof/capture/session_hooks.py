@@ -1,17 +1,17 @@
-"""The hooks that feed a sampled step's session: its start, the submodules' hook bodies, its
-end and its errors.
+"""The sampled steps of one capture: their sessions from the root's entry to the sink.
 
-The root's entry starts the session (`_start`: the model index, the submodules' hooks, a
-`session.StepSession`); every submodule's hook body then routes its call to whichever is
-listening (a checkpoint recompute of a running backward, a structure pass, or the timed
-forward); when the session's backward ends the gradients are read, before the optimizer or
-`zero_grad` runs (their norms to be divided by a GradScaler's loss scale), and the session
-goes to the sink (`_on_finish`). An internal error drops the sample, warns once and never
-breaks training (`_internal_error`).
+`start` begins a step session at the root's entry (the model index, the submodules' hooks, a
+`session.StepSession`); every submodule's hook body (`pre` / `post`) then routes its call to
+whichever is listening (a checkpoint recompute of a running backward, a structure pass, or the
+timed forward); `end_forward` queues the session for its backward at the root's exit; when the
+backward ends the gradients are read, before the optimizer or `zero_grad` runs (their norms
+to be divided by a GradScaler's loss scale), and the session goes to the sink (`_on_finish`).
+An internal error drops the sample, warns once and never breaks training (`internal_error`).
 
-The base class of `root_hooks.RootHooks` (whose root hooks decide which steps are sampled),
-itself the base of `hooks.Capture`: the hook bodies read the capture's state in one attribute
-read, as before this was split from `hooks.py`.
+`SessionHooks` owns the sessions: the timed forward running now (`forward`), those whose
+backward may still come (`pending`), those whose saved-tensor hooks await popping (`stale`),
+and whether a finished sample awaits delivery (`sample_due`). The root hooks
+(`root_hooks.RootHooks`) decide which steps are sampled and call it at the step's boundaries.
 """
 
 from __future__ import annotations
@@ -37,58 +37,98 @@ from wandb_modprof.capture.sink import SampleSink
 from wandb_modprof.capture.step import gc_pause
 from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.step.clock import Clock
-from wandb_modprof.capture.step_queue import backward_running
+from wandb_modprof.capture.step_queue import backward_running, prune_sessions
 from wandb_modprof.capture.structure.step_dataflow import StepDataflow
+from wandb_modprof.capture.structure.structure_driver import StructureDriver
 from wandb_modprof.capture.submodule_hooks import SubmoduleHooks
 
+_MAX_PENDING = 4  # sampled forwards kept waiting for their backward (`step_queue`)
 
-class SessionHooks(SubmoduleHooks):
-    """The step sessions of `hooks.Capture`: started, fed by the submodules' hooks, handed to
-    the sink (the session's `on_finish`), dropped on an internal error (its `on_error`).
 
-    The attributes declared below without a value are the capture's, set by its `__init__`."""
+class InternalErrors:
+    """One warning per capture for an internal error: the sample is dropped, training goes on."""
 
-    options: Options
-    optimizer: torch.optim.Optimizer | None
-    clock: Clock
-    memory: DeviceMemory | None
-    loss_scales: LossScaleWatch | None  # the GradScaler's scale in the gradients (norms on)
-    sink: SampleSink
-    after_sample: Callable[[], bool] | None  # `watch`'s W&B logging (`set_after_sample`)
-    sample_due: bool  # a sample finished: hand it over at the next root forward
-    _stale_sessions: list[StepSession]  # their saved-tensor hooks await popping
-    _cold_step: bool  # the step now starting is the model's first in this process
-    _warned: bool  # an internal error was warned of (once per capture)
+    def __init__(self) -> None:
+        self.warned = False
+
+    def warn_once(self, where: str, error: Exception) -> None:
+        if self.warned:
+            return
+        self.warned = True
+        warn_safely(
+            f"wandb_modprof: internal error while measuring module '{where}' "
+            f"({type(error).__name__}: {error}). This sample is dropped; training continues "
+            "and later steps are still sampled. Please report this with the model class.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+class SessionHooks:
+    """The step sessions of a capture: started, fed by the submodules' hooks, handed to the
+    sink (the session's `on_finish`), dropped on an internal error (its `on_error`)."""
+
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        options: Options,
+        optimizer: torch.optim.Optimizer | None,
+        clock: Clock,
+        memory: DeviceMemory | None,
+        loss_scales: LossScaleWatch | None,
+        sink: SampleSink,
+        modules: SubmoduleHooks,
+        structures: StructureDriver,
+        errors: InternalErrors,
+    ) -> None:
+        self.model = model
+        self.options = options
+        self.optimizer = optimizer
+        self.clock = clock
+        self.memory = memory
+        self.loss_scales = loss_scales  # the GradScaler's scale in the gradients (norms on)
+        self.sink = sink
+        self.modules = modules
+        self.structures = structures
+        self.errors = errors
+        self.forward: StepSession | None = None  # the timed forward running now
+        self.pending: list[StepSession] = []  # forwards whose backward may still come
+        self.stale: list[StepSession] = []  # their saved-tensor hooks await popping
+        # `watch`'s W&B logging: called outside the autograd engine, at the next root forward
+        # after a sample finished; returns False to be asked again on a later step.
+        self.after_sample: Callable[[], bool] | None = None
+        self.sample_due = False  # a sample finished: hand it over at the next root forward
 
     # ---- the submodules' hook bodies -----------------------------------------------------
-    def _pre(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+    def pre(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         self.clock.own_enter()  # first and last: the whole body is our time (clock.CpuClock)
         try:
             if tp.in_backward():
-                running = backward_running(self._sessions)
+                running = backward_running(self.pending)
                 if running is not None:
                     running.recompute_enter(id(module), input_shapes(args, kwargs))
                 return
             structure = self.structures.current
             if structure is not None:
-                name, module_type = self.label(module, "?")
+                name, module_type = self.modules.label(module, "?")
                 structure.enter(module, name, module_type, args, kwargs)
                 return
-            session = self._forward
+            session = self.forward
             if session is None:
                 return
-            name, module_type = self._names.get(id(module), ("?", type(module).__name__))
+            name, module_type = self.modules.names.get(id(module), ("?", type(module).__name__))
             session.enter(id(module), name, module_type, module, args, kwargs)
         except Exception as error:
-            self._internal_error(self._name(module), error)
+            self.internal_error(self._name(module), error)
         finally:
             self.clock.own_leave()
 
-    def _post(self, module: nn.Module, args: Any, kwargs: Any, result: Any) -> None:
+    def post(self, module: nn.Module, args: Any, kwargs: Any, result: Any) -> None:
         self.clock.own_enter()
         try:
             if tp.in_backward():
-                running = backward_running(self._sessions)
+                running = backward_running(self.pending)
                 if running is not None:
                     running.recompute_exit(id(module), result)
                 return
@@ -96,30 +136,51 @@ class SessionHooks(SubmoduleHooks):
             if structure is not None:
                 structure.exit(module, result)
                 return
-            session = self._forward
+            session = self.forward
             if session is not None:
                 session.exit(id(module), result)
         except Exception as error:
-            self._internal_error(self._name(module), error)
+            self.internal_error(self._name(module), error)
         finally:
             self.clock.own_leave_call()  # this call's hook dispatch, both hooks, is ours too
 
-    # ---- sessions ----------------------------------------------------------------------
-    def _start(self, step: int, module: nn.Module, args: Any, kwargs: Any, derive: bool) -> None:
+    def busy(self) -> bool:
+        """A step still needs the submodules' hooks: a timed forward or a structure pass runs,
+        or a sampled backward may still run a checkpoint recompute (unless a newer forward
+        began first: then the step is not hook-free otherwise)."""
+        if self.forward is not None or self.structures.current is not None:
+            return True
+        return any(not s.closed and (s.bwd_started or not s.superseded) for s in self.pending)
+
+    # ---- a step's boundaries (`root_hooks`) --------------------------------------------
+    def before_root(self) -> None:
+        """A new root forward: pop what stale sessions left pushed, abandon the sessions whose
+        backward can no longer come, and mark the others superseded."""
+        if self.stale:
+            self.stale = [s for s in self.stale if not s.pop_saved_tensors_hooks()]
+        if self.pending:
+            self.pending = prune_sessions(self.pending, _MAX_PENDING)
+            for waiting in self.pending:
+                waiting.superseded = True
+
+    def start(
+        self, step: int, module: nn.Module, args: Any, kwargs: Any, derive: bool, cold: bool
+    ) -> None:
+        """A sampled step's session (`cold`: the model's first step in this process)."""
         # The collector held off from here, before the model walk and the hooks' attachment
         # (each makes many objects), until the root's own window holds it (`gc_pause`).
         gc_pause.hold(id(self))
         try:
-            self._start_held(step, module, args, kwargs, derive)
+            self._start_held(step, module, args, kwargs, derive, cold)
         finally:
             gc_pause.release(id(self))
 
     def _start_held(
-        self, step: int, module: nn.Module, args: Any, kwargs: Any, derive: bool
+        self, step: int, module: nn.Module, args: Any, kwargs: Any, derive: bool, cold: bool
     ) -> None:
-        index = self.index()  # the one model walk per sample: later stages reuse it
+        index = self.modules.index()  # the one model walk per sample: later stages reuse it
         if not under_compile():  # (under a compile wrapper: hooks there would be traced)
-            self.hook_children(index)
+            self.modules.hook_children(index)
         excluded = None
         if self.options.activations and not tp.saved_tensors_hooks_active():
             excluded = index.excluded
@@ -133,23 +194,61 @@ class SessionHooks(SubmoduleHooks):
             nvtx=NvtxRanges() if self.options.nvtx else None,
             dataflow=StepDataflow(module.training) if derive else None,
         )
-        session.cold_start = self._cold_step
-        self._forward = session
-        name, module_type = self._names.get(id(self.model), (ROOT_NAME, type_name(self.model)))
+        session.cold_start = cold
+        self.forward = session
+        name, module_type = self.modules.names.get(
+            id(self.model), (ROOT_NAME, type_name(self.model))
+        )
         session.enter(id(self.model), name, module_type, module, args, kwargs)
 
-    def _end_failed_forward(self, session: StepSession) -> None:
+    def end_forward(self, session: StepSession, training: bool) -> None:
+        """The timed forward returned: keep its derived graph, queue it for its backward."""
+        self.forward = None
+        if session.structure is not None:
+            self.structures.add_derived(session.structure)
+        elif session.structure_error is not None:
+            self.structures.derive_failed = True  # the next step's pass draws the graph
+            self.errors.warn_once("<module graph>", session.structure_error)
+        if not session.closed:
+            self.pending.append(session)
+            self.structures.check(session, training)
+
+    def end_failed_forward(self, session: StepSession) -> None:
         session.end_forward_after_error()
         if session.saved_hooks_pushed:  # someone else's hooks were on top: pop ours later
-            self._stale_sessions.append(session)
+            self.stale.append(session)
+
+    def end_interrupted_forward(self) -> None:
+        """The timed forward ended without the root's exit hook (a KeyboardInterrupt)."""
+        session, self.forward = self.forward, None
+        if session is not None:
+            self.end_failed_forward(session)
+
+    def end_dead_backwards(self) -> None:
+        # Outside a backward on this thread, a begun one that is not closed has raised: the
+        # engine ran no end callback of ours after it (the sample is dropped).
+        for session in self.pending:
+            if session.bwd_started and not session.closed:
+                session.abandon()
+
+    def pop_stale(self) -> None:
+        if self.stale:
+            self.stale = [s for s in self.stale if not s.pop_saved_tensors_hooks()]
+
+    def close(self) -> None:
+        """At detach: samples whose backward never came are dropped."""
+        self.end_interrupted_forward()
+        for session in self.pending:
+            session.abandon()
+        self.pending = []
 
     def _on_finish(self, session: StepSession) -> None:
         """End of a sampled backward: read gradients before the optimizer or zero_grad runs."""
         try:
             if session.disturbed:
                 return
-            index = self._index
-            assert index is not None  # built by _start
+            index = self.modules.built_index
+            assert index is not None  # built by _start_held
             if session.bwd_started:
                 names = {inv.name for inv in session.invocations}
                 # The gradients carry the loss scale of a GradScaler, if one scaled the loss:
@@ -163,44 +262,32 @@ class SessionHooks(SubmoduleHooks):
             self.sink.add(session, gradients, StaticReader(index, self.optimizer))
             self.sample_due = self.after_sample is not None
         except Exception as error:
-            self._internal_error(ROOT_NAME, error)
+            self.internal_error(ROOT_NAME, error)
         finally:
-            if session in self._sessions:
-                self._sessions.remove(session)
-            self._maybe_detach_children()
+            if session in self.pending:
+                self.pending.remove(session)
+            self.modules.release_children()
 
     # ---- errors ------------------------------------------------------------------------
     def _name(self, module: nn.Module) -> str:
-        return self._names.get(id(module), (type(module).__name__, ""))[0]
+        return self.modules.names.get(id(module), (type(module).__name__, ""))[0]
 
     def _session_error(self, where: str, error: Exception) -> None:
-        self.warn_once(where, error)
+        self.errors.warn_once(where, error)
         # Failed during its backward: nothing needs the step's module hooks any more. (Never
         # detach during a forward: `_call_impl` may be iterating a hook dict.)
-        self._sessions = [s for s in self._sessions if not s.closed]
-        if self._forward is None:
-            self._maybe_detach_children()
+        self.pending = [s for s in self.pending if not s.closed]
+        if self.forward is None:
+            self.modules.release_children()
 
-    def _internal_error(self, where: str, error: Exception) -> None:
+    def internal_error(self, where: str, error: Exception) -> None:
         """Never let measurement break training: warn once, drop the sample, carry on."""
-        for session in [self._forward, *self._sessions]:
+        for session in [self.forward, *self.pending]:
             if session is not None:
                 session.abandon()
-        self._sessions = []
+        self.pending = []
         if self.structures.current is not None:
             self.structures.current.failed = True  # stop following tensors; ended at root exit
             if where == ROOT_NAME:
                 self.structures.end()
-        self.warn_once(where, error)
-
-    def warn_once(self, where: str, error: Exception) -> None:
-        if self._warned:
-            return
-        self._warned = True
-        warn_safely(
-            f"wandb_modprof: internal error while measuring module '{where}' "
-            f"({type(error).__name__}: {error}). This sample is dropped; training continues "
-            "and later steps are still sampled. Please report this with the model class.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        self.errors.warn_once(where, error)

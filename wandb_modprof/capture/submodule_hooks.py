@@ -1,30 +1,29 @@
-"""Which submodules of a watched model carry our hooks, and when; the model index they follow.
+"""Which submodules of a watched model carry the capture's hooks, and when; the model index
+they follow.
 
-The root always carries its hooks (`hooks.Capture`). The other modules get theirs only while
-something needs them: a sampled step, a structure pass, a sampled backward that may still run
-a checkpoint recompute (`watch`), or the whole `with profile(...)` block. Unhooked modules
-take `nn.Module._call_impl`'s fast path, and every hook added raises the recursion limit by
-the frames it costs (`step.stack_room`).
+The root always carries its hooks (`root_hooks.RootHooks`). The other modules get theirs only
+while something needs them: a sampled step, a structure pass, a sampled backward that may still
+run a checkpoint recompute (`watch`), or the whole `with profile(...)` block. Unhooked modules
+take `nn.Module._call_impl`'s fast path, and every hook added raises the recursion limit by the
+frames it costs (`step.stack_room`).
 
-Two ways the model's steps escape the index: a forward that materialises lazy modules (its
-sample or structure pass is dropped; `_materialised_now`), and a step run under a `torch.func`
-transform (not measured, warned once; `_skip_transformed_step`, `model/transforms.py`).
+A forward that materialises lazy modules escapes the index: `materialised_now` tells the root
+hooks, which drop that step's sample or structure pass.
 
-A base class of `hooks.Capture` (through `session_hooks.SessionHooks`), not an object it holds:
-the hook bodies read `_names` and `_forward` in one attribute read, as before this was split
-from `hooks.py`. It is also the side of the capture the structure driver sees
-(`structure_driver.HookOwner`, with `warn_once`).
+`SubmoduleHooks` owns the index, the submodules' names and their hooks. The hook bodies are the
+step sessions' (`session_hooks.SessionHooks.pre` / `post`), connected once by `hooks.Capture`
+(`connect`), with the sessions' answer to "does anything still need the hooks?" (`busy`). The
+structure driver sees it as its `HookOwner`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from wandb_modprof._warn import warn_at_user
 from wandb_modprof.capture.inert_hook import skip_hook_frames
 from wandb_modprof.capture.memory.static_memory import ModelIndex, build_index
 from wandb_modprof.capture.model.compiled import Removable, hook_calls
@@ -32,41 +31,49 @@ from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.capture.step import stack_room
 from wandb_modprof.capture.step import torch_private as tp
 
-if TYPE_CHECKING:
-    from wandb_modprof.capture.session import StepSession
-    from wandb_modprof.capture.structure.structure_driver import StructureDriver
+PreBody = Callable[[nn.Module, Any, Any], None]
+PostBody = Callable[[nn.Module, Any, Any, Any], None]
+
+
+def _never_busy() -> bool:
+    return False
 
 
 class SubmoduleHooks:
-    """The hooks on a model's submodules and the index of its modules, for `hooks.Capture`.
-
-    The attributes declared below without a value are the capture's, set by its `__init__`;
-    `_pre` / `_post` are its hook bodies."""
-
-    _root_depth: int  # nesting of root calls: the index is checked once per root forward
-    _forward: StepSession | None
-    _sessions: list[StepSession]
-    structures: StructureDriver
+    """The hooks on a model's submodules and the index of its modules."""
 
     def __init__(self, model: nn.Module, hooks_only_when_sampling: bool) -> None:
         self.model = model
         self._lazy_children = hooks_only_when_sampling
+        self._pre_body: PreBody | None = None  # the sessions' hook bodies (`connect`)
+        self._post_body: PostBody | None = None
+        self._busy: Callable[[], bool] = _never_busy
         # our hooks on the submodules of `_hooked_index`; on them while `_children_on`
         self._children: ChildHooks | None = None
         self._children_on = False
         self._extra_frames = 0  # the recursion-limit raise hooks on `_hooked_index` need
-        self._names: dict[int, tuple[str, str]] = {}
+        # module id -> (qualified name, type name): read by every hook body of a sampled step
+        self.names: dict[int, tuple[str, str]] = {}
         self._index: ModelIndex | None = None
         self._hooked_index: ModelIndex | None = None
+        self._in_forward = False  # a root forward of the model is running
         self._index_checked = False  # `_index` matched the model in the forward running now
-        # steps that were to be measured but ran under a torch.func transform: not measured
-        self.transformed_steps = 0
 
-    def _pre(self, module: nn.Module, args: object, kwargs: object) -> None:
-        raise NotImplementedError  # Capture's forward pre-hook of every submodule
+    def connect(self, pre: PreBody, post: PostBody, busy: Callable[[], bool]) -> None:
+        """The hook bodies every hooked submodule calls, and whether a step still needs them
+        (a forward, a pass, a backward that may recompute)."""
+        self._pre_body, self._post_body, self._busy = pre, post, busy
 
-    def _post(self, module: nn.Module, args: object, kwargs: object, result: object) -> None:
-        raise NotImplementedError  # Capture's forward hook of every submodule
+    def forward_began(self) -> None:
+        """A root forward starts: the next `index()` walks the model once for it."""
+        self._in_forward = True
+        self._index_checked = False
+
+    def forward_left(self, still_inside: bool) -> None:
+        """A root call returned (`still_inside`: an outer call of a root calling itself is
+        still running); the model may change before the next forward."""
+        self._in_forward = still_inside
+        self._index_checked = False
 
     def index(self) -> ModelIndex:
         """Modules, parameters and static bytes; rebuilt only when the model changed."""
@@ -74,57 +81,43 @@ class SubmoduleHooks:
         # each check walks every module and tensor of the model).
         if self._index is None or not (self._index_checked or self._index.current(self.model)):
             self._index = build_index(self.model)
-            self._names = {
+            self.names = {
                 mid: (name, type_name(m)) for mid, (name, m) in self._index.modules.items()
             }
-        self._index_checked = self._root_depth > 0  # valid until this forward's root returns
+        self._index_checked = self._in_forward  # valid until this forward's root returns
         return self._index
 
-    def _materialised_now(self) -> bool:
-        """The forward ending now (the root's outermost call) materialised lazy parameters or
-        buffers (`nn.LazyLinear` and other `LazyModuleMixin` modules, at their first forward):
-        its sample timed their initialisation and saw them without the bytes, gradients and
-        norms they have from then on, and a structure pass saw their initialisation's work. So
-        either is dropped, quietly; the next step measures them (its index counts them)."""
+    @property
+    def built_index(self) -> ModelIndex | None:
+        """The index as last built (a sampled step's: `index()` ran at its start)."""
+        return self._index
+
+    def materialised_now(self) -> bool:
+        """The forward ending now materialised lazy parameters or buffers (`nn.LazyLinear` and
+        other `LazyModuleMixin` modules, at their first forward): its sample timed their
+        initialisation and saw them without the bytes, gradients and norms they have from then
+        on, and a structure pass saw their initialisation's work. So either is dropped,
+        quietly; the next step measures them (its index counts them)."""
         index = self._index
-        return (
-            self._root_depth == 0
-            and index is not None
-            and index.lazy
-            and not index.current(self.model)
-        )
+        return index is not None and index.lazy and not index.current(self.model)
 
-    def _exit_pass(self, module: nn.Module, result: object) -> None:
-        """The root's exit during a structure pass. A pass whose forward materialised lazy
-        modules is ended without keeping anything and not counted against the passes' limit:
-        the next step where a pass may run runs another."""
-        if not self._materialised_now():
-            self.structures.exit(module, result)
-            return
-        self.structures.end()
-        self.structures.spent -= 1
-        self.structures.due = self.structures.enabled
+    def attach_unless_lazy(self) -> None:
+        """At attach: hooks on every submodule for good (`profile`), unless they come and go
+        with samples (`watch`)."""
+        if not self._lazy_children:
+            self.attach_children()
 
-    def _skip_transformed_step(self) -> None:
-        """A sampled step (or one due for a structure pass) called under a `torch.func`
-        transform (`vmap`, `grad`, ...: `transforms`): counted, neither measured nor a pass
-        (one stays due); the first one warns."""
-        self.transformed_steps += 1
-        if self.transformed_steps == 1:
-            warn_at_user(under_transform_text(type_name(self.model)), UserWarning)
-        if self._children_on:
-            self._maybe_detach_children()
-
-    def _attach_children(self) -> None:
+    def attach_children(self) -> None:
         if self._children_on:
             return
+        assert self._pre_body is not None and self._post_body is not None  # (`connect`)
         index = self._index if self._index is not None else self.index()
         if self._children is not None and self._hooked_index is index:
-            self._children.restore(self._pre, self._post)  # as they were: no registering
+            self._children.restore(self._pre_body, self._post_body)  # as they were
         else:
             self._hooked_index = index
             modules = (m for _, m in index.modules.values() if m is not self.model)
-            self._children = ChildHooks(modules, self._pre, self._post)
+            self._children = ChildHooks(modules, self._pre_body, self._post_body)
             self._extra_frames = stack_room.extra_frames(n for n, _ in index.modules.values())
         stack_room.claim(self, self._extra_frames)
         self._children_on = True
@@ -133,57 +126,33 @@ class SubmoduleHooks:
         """Hooks on every submodule of `index` (re-hooked if modules were added or replaced
         since they were hooked)."""
         if self._children_on and self._hooked_index is not index:
-            self._detach_children()
-        self._attach_children()
+            self.detach_children()
+        self.attach_children()
 
     @property
     def children_hooked(self) -> bool:
         return self._children_on
 
     def release_children(self) -> None:
-        """Take the submodules' hooks off if nothing needs them any more (see below)."""
-        self._maybe_detach_children()
+        """Take the submodules' hooks off, if they come and go with samples (`watch`) and no
+        step needs them any more (`busy`)."""
+        if self._lazy_children and self._children_on and not self._busy():
+            self.detach_children()
 
     def label(self, module: nn.Module, default_name: str) -> tuple[str, str]:
         """The module's qualified name and type name (as the index knows them)."""
-        return self._names.get(id(module), (default_name, type(module).__name__))
+        return self.names.get(id(module), (default_name, type(module).__name__))
 
-    @property
-    def timed_forward(self) -> StepSession | None:
-        """The step session of the timed forward now running, if any."""
-        return self._forward
-
-    def _detach_children(self) -> None:
+    def detach_children(self) -> None:
         if self._children is not None and self._children_on:
             self._children.remove()
         self._children_on = False
         stack_room.release(self)
 
-    def _maybe_detach_children(self) -> None:
-        if (
-            not self._lazy_children
-            or self._forward is not None
-            or self.structures.current is not None
-        ):
-            return
-        # Keep hooks while a sampled backward may still run (a checkpoint recompute needs
-        # them), unless a newer forward began first: then the step is not hook-free otherwise.
-        if any(not s.closed and (s.bwd_started or not s.superseded) for s in self._sessions):
-            return
-        self._detach_children()
-
-
-def under_transform_text(model_type: str) -> str:
-    """The warning given once per watch or profile block when a step that was to be measured
-    ran under a `torch.func` transform (`capture/model/transforms.py`)."""
-    return (
-        f"wandb_modprof: {model_type} was called under torch.func transforms (vmap, grad, "
-        "jacrev, jvp, functionalize), e.g. a torch.func.stack_module_state ensemble or "
-        "per-sample gradients; calls under these transforms are not profiled: they run on "
-        "functorch's wrapper tensors, which have no storage to measure and no autograd graph of "
-        "their own. Those steps are not sampled; calls of the model outside a transform "
-        "(torch.func.functional_call on its own included) are profiled as usual."
-    )
+    def drop(self) -> None:
+        """Every hook off, and nothing kept that holds the hook bodies (at detach)."""
+        self.detach_children()
+        self._children = None
 
 
 # A module's hook dicts, by the attribute `nn.Module.__init__` keeps each in.

@@ -6,8 +6,8 @@ tensors in place, so their bytes, gradients and norms are read). Under a transfo
 `grad`, `jacrev`, `jvp`, `functionalize`: a `stack_module_state` ensemble, per-sample
 gradients) the forward runs on functorch's wrapper tensors, which have no storage to size and
 whose autograd graph is the transform's, so such a step is counted and not measured
-(`submodule_hooks.SubmoduleHooks._skip_transformed_step`, which warns once:
-`submodule_hooks.under_transform_text`).
+(`root_hooks.RootHooks._skip_transformed_step`, which warns once:
+`root_hooks.under_transform_text`).
 
 A model whose parameters are on the meta device (an ensemble's base module) has no data to run
 on its own, and no device whose clock and memory could be read: refused at `watch` / `profile`.

@@ -96,27 +96,14 @@ def cold_model(model: nn.Module) -> bool:
 # child only, each attached capture samples nothing, draws no graph, delivers nothing and
 # counts as detached (`unwatch()` there does nothing; the root hooks stay, inert), and its
 # accumulator's remote forgets its worker without touching it (`forked()`). Only attributes
-# are set: the child runs only the thread that forked, and a lock another thread held at the
-# fork would stay held forever.
+# are set (`Capture.quiet`): the child runs only the thread that forked, and a lock another
+# thread held at the fork would stay held forever.
 _FORK_HANDLER: list[Any] = []  # the handler, once registered (once per process)
-
-
-def _never(module: Any) -> None:
-    return None
-
-
-def _nothing() -> None:
-    return None
 
 
 def _quiet_in_child() -> None:
     for capture in list(_ATTACHED):
-        capture._should_sample = _never
-        capture.structures.enabled = capture.structures.due = False
-        capture.sample_due = False
-        capture._deliver_fn = _nothing
-        capture._sessions = []
-        capture.attached = False
+        capture.quiet()
         _ATTACHED.discard(capture)
         forked = getattr(getattr(capture.sink, "remote", None), "forked", None)
         if forked is not None:

@@ -6,8 +6,8 @@ forward; again when a timed step's call sequence is new, up to `MAX_STRUCTURES` 
 `MAX_PASSES` attempts): it starts the pass from the root's pre-hook, ends it at the root's exit
 and hands the finished `Structure` to the sink, as every graph, through
 `kept_counts.KeptCounts` (what earlier passes counted, filled in where a graph lacks it). The
-capture (`hooks.Capture`) owns the module hooks; the driver reaches them only through the small
-`HookOwner` interface below.
+capture's `submodule_hooks.SubmoduleHooks` owns the module hooks; the driver reaches them only
+through the small `HookOwner` interface below.
 """
 
 from __future__ import annotations
@@ -53,8 +53,6 @@ class HookOwner(Protocol):
 
     def label(self, module: nn.Module, default_name: str) -> tuple[str, str]: ...
 
-    def warn_once(self, where: str, error: Exception) -> None: ...
-
 
 class StructureSink(Protocol):
     def add_structure(self, structure: Structure) -> None: ...
@@ -72,12 +70,14 @@ class StructureDriver:
     def __init__(
         self,
         owner: HookOwner,
+        warn_once: Callable[[str, Exception], None],
         sink: StructureSink,
         enabled: bool,
         eligible: Callable[[nn.Module], bool],
         peaks: tuple[float | None, float | None] = (None, None),
     ) -> None:
         self.owner = owner
+        self.warn_once = warn_once  # the capture's: an internal error warns once per capture
         self.known = {True: KnownCalls(), False: KnownCalls()}  # what passes learnt, per mode
         self.sink = KeptCounts(sink, self.known)  # (graphs get the counts passes kept)
         self.schedule = PassSchedule(enabled, eligible, owner.index, self.sink, self.known)
@@ -181,7 +181,7 @@ class StructureDriver:
         try:
             found = roofline_of(module, *self.peaks)
         except Exception as error:
-            self.owner.warn_once("<roofline calibration>", error)
+            self.warn_once("<roofline calibration>", error)
             return structure
         return dataclasses.replace(structure, roofline=found)
 
@@ -233,7 +233,7 @@ class StructureDriver:
         if structure.failed:
             self.schedule.rearm()
             error = structure.error or RuntimeError("forward hooks fired out of order")
-            self.owner.warn_once("<structure pass>", error)
+            self.warn_once("<structure pass>", error)
             return
         seconds = time.perf_counter() - self._started
         calls = len(structure.followed_calls())  # (once a pass: the calls met)
@@ -270,7 +270,7 @@ class StructureDriver:
         did not follow: from the pass that did); the calls it followed are learnt."""
         self.close_backward()
         self.backward = count_pass_backward(
-            structure, stored, result, self.sink.add_structure, self.owner.warn_once
+            structure, stored, result, self.sink.add_structure, self.warn_once
         )
 
     def close_backward(self) -> None:
@@ -290,8 +290,9 @@ class StructureDriver:
 
 
 def _disturb_other_timed_forwards(owner: object) -> None:
-    """A pass about to run inside another model's timed forward spoils that sample."""
+    """A pass about to run inside another model's timed forward spoils that sample (`owner`:
+    this capture's hooks, `Capture.modules`)."""
     for capture in _registry.attached_captures():
         running = capture.timed_forward
-        if capture is not owner and running is not None:
+        if capture.modules is not owner and running is not None:
             running.disturbed = True
