@@ -4,7 +4,7 @@ Every import counts, also those inside functions and under `TYPE_CHECKING`: a la
 still couples two modules, and a cycle hidden in a function is still a cycle. Stages, lowest
 first (a module may import its own stage or a lower one, never a higher one):
 
-    base (_errors, _warn, _validate, _version) < records < capture < stats < view < sinks
+    base (_errors, _warn, _validate, _version, _lookup) < records < capture < stats < view < sinks
     < api < integrations < the package itself (__init__, __main__)
 
 Inside `capture/` the sub-packages are layered the same way (`CAPTURE_LAYERS`), and no module
@@ -23,7 +23,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "wandb_modprof"
 STAGES = ("base", "records", "capture", "stats", "view", "sinks", "api", "integrations", "top")
-BASE = {"_errors", "_warn", "_validate", "_version"}
+BASE = {"_errors", "_warn", "_validate", "_version", "_lookup"}
 COMPAT = {"_capture"}  # old import paths kept loadable for pickles: at the top, like __init__
 # capture's sub-packages, lowest first; below them the leaves `options` and `inert_hook`, above
 # them the modules at the top of capture/ (hooks, session, resolve, ...), which put them together
@@ -32,7 +32,7 @@ CAPTURE_LEAVES = {"options", "inert_hook"}
 # sinks/ holds one sub-package per destination and, at its top, the helpers more than one of
 # them uses; a destination imports those helpers, itself, and the destinations named here
 # (the W&B log carries the HTML report and the profile file), a helper imports no destination
-SINK_HELPERS = {"spec", "units", "escape", "files"}
+SINK_HELPERS = {"spec", "escape", "files"}
 SINK_DESTINATIONS: dict[str, set[str]] = {
     "wandb": {"report", "file"},
     "file": set(),

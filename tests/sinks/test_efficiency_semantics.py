@@ -27,8 +27,8 @@ from wandb_modprof.sinks import spec as _spec
 from wandb_modprof.sinks.text.compare import compare_values, format_comparison
 from wandb_modprof.sinks.text.summary import format_mode_summary
 from wandb_modprof.sinks.text.values import mode_values
-from wandb_modprof.sinks.units import format_value
 from wandb_modprof.view.columns import BOUND_CODES
+from wandb_modprof.view.units import format_value
 
 ROOT = "<root>#0"
 IDLE = ("idle#0", "drop#0")  # an nn.Identity and an nn.Dropout(p=0) in eval mode: no work

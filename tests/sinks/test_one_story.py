@@ -13,7 +13,7 @@ from models import TinyGPT, gpt_input
 
 import wandb_modprof
 from wandb_modprof.api import cli as _cli
-from wandb_modprof.sinks.units import format_value
+from wandb_modprof.view.units import format_value
 
 
 def test_the_per_step_figures_agree_everywhere(

@@ -1,4 +1,4 @@
-"""The panel writes numbers as `wandb_modprof.sinks.units.format_value` does: the spec
+"""The panel writes numbers as `wandb_modprof.view.units.format_value` does: the spec
 generator's formatter expressions, evaluated by the vendored Vega 5 in Chromium, give the same
 text for the same values, unit by unit."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from wandb_modprof.records.modes import Unit
-from wandb_modprof.sinks.units import format_value
+from wandb_modprof.view.units import format_value
 
 ROOT = Path(__file__).resolve().parents[2]
 TIB = 1024.0**4

@@ -19,7 +19,7 @@ from panel import gpt2_profile
 
 import wandb_modprof
 from wandb_modprof.sinks import spec as _spec
-from wandb_modprof.sinks.units import format_value
+from wandb_modprof.view.units import format_value
 
 OpenPanel = Callable[..., browser.Panel]
 

@@ -1,5 +1,5 @@
 """The terminal summaries (`Profile.summary()`, `wandb-modprof summary --mode`): their numbers
-are written by `sinks/units.py` only, and `mode_values` reads the statistics directly, giving
+are written by `view/units.py` only, and `mode_values` reads the statistics directly, giving
 exactly the values the full table (with the layout) gives."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The one unit formatter (`sinks/units.py`); `test_spec_units.py` checks the panel writes the
+"""The one unit formatter (`view/units.py`); `test_spec_units.py` checks the panel writes the
 same text for the same values."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from wandb_modprof.sinks.units import MINUS, NOT_MEASURED, format_value
+from wandb_modprof.view.units import MINUS, NOT_MEASURED, format_value
 
 
 @pytest.mark.parametrize(

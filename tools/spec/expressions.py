@@ -1,5 +1,5 @@
 """Vega expressions shared by the sections: a mode's value and missing cells, and the unit
-formatters. The formatters write numbers exactly as `wandb_modprof.sinks.units.format_value`
+formatters. The formatters write numbers exactly as `wandb_modprof.view.units.format_value`
 does (tests/sinks/test_spec_units.py evaluates them in Vega and compares)."""
 
 from __future__ import annotations

@@ -9,10 +9,16 @@ from torch import nn
 
 from wandb_modprof._validate import check_model, check_optimizer
 from wandb_modprof.api.profile import Profile
-from wandb_modprof.api.settings import PROFILE_FIELDS, Settings, accepts_moved, check_settings
+from wandb_modprof.api.settings import (
+    PROFILE_FIELDS,
+    Settings,
+    accepts_moved,
+    capture_options,
+    check_settings,
+)
 from wandb_modprof.capture.hooks import Capture
 from wandb_modprof.capture.model.wrappers import type_name
-from wandb_modprof.capture.options import Options, parse_options
+from wandb_modprof.capture.options import Options
 from wandb_modprof.capture.root_hooks import recover_interrupted_captures
 from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.stats.accumulator import ProfileAccumulator
@@ -102,14 +108,5 @@ def profile(
     """
     check_model(model, "profile()")
     given = check_settings(settings, "profile()")
-    options = parse_options(
-        timing=given.timing,
-        activations=activations,
-        norms=norms,
-        structure=structure,
-        nvtx=given.nvtx,
-        warmup=given.warmup,
-        peak_flops=given.peak_flops,
-        peak_bw=given.peak_bw,
-    )
+    options = capture_options(given, activations=activations, norms=norms, structure=structure)
     return ProfileBlock(model, check_optimizer(optimizer), options)

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from wandb_modprof._errors import ModProfError
 from wandb_modprof._warn import warn_at_user
 from wandb_modprof.api.overhead import DEFAULT_OVERHEAD
+from wandb_modprof.capture.options import Options, parse_options
 from wandb_modprof.records.modes import DEFAULT_MODE, DEFAULT_SCALE
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -90,6 +91,21 @@ def check_settings(value: object, where: str) -> Settings:
                 f"{', '.join(set_here)}, which concern watch() and its W&B run only"
             )
     return value
+
+
+def capture_options(given: Settings, *, activations: bool, norms: bool, structure: bool) -> Options:
+    """The capture's options from `watch` / `profile`'s own arguments and their `Settings`
+    (checked by `check_settings`)."""
+    return parse_options(
+        timing=given.timing,
+        activations=activations,
+        norms=norms,
+        structure=structure,
+        nvtx=given.nvtx,
+        warmup=given.warmup,
+        peak_flops=given.peak_flops,
+        peak_bw=given.peak_bw,
+    )
 
 
 def moved_text(where: str, name: str) -> str:

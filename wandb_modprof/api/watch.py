@@ -25,10 +25,15 @@ from wandb_modprof._validate import (
     check_table_interval,
 )
 from wandb_modprof.api.distributed import open_channel, rank_info
-from wandb_modprof.api.settings import FIELDS, Settings, accepts_moved, check_settings
+from wandb_modprof.api.settings import (
+    FIELDS,
+    Settings,
+    accepts_moved,
+    capture_options,
+    check_settings,
+)
 from wandb_modprof.api.watch_handle import WatchHandle, abandon_watch, claim_model, start_watch
 from wandb_modprof.capture.model.wrappers import check_supported, type_name
-from wandb_modprof.capture.options import parse_options
 from wandb_modprof.capture.root_hooks import recover_interrupted_captures
 from wandb_modprof.capture.step import registry as _registry
 from wandb_modprof.records import modes as _modes
@@ -110,16 +115,7 @@ def watch(
     """
     check_model(model, "watch()")
     given = check_settings(settings, "watch()")
-    options = parse_options(
-        timing=given.timing,
-        activations=activations,
-        norms=norms,
-        structure=structure,
-        nvtx=given.nvtx,
-        warmup=given.warmup,
-        peak_flops=given.peak_flops,
-        peak_bw=given.peak_bw,
-    )
+    options = capture_options(given, activations=activations, norms=norms, structure=structure)
     if not (isinstance(log_freq, str) and log_freq == "auto"):
         log_freq = check_log_freq(log_freq)
     budget = check_overhead(given.overhead)

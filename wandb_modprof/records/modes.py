@@ -24,7 +24,7 @@ class _StrEnum(str, enum.Enum):
 
 
 class Unit(_StrEnum):
-    """How a mode's values are written (`wandb_modprof.sinks.units.format_value`)."""
+    """How a mode's values are written (`wandb_modprof.view.units.format_value`)."""
 
     MS = "ms"
     """Milliseconds: s at 1000 ms and above, µs below 1 ms."""

@@ -7,5 +7,6 @@ the row budget, merging nodes into `group_nodes`; the `reduced` note says what w
 `layout` (boxes and edge paths in pixels, with `geometry`, `layering`, `placement` and
 `routing`, on python-igraph), then `meta`, `rows`, `refs`, `values` and `ranks` (the table's
 rows and cells, in the schema of `columns`; `refs` numbers the views and writes keys relative
-to them). `table.build_table` runs them all. Imports `records`.
+to them). `table.build_table` runs them all. Numbers with their units are written one way
+everywhere, by `units` (every sink and the checkpoint texts here). Imports `records`.
 """

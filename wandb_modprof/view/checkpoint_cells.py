@@ -28,6 +28,7 @@ from wandb_modprof.records.sample import ModuleStats
 from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.view.checkpoint_knapsack import max_freed
 from wandb_modprof.view.checkpoint_plan import Candidates, candidates, parse_budget, plan_from
+from wandb_modprof.view.units import format_value
 
 if TYPE_CHECKING:
     from wandb_modprof.view.rows import MetaRow
@@ -135,13 +136,8 @@ def _percent(part: float, whole: float) -> str:
 
 
 def _size(n: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:,.0f} B"
+    return format_value("bytes", n)
 
 
 def _ms(ms: float) -> str:
-    if ms >= 1000:
-        return f"{ms / 1000:.3g} s"
-    return f"{ms:.3g} ms" if ms >= 1 else f"{ms * 1000:.3g} µs"
+    return format_value("ms", ms)

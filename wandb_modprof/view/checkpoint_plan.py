@@ -50,6 +50,7 @@ from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.view.checkpoint_calls import CallEstimate, Saved, estimate_calls, memory_peaks
 from wandb_modprof.view.checkpoint_knapsack import max_freed, plan_antichain
 from wandb_modprof.view.graphs import merge
+from wandb_modprof.view.units import format_value
 
 # The knapsack's resolution (`view.checkpoint_knapsack`): 256 steps of the bytes to free; 1024
 # only when 256 missed a need that the exact `max_freed` says is reachable (items smaller than
@@ -288,7 +289,4 @@ def _reasons(excluded: Iterable[tuple[str, str]]) -> str:
 
 
 def _size(n: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
+    return format_value("bytes", n)

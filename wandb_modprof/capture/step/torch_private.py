@@ -18,16 +18,15 @@ from __future__ import annotations
 import functools
 import importlib
 import operator
-import re
 import sys
 from collections.abc import Callable
-from inspect import getsource
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from wandb_modprof._errors import ModProfError
+from wandb_modprof._lookup import NOT_FOUND, lookup_dotted
 from wandb_modprof._warn import warn_at_user
 
 # the registry: name -> what it is for (OPTIONAL: what is lost without it)
@@ -60,24 +59,14 @@ _INSTANCES: dict[str, Callable[[], Any]] = {
 }
 
 
+def _instance_attr(owner: str, found: Any, part: str) -> Any:
+    return getattr(_INSTANCES[owner](), part) if owner in _INSTANCES else NOT_FOUND
+
+
 def lookup(name: str) -> Any:
     """The object `name` names, importing modules on the way (an attribute only instances
     have: its value on a throwaway one, or None where the class's code sets it)."""
-    parts = name.split(".")
-    found: Any = importlib.import_module(parts[0])
-    for i, part in enumerate(parts[1:], 2):
-        owner = ".".join(parts[: i - 1])
-        if hasattr(found, part):
-            found = getattr(found, part)
-        elif isinstance(found, type(sys)):  # a submodule not imported yet
-            found = importlib.import_module(".".join(parts[:i]))
-        elif owner in _INSTANCES:
-            found = getattr(_INSTANCES[owner](), part)
-        elif isinstance(found, type) and re.search(rf"self\.{part}\b *[:=]", getsource(found)):
-            found = None  # (OSError where the source is not installed)
-        else:
-            raise AttributeError(f"{owner} has no attribute {part}")
-    return found
+    return lookup_dotted(name, _instance_attr)
 
 
 def resolves(name: str) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wandb_modprof._errors import ModProfError
-from wandb_modprof.sinks.units import format_value
+from wandb_modprof.view.units import format_value
 
 if TYPE_CHECKING:
     from wandb_modprof.view.table import ProfileTable

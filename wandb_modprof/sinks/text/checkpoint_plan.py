@@ -12,7 +12,7 @@ from __future__ import annotations
 from wandb_modprof.records.checkpoint import CheckpointPlan
 from wandb_modprof.records.modes import Unit
 from wandb_modprof.sinks.escape import escape_text
-from wandb_modprof.sinks.units import format_value
+from wandb_modprof.view.units import format_value
 
 EXCLUDED_SHOWN = 10  # modules left out, listed; the rest are counted
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from wandb_modprof.sinks.escape import escape_text
 from wandb_modprof.sinks.text.summary import render_columns
 from wandb_modprof.sinks.text.values import ModeValues, ModuleValue, mode_values
-from wandb_modprof.sinks.units import format_value
+from wandb_modprof.view.units import format_value
 
 if TYPE_CHECKING:
     from wandb_modprof.records.modes import Mode

@@ -43,7 +43,7 @@ from wandb_modprof.records.snapshot import as_data
 from wandb_modprof.sinks.escape import escape_text
 from wandb_modprof.sinks.text.summary import render_columns
 from wandb_modprof.sinks.text.values import ModeValues, check_mode, mode_values, total_metrics
-from wandb_modprof.sinks.units import format_value
+from wandb_modprof.view.units import format_value
 
 if TYPE_CHECKING:
     from wandb_modprof.records.sample import ModuleStats

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from wandb_modprof.records.modes import CHECKPOINT_MODE
 from wandb_modprof.records.roofline import BOUND_TEXT
 from wandb_modprof.sinks.escape import escape_text
-from wandb_modprof.sinks.units import format_value
 from wandb_modprof.view.regions import Region, note
+from wandb_modprof.view.units import format_value
 
 if TYPE_CHECKING:
     from wandb_modprof.records.sample import ModuleStats, Sample

@@ -16,12 +16,11 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
-import re
 import sys
 from collections.abc import Callable
-from inspect import getsource
 from typing import Any
 
+from wandb_modprof._lookup import NOT_FOUND, lookup_dotted
 from wandb_modprof._warn import warn_at_user
 
 _TEARDOWN = "run.finish() does not unwatch the model first: call unwatch() before run.finish()"
@@ -46,22 +45,15 @@ def wandb_version() -> str:
         return "(not installed)"
 
 
+def _setting(owner: str, found: Any, part: str) -> Any:
+    # a setting (pydantic field): on instances only
+    return None if part in getattr(found, "model_fields", {}) else NOT_FOUND
+
+
 def lookup(name: str) -> Any:
     """The object `name` names (None for an attribute only the class's code or its settings
     fields show); AttributeError or ImportError where this wandb lacks it."""
-    parts = name.split(".")
-    found: Any = importlib.import_module(parts[0])
-    for i, part in enumerate(parts[1:], 2):
-        if hasattr(found, part):
-            found = getattr(found, part)
-        elif isinstance(found, type(sys)):  # a submodule not imported yet
-            found = importlib.import_module(".".join(parts[:i]))
-        elif part in getattr(found, "model_fields", {}):  # a setting (pydantic field)
-            found = None
-        elif isinstance(found, type) and re.search(rf"self\.{part}\b *[:=]", getsource(found)):
-            found = None  # set by the class's own code (`__init__`)
-        else:
-            raise AttributeError(f"{'.'.join(parts[: i - 1])} has no attribute {part}")
+    found = lookup_dotted(name, _setting)
     if name == "wandb.env.SERVICE" and found != SERVICE_ENV:
         raise AttributeError(f"wandb.env.SERVICE is {found!r}, not {SERVICE_ENV!r}")
     return found
