@@ -33,7 +33,7 @@ unit: $(VENV)/.installed
 
 # Each benchmark's smallest run, only to prove that the script still runs (its numbers are
 # `make bench`'s job): two at a time, one line each; a failing one prints all it wrote.
-BENCH_SMOKE := overhead structure layout report peers accuracy scale gpu distributed hook_floor thread_cpu meter checkpoint wandb_log profile_file
+BENCH_SMOKE := overhead structure layout report peers accuracy scale gpu distributed hook_floor thread_cpu meter checkpoint wandb_log profile_file phases
 # (gpu.py's dry run on CPU: one model; peers.py --quick runs all three through the same code)
 BENCH_SMOKE_ARGS = $(if $(filter gpu,$*),--dry-run --models resnet,$(if $(filter hook_floor,$*),--modules 400,--quick))
 

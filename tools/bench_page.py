@@ -301,6 +301,20 @@ page's own clock.
 """,
     ),
     Benchmark(
+        "phases",
+        "The step's phases against planted truth",
+        (),
+        """\
+A small MLP trained inside `profile(..., optimizer=opt)` (every step sampled), one torch
+thread; each scenario plants a known cost in one phase, outside the modules, with `time.sleep`:
+a `Dataset` whose `__getitem__` sleeps 30 ms (`between`), the same with two data-loader
+workers prefetching while the step itself takes 30 ms (the overlap: `between` must fall below
+half the load), an optimizer `step` slowed by 25 ms, a loss followed by 15 ms before the
+backward. Per scenario, `prof.step_phases()` (medians over 24 samples) against the sleeps as
+they really slept, over 5 repeats. Below, what the phases cost an unsampled step.
+""",
+    ),
+    Benchmark(
         "distributed",
         "Gathering per-rank statistics",
         (),

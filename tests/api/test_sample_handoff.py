@@ -22,6 +22,7 @@ from wandb_modprof.api import sample_worker
 from wandb_modprof.api.sample_message import index_message, sample_message
 from wandb_modprof.api.worker_supervision import ANSWER_TIMEOUT_S
 from wandb_modprof.capture.backward import checkpoint_cost
+from wandb_modprof.records.phases import PHASES
 from wandb_modprof.sinks.wandb.packed import unpacked
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 
@@ -279,6 +280,7 @@ def test_the_worker_logs_the_rows_into_the_users_next_row(tmp_path):
     prof = handle.unwatch()
     run.finish()
     scalars = {f"modprof/TinyGPT/{k}" for k in ("fwd_ms", "bwd_ms", "act_bytes", "samples")}
+    scalars |= {f"modprof/TinyGPT/phase/{p}_ms" for p in PHASES}  # the sample's step phases
     assert set(ours) <= scalars | {"modprof/TinyGPT/overhead_pct"}, ours
     (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
     wandb.teardown()  # the service writes the run's log out when it ends

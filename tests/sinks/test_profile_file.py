@@ -244,6 +244,7 @@ def test_file_header_paths_and_determinism(tmp_path: Path) -> None:
         "last_sample",
         "structures",
         "cold_left_out",
+        "phases",
     }
     again = prof.save(tmp_path / "run.json")  # overwritten in place, same bytes
     assert again.read_bytes() == written.read_bytes()

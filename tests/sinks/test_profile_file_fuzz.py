@@ -20,6 +20,7 @@ from torch import nn
 import wandb_modprof
 from wandb_modprof import ModProfError
 from wandb_modprof.sinks.file.profile_file import VERSION, save_profile
+from wandb_modprof.sinks.file.profile_schema import LATER_FIELDS
 
 SEED = 20240617
 CASES = 2100  # 300 of each mutation
@@ -140,9 +141,24 @@ def _drop_or_add_field(rng: random.Random, raw: bytes) -> bytes:
 
 def _content(raw: bytes) -> Any:
     """The JSON in `raw` with every key kept in order (repeated ones too), numbers as floats
-    (the loader reads an integer in a float field as that float), less the writer's version."""
+    (the loader reads an integer in a float field as that float), less the writer's version
+    and less the fields added within a version at their "not recorded" value (`LATER_FIELDS`:
+    a file without one reads as that value, so dropping it changes nothing read)."""
     pairs = json.loads(raw, object_pairs_hook=list, parse_int=float)
-    return [(k, v) for k, v in pairs if k != "wandb_modprof_version"]
+    return _without_unrecorded([(k, v) for k, v in pairs if k != "wandb_modprof_version"])
+
+
+_UNRECORDED = {(n, json.dumps(v)) for later in LATER_FIELDS.values() for n, v in later.items()}
+
+
+def _without_unrecorded(value: Any) -> Any:
+    if isinstance(value, list) and value and all(isinstance(e, tuple) for e in value):
+        return [
+            (k, _without_unrecorded(v)) for k, v in value if (k, json.dumps(v)) not in _UNRECORDED
+        ]
+    if isinstance(value, list):
+        return [_without_unrecorded(v) for v in value]
+    return value
 
 
 def _get(doc: Any, path: tuple[Any, ...]) -> Any:

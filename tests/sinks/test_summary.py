@@ -69,7 +69,7 @@ def big() -> ProfileData:
 
 
 def test_the_summary_writes_numbers_as_units_does(big: ProfileData) -> None:
-    text = format_summary(big.model_name, big.num_samples, big.stats, big.last, 3)
+    text = format_summary(big, 3)
     assert big.last is not None
     assert f"last sample (step {big.last.step}): forward 1000 ms, backward " in text
     assert text.splitlines()[2].endswith(", activations 2.5 TiB")
@@ -245,7 +245,7 @@ def test_mode_values_and_summary_do_not_lay_out(
     data = profiles["gpt2"]
     for key in MODE_KEYS:
         assert format_mode_summary(mode_values(data, key), 5)
-    assert format_summary(data.model_name, data.num_samples, data.stats, data.last, 5)
+    assert format_summary(data, 5)
     with pytest.raises(AssertionError, match="the layout ran"):  # the patch is in effect
         build_table(data)
 

@@ -350,6 +350,8 @@ def test_samples_are_logged_at_the_next_forward_outside_the_engine_with_commit_f
         "modprof/TinyGPT/act_bytes",
         "modprof/TinyGPT/overhead_pct",  # the run's measured cost of sampling so far
         "modprof/TinyGPT/samples",  # the samples folded into the profile so far
+        # the sample's step phases (no optimizer here: no optimizer phase)
+        *(f"modprof/TinyGPT/phase/{p}_ms" for p in ("between", "forward", "loss", "backward")),
     }
     assert 0 <= data["modprof/TinyGPT/overhead_pct"] <= 100
     train_step(model, x)

@@ -135,17 +135,15 @@ class Profile:
         from wandb_modprof.view.regions import regions
 
         data = self.snapshot()
-        compiled = regions(merge(data.structures, data.stats.values()))
-        return format_summary(
-            data.model_name,
-            data.num_samples,
-            data.stats,
-            data.last,
-            n,
-            compiled,
-            data.overhead,
-            data.cold_left_out,
-        )
+        return format_summary(data, n, regions(merge(data.structures, data.stats.values())))
+
+    def step_phases(self) -> dict[str, float]:
+        """Where the sampled steps' time goes around the modules: phase name -> median ms
+        over the samples, in step order ("between" steps, "forward", "loss", "backward",
+        "optimizer"; `docs/measurement.md`). A phase that was not measured is left out; why:
+        `snapshot().phases.unmeasured`."""
+        phases = self.snapshot().phases
+        return dict(phases.median_ms) if phases is not None else {}
 
     def to_dict(self) -> dict[str, Any]:
         """Plain builtins: model name, sample count, last sample's records, and statistics."""

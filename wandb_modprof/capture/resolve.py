@@ -21,6 +21,7 @@ from wandb_modprof.capture.memory.gradient_readings import GradientState
 from wandb_modprof.capture.memory.static_memory import StaticMemory
 from wandb_modprof.capture.session import StepSession
 from wandb_modprof.capture.step.clock import CpuClock
+from wandb_modprof.capture.step_phases import step_phases
 from wandb_modprof.records.frozen import frozen
 from wandb_modprof.records.sample import InvocationRecord, MemoryCurve, Sample, StepTotals
 
@@ -75,7 +76,15 @@ def resolve(
     if session.bwd_started:
         begin, end = clock.offsets_ms(ref, [session.bwd_t_begin, session.bwd_t_end])
         bwd_total = end - begin
-    totals = StepTotals(fwd_ms=fwd[0], bwd_ms=bwd_total, act_bytes=act[0])
+    phases = step_phases(
+        session.phase_stamps,
+        clock,
+        ref,
+        fwd[0],
+        bwd[0] if session.bwd_started else None,
+        session.bwd_t_begin,
+    )
+    totals = StepTotals(fwd_ms=fwd[0], bwd_ms=bwd_total, act_bytes=act[0], phases=phases)
     return Sample(
         step=session.step,
         invocations=tuple(records),

@@ -99,6 +99,8 @@ class RootHooks:
                 return False
             self._recover_interrupted()
         self.depth = 1
+        if sessions.phase_watch.open is not None:  # a sample's `between` ends here
+            sessions.phase_watch.at_forward()
         self.modules.forward_began()
         if self._first_steps:  # (later steps: one attribute read)
             self._first_steps -= 1
@@ -156,6 +158,7 @@ class RootHooks:
                 return  # the root was re-entered; its outer call is still open
             sessions.end_forward(session, module.training)
             self.modules.release_children()
+            session.phase_stamps.forward_closed = session.clock.stamp()  # (the loss starts)
         except Exception as error:
             sessions.forward = None
             if session is not None:

@@ -32,6 +32,7 @@ from wandb_modprof.capture.step import gc_pause
 from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.step.clock import Clock
 from wandb_modprof.capture.step.gc_watch import GcWatch
+from wandb_modprof.capture.step_phases import PhaseStamps
 from wandb_modprof.capture.structure.step_dataflow import StepDataflow
 from wandb_modprof.records.calls import Structure
 
@@ -64,6 +65,7 @@ class StepSession(NodeStamps):
         # Calls on other threads (a forward that runs branches in a thread pool) interleave
         # with this stack: they are not measured, their time stays in their caller's.
         self._thread = threading.get_ident()
+        self.phase_stamps = PhaseStamps()  # the step's phases around its modules
         self.nvtx = nvtx
         self.exception_at_start = sys.exc_info()[1]
         self.forward_done = False

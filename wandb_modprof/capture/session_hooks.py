@@ -37,6 +37,7 @@ from wandb_modprof.capture.sink import SampleSink
 from wandb_modprof.capture.step import gc_pause
 from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.step.clock import Clock
+from wandb_modprof.capture.step_phases import PhaseWatch
 from wandb_modprof.capture.step_queue import backward_running, prune_sessions
 from wandb_modprof.capture.structure.step_dataflow import StepDataflow
 from wandb_modprof.capture.structure.structure_driver import StructureDriver
@@ -99,6 +100,8 @@ class SessionHooks:
         # after a sample finished; returns False to be asked again on a later step.
         self.after_sample: Callable[[], bool] | None = None
         self.sample_due = False  # a sample finished: hand it over at the next root forward
+        # a sampled step's optimizer step and the next forward (`step_phases`)
+        self.phase_watch = PhaseWatch(optimizer)
 
     # ---- the submodules' hook bodies -----------------------------------------------------
     def pre(self, module: nn.Module, args: Any, kwargs: Any) -> None:
@@ -237,6 +240,7 @@ class SessionHooks:
 
     def close(self) -> None:
         """At detach: samples whose backward never came are dropped."""
+        self.phase_watch.close()
         self.end_interrupted_forward()
         for session in self.pending:
             session.abandon()
@@ -259,8 +263,10 @@ class SessionHooks:
             else:
                 gradients = None
             # Optimizer state is read when the sample is resolved, after optimizer.step().
+            session.phase_stamps.backward = session.bwd_started
             self.sink.add(session, gradients, StaticReader(index, self.optimizer))
             self.sample_due = self.after_sample is not None
+            self.phase_watch.after_backward(session.phase_stamps, session.clock)
         except Exception as error:
             self.internal_error(ROOT_NAME, error)
         finally:

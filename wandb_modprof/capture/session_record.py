@@ -17,6 +17,7 @@ from wandb_modprof.capture.backward.nodes import NodeTable
 from wandb_modprof.capture.forward.invocation import Invocation, Recompute
 from wandb_modprof.capture.session import StepSession
 from wandb_modprof.capture.step.clock import CpuClock
+from wandb_modprof.capture.step_phases import PhaseStamps
 
 
 @dataclass
@@ -56,6 +57,7 @@ class SessionRecord:
     forward_thread: int
     memory: None = None  # host-clock sessions only: no device allocator readings
     cold_start: bool = False
+    phase_stamps: PhaseStamps | None = None
 
     # Pickled with the invocations as columns (one list per slot): the default pickling of
     # 10,000 slotted objects builds a state dict per object (83 ms to pickle and 55 ms to
@@ -121,4 +123,5 @@ def session_record(session: StepSession) -> SessionRecord | None:
         bwd_t_end=session.bwd_t_end,
         forward_thread=session.forward_thread,
         cold_start=session.cold_start,
+        phase_stamps=session.phase_stamps,
     )

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from wandb_modprof.records.phases import StepPhases
+
 TIME_METRICS: tuple[str, ...] = (
     "fwd_ms",
     "fwd_self_ms",
@@ -122,6 +124,8 @@ class StepTotals:
     fwd_ms: float
     bwd_ms: float | None  # first backward node start to the end of the backward pass
     act_bytes: int | None
+    # The step's phases around its modules (`records.phases`; None: not recorded)
+    phases: StepPhases | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 
 from wandb_modprof._errors import ModProfError
 from wandb_modprof.records.calls import Structure
+from wandb_modprof.records.phases import PhaseStats
 from wandb_modprof.records.ranks import RankData
 from wandb_modprof.records.sample import ModuleStats, Sample
 
@@ -79,6 +80,8 @@ class ProfileData:
     # (`Sample.cold_start`), left out once a later sample exists, so one-time start-up does
     # not colour the profile.
     cold_left_out: int = 0
+    # The sampled steps' phases around the modules (None: no sample recorded them).
+    phases: PhaseStats | None = None
 
     @property
     def statistic(self) -> str:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from wandb_modprof.capture.resolve import last_stamp_ready, resolve, wait
 from wandb_modprof.records.snapshot import Overhead, ProfileData
+from wandb_modprof.stats.phase_stats import PhaseFold
 from wandb_modprof.stats.quiet_gc import paused_gc
 from wandb_modprof.stats.running import StatsAccumulator
 
@@ -26,8 +27,9 @@ if TYPE_CHECKING:
     from wandb_modprof.capture.memory.static_memory import StaticMemory
     from wandb_modprof.capture.session import StepSession
     from wandb_modprof.records.calls import Structure
+    from wandb_modprof.records.phases import PhaseStats, StepPhases
     from wandb_modprof.records.ranks import RankData
-    from wandb_modprof.records.sample import ModuleStats, Sample
+from wandb_modprof.records.sample import ModuleStats, Sample
 
 MAX_UNRESOLVED = 8
 StaticFn = Callable[[set[str]], Mapping[str, "StaticMemory"]]
@@ -55,6 +57,10 @@ class ProfileAccumulator:
         self._cold_left_out = 0
         self._last: Sample | None = None
         self._num_samples = 0
+        # the step's phases per sample (a first step's only while it is alone, as above)
+        self._phases = PhaseFold()
+        self._cold_phases: StepPhases | None = None
+        self._loaded_phases: PhaseStats | None = None  # a profile read from a file
         self._pending: deque[Pending] = deque()
         self._lock = threading.Lock()
         self._structures: dict[str, Structure] = {}  # by call-sequence signature, in order
@@ -80,6 +86,7 @@ class ProfileAccumulator:
         acc._last = data.last
         acc._structures = {s.signature: s for s in data.structures}
         acc._ranks = data.ranks
+        acc._loaded_phases = data.phases
         return acc
 
     # ---- filled by the capture -------------------------------------------------------------
@@ -139,6 +146,10 @@ class ProfileAccumulator:
             if self._cold is not None and not self._cold_left_out:
                 self._cold_left_out = 1  # a later sample: the start-up one is left out
             self._acc.fold(sample.invocations)
+        if sample.cold_start and self._num_samples == 0:
+            self._cold_phases = sample.totals.phases
+        else:
+            self._phases.fold(sample.totals.phases)
         self._num_samples += 1
         self._last = sample
 
@@ -160,6 +171,7 @@ class ProfileAccumulator:
         self._num_samples = data.num_samples
         self._cold_left_out = data.cold_left_out
         self._loaded_stats = dict(data.stats)
+        self._loaded_phases = data.phases
         self._last = data.last
         self._stats_cache = None
         for structure in data.structures:
@@ -191,12 +203,14 @@ class ProfileAccumulator:
             self._last,
             self._num_samples,
             structures,
+            (self._phases, self._cold_phases),
         )
 
     def restore_state(self, state: tuple[Any, ...]) -> None:
         self._acc, self._cold, self._cold_left_out, self._last, self._num_samples, structures = (
-            state
+            state[:6]
         )
+        self._phases, self._cold_phases = state[6]
         self._deferred = None
         self._loaded_stats, self._stats_cache = None, None
         self._structures = {s.signature: s for s in structures}
@@ -252,6 +266,18 @@ class ProfileAccumulator:
         snap.update(self._cold.snapshot(exclude=snap.keys()))
         return snap
 
+    def phases(self) -> PhaseStats | None:
+        """The step's phases over the samples (`records.phases`); None: none recorded."""
+        self._undefer()
+        if self._loaded_phases is not None:
+            return self._loaded_phases
+        folded = self._phases.snapshot()
+        if folded is None and self._cold_phases is not None:
+            alone = PhaseFold()
+            alone.fold(self._cold_phases)
+            return alone.snapshot()
+        return folded
+
     def structures(self) -> tuple[Structure, ...]:
         self._undefer()
         return tuple(self._structures.values())
@@ -285,4 +311,5 @@ class ProfileAccumulator:
             ranks=self._ranks,
             overhead=self.overhead,
             cold_left_out=self._cold_left_out,
+            phases=self.phases(),
         )

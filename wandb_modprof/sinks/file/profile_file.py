@@ -83,7 +83,8 @@ Version 8 stores the records as columns, with the same fields: the ~230,000 obje
 10,000-call profile, field names and all (42 MB, 1 s to write, 5 s to load), are a few hundred
 columns (9.5 MB, 0.2 s, 0.5 s: benchmarks/profile_file.py). Files of versions 1-7 load as
 before (version 7's layout: `profile_schema.decode`, after the migrations below). Added in
-version 8 (`LATER_FIELDS`; absent: null / false): invocation and call `rows`, `rows_linear`.
+version 8 (`LATER_FIELDS`; absent: null / false): invocation and call `rows`, `rows_linear`; the
+last sample's step phases (`totals.phases`) and their medians over the samples (`phases`).
 """
 
 from __future__ import annotations
@@ -129,14 +130,8 @@ def save_profile(
     """
     assert version in (7, VERSION), version
     target = check_path(path, "save()")
-    data = FileData(
-        prof.model_name,
-        prof.num_samples,
-        dict(prof.stats),
-        prof.last,
-        prof.structures,
-        prof.cold_left_out,
-    )
+    fields = (prof.model_name, prof.num_samples, dict(prof.stats), prof.last, prof.structures)
+    data = FileData(*fields, prof.cold_left_out, prof.phases)
     doc = {"format": FORMAT, "version": version, "wandb_modprof_version": __version__}
     with paused_gc():  # (many short-lived objects, no cycles)
         doc.update(encode_file(data) if version == VERSION else encode(data, FileData))
@@ -176,14 +171,8 @@ def read_profile(path: str | os.PathLike[str]) -> ProfileData:
             data = _parse(raw)
     except FileError as e:
         raise ModProfError(f"cannot load {where!r}: {e}") from None
-    return ProfileData(
-        data.model_name,
-        data.num_samples,
-        data.stats,
-        data.last_sample,
-        data.structures,
-        cold_left_out=data.cold_left_out,
-    )
+    fields = (data.model_name, data.num_samples, data.stats, data.last_sample, data.structures)
+    return ProfileData(*fields, cold_left_out=data.cold_left_out, phases=data.phases)
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

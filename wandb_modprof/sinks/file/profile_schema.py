@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from typing import Any, get_args, get_origin
 
 from wandb_modprof.records.calls import CallInfo, Structure
+from wandb_modprof.records.phases import PhaseStats
 from wandb_modprof.records.roofline import Roofline
 from wandb_modprof.records.sample import (
     MEMORY_METRICS,
@@ -80,6 +81,7 @@ NON_NEGATIVE_METRICS = (
 LATER_FIELDS: dict[type, dict[str, Any]] = {
     InvocationRecord: {"rows": None},
     CallInfo: {"rows": None, "rows_linear": False},
+    StepTotals: {"phases": None},
 }
 RUN_KINDS = ("node", "recompute")
 
@@ -95,9 +97,11 @@ class FileData:
     last_sample: Sample | None
     structures: tuple[Structure, ...]
     cold_left_out: int
+    phases: PhaseStats | None = None
 
 
 AT_LEAST[FileData] = {"num_samples": 0, "cold_left_out": 0}
+LATER_FIELDS[FileData] = {"phases": None}
 
 
 class FileError(Exception):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from wandb_modprof.records.modes import CHECKPOINT_MODE
 from wandb_modprof.records.roofline import BOUND_TEXT
 from wandb_modprof.sinks.escape import escape_text
+from wandb_modprof.sinks.text.phase_line import phases_line
 from wandb_modprof.view.regions import Region, note
 from wandb_modprof.view.units import format_value
 
@@ -106,17 +107,9 @@ def per_step_line(stats: Mapping[str, ModuleStats]) -> str:
     )
 
 
-def format_summary(
-    model_name: str,
-    num_samples: int,
-    stats: Mapping[str, ModuleStats],
-    last: Sample | None,
-    n: int,
-    regions: Sequence[Region] = (),
-    overhead: Overhead | None = None,
-    cold_left_out: int = 0,
-) -> str:
-    model_name = escape_text(model_name)
+def format_summary(data: ProfileData, n: int, regions: Sequence[Region] = ()) -> str:
+    stats, last, num_samples = data.stats, data.last, data.num_samples
+    model_name = escape_text(data.model_name)
     if last is None or not stats:
         return f"wandb_modprof profile of {model_name}: no sampled steps yet."
     totals = last.totals
@@ -139,9 +132,12 @@ def format_summary(
 
     kind = statistic_words(stats.values())
     lines = [head, per_step, totals_line, f"({kind} over samples; self = excluding child modules)"]
-    if overhead is not None:
-        lines.append(overhead_line(overhead))
-    lines += cold_lines(cold_left_out, last, num_samples)
+    phases = phases_line(data.phases)
+    if phases is not None:
+        lines.insert(3, phases)
+    if data.overhead is not None:
+        lines.append(overhead_line(data.overhead))
+    lines += cold_lines(data.cold_left_out, last, num_samples)
     lines += gc_notes(list(stats.values()), n)
     lines += region_notes(regions, n)
     lines.append("")

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from wandb_modprof.records.snapshot import Overhead
 
 TOTALS = ("fwd_ms", "bwd_ms", "act_bytes")
+PHASE_PREFIX = "phase/"  # `<key>/phase/between_ms`, ...: the sample's step phases
 SAMPLES = "samples"  # `<key>/samples`: the samples folded into the profile so far
 REPORT_SUFFIX = "/report"  # `<key>/report`: the HTML report, logged once at unwatch()
 
@@ -41,6 +42,9 @@ def entry_of(
             value = getattr(totals, name)
             if value is not None and math.isfinite(value):
                 entry[f"{key}/{name}"] = value
+        if totals.phases is not None:  # `<key>/phase/<name>_ms`: its trend is a line chart
+            for phase, ms in totals.phases.ms.items():
+                entry[f"{key}/{PHASE_PREFIX}{phase}_ms"] = ms
     if overhead is not None:  # `watch`'s measured cost of sampling, % of training time
         entry[f"{key}/overhead_pct"] = 100.0 * overhead.share
     if samples is not None:

@@ -1,0 +1,185 @@
+"""The step's phases around the modules (`Profile.step_phases`), against planted truth.
+
+Each test plants a known cost in one phase, outside the modules: a `Dataset` whose
+`__getitem__` sleeps (`between`), an optimizer whose `step` sleeps (`optimizer`), a loss that
+sleeps (`loss`). The phase must read that cost within 10 % or 2 ms (the work around it, a
+`zero_grad` or the data loader's own, is well under a millisecond here); with two data-loader
+workers prefetching, the overlap must show as a smaller `between`. Timing tests: marked
+`accuracy`, run serially on their own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import RecordingRun
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+import wandb_modprof
+from wandb_modprof.capture.step_phases import NO_BACKWARD, NO_OPTIMIZER
+from wandb_modprof.records.phases import PHASES
+
+pytestmark = pytest.mark.accuracy
+
+LOAD_S, OPTIMIZER_S, LOSS_S = 0.030, 0.025, 0.015  # planted costs
+STEPS = 12
+
+
+class SlowData(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Items that take `seconds` each to load (batch size 1: a batch's load time)."""
+
+    def __init__(self, n: int, seconds: float) -> None:
+        self.n, self.seconds = n, seconds
+        gen = torch.Generator().manual_seed(0)
+        self.x, self.y = torch.randn(n, 16, generator=gen), torch.randn(n, 1, generator=gen)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(self.seconds)
+        return self.x[i], self.y[i]
+
+
+class SlowSGD(torch.optim.SGD):
+    """SGD whose `step` takes `seconds` more."""
+
+    def __init__(self, params: object, seconds: float) -> None:
+        super().__init__(params, lr=0.01)  # type: ignore[arg-type]
+        self.seconds = seconds
+
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        time.sleep(self.seconds)
+        return super().step(closure)
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+
+
+def _train(
+    loader: DataLoader[tuple[torch.Tensor, torch.Tensor]],
+    optimizer_s: float = 0.0,
+    loss_s: float = 0.0,
+    pass_optimizer: bool = True,
+) -> wandb_modprof.Profile:
+    model = _model()
+    opt = SlowSGD(model.parameters(), optimizer_s)
+    with wandb_modprof.profile(
+        model, optimizer=opt if pass_optimizer else None, structure=False
+    ) as prof:
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            if loss_s:
+                time.sleep(loss_s)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    return prof
+
+
+def _near(measured: float, truth_ms: float) -> bool:
+    return abs(measured - truth_ms) <= max(2.0, 0.1 * truth_ms)
+
+
+def test_between_is_the_data_loading_time(tmp_path: Path) -> None:
+    prof = _train(DataLoader(SlowData(STEPS, LOAD_S), batch_size=1))
+    phases = prof.step_phases()
+    assert list(phases) == list(PHASES)  # every phase measured, in step order
+    assert _near(phases["between"], LOAD_S * 1e3), phases
+    assert phases["optimizer"] < 2 and phases["loss"] < 2, phases
+    # the forward and backward are the root call's own
+    stats = prof.stats()[prof.invocations()[0].key]
+    assert phases["forward"] == pytest.approx(stats.typical("fwd_ms"))
+    # the profile file keeps them: the medians and the last sample's own
+    loaded = wandb_modprof.load(prof.save(tmp_path / "p.json"))
+    assert loaded.step_phases() == phases
+    last = loaded.last_sample
+    assert last is not None and last.totals.phases == prof.last_sample.totals.phases
+
+
+def test_data_loader_workers_overlap_shows_as_a_smaller_between() -> None:
+    loader = DataLoader(SlowData(4 * STEPS, LOAD_S), batch_size=1, num_workers=2, prefetch_factor=4)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with wandb_modprof.profile(model, optimizer=opt, structure=False) as prof:
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            time.sleep(LOAD_S)  # the step takes as long as one item's load: two workers keep up
+            opt.step()
+            opt.zero_grad()
+    assert prof.step_phases()["between"] < 0.5 * LOAD_S * 1e3, prof.step_phases()
+
+
+def test_a_slow_optimizer_step_is_the_optimizer_phase() -> None:
+    prof = _train(DataLoader(SlowData(STEPS, 0.0), batch_size=1), optimizer_s=OPTIMIZER_S)
+    phases = prof.step_phases()
+    assert _near(phases["optimizer"], OPTIMIZER_S * 1e3), phases
+    assert phases["between"] < 2, phases  # the optimizer's time is not in `between`
+
+
+def test_the_optimizer_is_found_when_not_passed() -> None:
+    prof = _train(
+        DataLoader(SlowData(STEPS, 0.0), batch_size=1),
+        optimizer_s=OPTIMIZER_S,
+        pass_optimizer=False,
+    )
+    assert _near(prof.step_phases()["optimizer"], OPTIMIZER_S * 1e3), prof.step_phases()
+
+
+def test_a_loss_with_a_known_extra_cost_is_the_loss_phase() -> None:
+    prof = _train(DataLoader(SlowData(STEPS, 0.0), batch_size=1), loss_s=LOSS_S)
+    phases = prof.step_phases()
+    assert _near(phases["loss"], LOSS_S * 1e3), phases
+    assert phases["between"] < 2, phases
+
+
+def test_phases_not_measured_are_named_with_why() -> None:
+    model = _model()
+    x = torch.randn(1, 16)
+    with wandb_modprof.profile(model, structure=False) as prof:
+        for _ in range(3):
+            model(x).sum().backward()  # no optimizer
+        with torch.no_grad():
+            model(x)
+    phases = prof.snapshot().phases
+    assert phases is not None
+    assert "optimizer" not in phases.median_ms
+    assert phases.unmeasured["optimizer"] == NO_OPTIMIZER
+    assert set(phases.median_ms) == {"between", "forward", "loss", "backward"}
+    # a forward without backward: no loss nor backward phase for it
+    with wandb_modprof.profile(model, structure=False) as prof, torch.no_grad():
+        model(x)
+        model(x)
+    only = prof.snapshot().phases
+    assert only is not None and only.unmeasured["backward"] == NO_BACKWARD
+    assert "forward" in only.median_ms and "between" in only.median_ms
+    text = prof.summary()
+    assert "step phases (median): between steps" in text and NO_BACKWARD in text
+
+
+def test_watch_logs_each_samples_phases_as_wandb_scalars() -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    run = RecordingRun()
+    handle = wandb_modprof.watch(model, log_freq=2, run=run, optimizer=opt)
+    x, y = torch.randn(4, 16), torch.randn(4, 1)
+    for _ in range(8):
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    prof = handle.unwatch()
+    key = "modprof/Sequential/phase/"
+    logged = [d for d, _, _ in run.calls if any(k.startswith(key) for k in d)]
+    assert len(logged) >= 3
+    for name in ("forward", "loss", "backward", "optimizer", "between"):
+        assert any(f"{key}{name}_ms" in d for d in logged), name
+    assert all(v >= 0 for d in logged for k, v in d.items() if k.startswith(key))
+    assert set(prof.step_phases()) == set(PHASES)
