@@ -193,11 +193,11 @@ def _inject(where: str, trigger: Trigger, monkeypatch: pytest.MonkeyPatch) -> No
             "stamp",
             trigger.wrap(clock_mod.CpuClock.stamp, _caller_is("_node_post")),
         )
-    elif where == "end_of_backward":  # the engine's end-of-backward callback
+    elif where == "end_of_backward":  # the engine's end-of-backward callback (`finish`)
         monkeypatch.setattr(
             clock_mod.CpuClock,
             "stamp",
-            trigger.wrap(clock_mod.CpuClock.stamp, _caller_is("finish")),
+            trigger.wrap(clock_mod.CpuClock.stamp, _caller_is("stamp_end")),
         )
     elif where == "gradient_state":  # reading gradients once the backward has finished
         monkeypatch.setattr(capture_mod, "gradient_state", trigger.wrap(capture_mod.gradient_state))

@@ -178,16 +178,16 @@ class FailingBackward(torch.autograd.Function):
 
 
 def test_a_backward_that_raised_leaves_no_hooks_after_unwatch(monkeypatch):
-    from wandb_modprof.capture import session as _session
+    from wandb_modprof.capture.backward.node_stamps import NodeStamps
 
     calls = []
-    original = _session.StepSession._node_pre
+    original = NodeStamps._node_pre
 
     def counting(self, slot, grad_outputs):
         calls.append(id(self))
         return original(self, slot, grad_outputs)
 
-    monkeypatch.setattr(_session.StepSession, "_node_pre", counting)
+    monkeypatch.setattr(NodeStamps, "_node_pre", counting)
     model, x = _mlp(), torch.randn(4, 8)
     handle = wandb_modprof.watch(model, log_freq=2, structure=False, run=disabled_run())
     model(x).sum().backward()

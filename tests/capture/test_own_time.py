@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import wandb_modprof
-from wandb_modprof.capture import session
+from wandb_modprof.capture.backward import node_stamps
 from wandb_modprof.capture.memory import activations
 from wandb_modprof.capture.step import hook_cost
 from wandb_modprof.capture.step.clock import CpuClock, HookCost
@@ -93,7 +93,7 @@ def test_slow_hook_work_is_not_charged_to_enclosing_calls(
 ) -> None:
     if where == "node walk at each return":
         monkeypatch.setattr(
-            session.StepSession, "_hook_nodes", _slow(session.StepSession._hook_nodes)
+            node_stamps.NodeStamps, "hook_nodes", _slow(node_stamps.NodeStamps.hook_nodes)
         )
     else:
         monkeypatch.setattr(

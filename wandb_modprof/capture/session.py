@@ -2,15 +2,17 @@
 
 The session's forward half is here: the pre/post hooks push and pop invocations, reading the
 autograd sequence counter, so that the nodes a call created have sequence numbers in its
-`[seq0, seq1)` (nested calls, nested ranges); when the root returns every hooked node is
-charged to the innermost call whose range holds it. The backward half, hooking those nodes as
-calls return and stamping them as they run, is its base class (`backward/node_stamps.py`),
-whose docstring tells the whole attribution (see MEASUREMENT.md). Here too: the
-step's start and end (the collector held off inside its timed windows, `gc_pause`), and the
-failure paths that drop the sample without ever breaking training.
+`[seq0, seq1)` (nested calls, nested ranges). The backward half is an object the session holds
+(`backward`, whose module `backward/node_stamps.py` tells the whole attribution; see
+MEASUREMENT.md): it hooks those nodes as calls return, charges each to the innermost call whose
+range holds it when the root returns, and stamps them as they run. It reads the session's
+calls, is told when the forward ends and when the sample closes, and calls back when the
+backward starts, ends or fails. Here too: the step's start and end (the collector held off
+inside its timed windows, `gc_pause`), and the failure paths that drop the sample without ever
+breaking training.
 
 Nothing here holds a tensor: graph nodes are held only during a walk, node hooks capture the
-session (ints and stamps), never a tensor.
+node stamps (ints and stamps), never a tensor.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from collections.abc import Callable
 from typing import Any
 
 from wandb_modprof.capture.backward.node_stamps import NodeStamps
+from wandb_modprof.capture.backward.nodes import NodeTable
 from wandb_modprof.capture.backward.nvtx import NvtxRanges
 from wandb_modprof.capture.forward.call_keys import CallKeys
-from wandb_modprof.capture.forward.invocation import Invocation, grad_fns, input_shapes
+from wandb_modprof.capture.forward.invocation import Invocation, Recompute, grad_fns, input_shapes
 from wandb_modprof.capture.memory.activations import ActivationCounter
 from wandb_modprof.capture.memory.device_memory import DeviceMemory
 from wandb_modprof.capture.memory.gradient_readings import PendingGradientState
@@ -37,7 +40,7 @@ from wandb_modprof.capture.structure.step_dataflow import StepDataflow
 from wandb_modprof.records.calls import Structure
 
 
-class StepSession(NodeStamps):
+class StepSession:
     """Everything captured for one sampled step, in plain lists indexed by invocation / node."""
 
     def __init__(
@@ -68,14 +71,14 @@ class StepSession(NodeStamps):
         self.phase_stamps = PhaseStamps()  # the step's phases around its modules
         self.nvtx = nvtx
         self.exception_at_start = sys.exc_info()[1]
-        self.forward_done = False
+        self.forward_done = False  # set by `_end_forward_state`
         self.superseded = False  # a newer root forward started before this one's backward
         # Another model's structure pass ran inside this forward: its times are not this
         # model's normal cost, so the sample is dropped when it finishes.
         self.disturbed = False
         # The model's first step in this process, as far as can be told (`Sample.cold_start`)
         self.cold_start = False
-        self.closed = False
+        self.closed = False  # set by `_close`
         self.failed = False
         # activations (None when someone else's saved-tensor hooks are active)
         self.activations: ActivationCounter | None = None
@@ -87,7 +90,16 @@ class StepSession(NodeStamps):
                 clock,
                 curve=memory is None,  # on CPU the saved bytes give the memory curve
             )
-        super().__init__()  # the backward half's node table (`backward.node_stamps`)
+        self.backward = NodeStamps(
+            clock,
+            memory,
+            nvtx,
+            self.invocations,
+            self._by_module,
+            on_start=lambda: gc_pause.hold(id(self)),  # until `finish` (or the sample's drop)
+            on_end=self.finish,
+            on_error=self.fail,
+        )
         self.gradients: PendingGradientState | None = None
         self.gc = GcWatch(self._open_calls, lambda e: self.fail("garbage-collection callback", e))
         # The module graph derived from this forward (`step_dataflow`), when asked for: set
@@ -173,7 +185,10 @@ class StepSession(NodeStamps):
         if not self.failed:
             # Hook this call's nodes now rather than holding its outputs' graph until the root
             # returns: a forward that discards graphs (truncated BPTT) must not keep them alive.
-            self._hook_nodes(grad_fns(result), self.invocations[0].seq0, tp.sequence_nr(), None)
+            adjacency = self.dataflow.adjacency if self.dataflow is not None else None
+            self.backward.hook_nodes(
+                grad_fns(result), self.invocations[0].seq0, tp.sequence_nr(), None, adjacency
+            )
             if self.dataflow is not None:
                 self._dataflow_step(self.dataflow.exit, idx, inv, result)
         if not self._stack:
@@ -184,7 +199,7 @@ class StepSession(NodeStamps):
         `Module._call_impl` does not catch): drop the sample, pop our saved-tensor hooks."""
         self._stack.clear()
         self.failed = True
-        self.forward_done = True
+        self._end_forward_state()
         if self.nvtx is not None:
             self.nvtx.forward_abort()
         self.pop_saved_tensors_hooks()
@@ -227,7 +242,7 @@ class StepSession(NodeStamps):
         # Pop our saved-tensor hooks first, whatever happened: the hook stack must stay balanced.
         if self.activations is not None:
             self.activations.pop()
-        self.forward_done = True
+        self._end_forward_state()
         if self.activations is not None:
             self.activations.close()
         raised = sys.exc_info()[1]
@@ -238,20 +253,10 @@ class StepSession(NodeStamps):
         if self.failed or not self.invocations:
             self.abandon()
             return
-        # Every range is final now: charge each hooked node to the innermost call containing it.
-        root = self.invocations[0]
-        owners = [-1] * (root.seq1 - root.seq0)
-        for idx, inv in enumerate(self.invocations):  # preorder: children overwrite parents
-            if inv.seq1 > inv.seq0:
-                owners[inv.seq0 - root.seq0 : inv.seq1 - root.seq0] = [idx] * (inv.seq1 - inv.seq0)
-        for slot, via in enumerate(self.nodes.via):
-            if via >= 0:  # AccumulateGrad: charged to the call whose node feeds it
-                self.nodes.owner[slot] = self.nodes.owner[via]
-            else:
-                self.nodes.owner[slot] = owners[self.nodes.seq[slot] - root.seq0]
+        owners = self.backward.charge()  # every range is final now
         if self.dataflow is not None:
             self._dataflow_step(self._derive_structure, owners)
-        if not self.nodes.seq:
+        if not self.backward.nodes.seq:
             # Nothing in the step can run a backward (all frozen, or no grad): done now.
             self.finish()
 
@@ -273,22 +278,20 @@ class StepSession(NodeStamps):
     # ---- end of the step -------------------------------------------------------------
     def finish(self) -> None:
         """End of the sampled backward (or of a forward that cannot have one)."""
-        self.backward_over = True
         if self.closed:
-            self.release_persistent_hooks()  # (a sample dropped during the backward)
+            self.backward.release_persistent_hooks()  # (a sample dropped during the backward)
             return
         try:
-            if self.bwd_started:
-                self.bwd_t_end = self.clock.stamp()
-            self.closed = True
+            self.backward.stamp_end()
+            self._close()
             self.gc.stop()
             if self.activations is not None:
                 self.activations.stop_curve()
-            self.release_persistent_hooks()
+            self.backward.release_persistent_hooks()
             if self.nvtx is not None:
                 self.nvtx.backward_end()
         except Exception as error:  # runs inside the engine: must never break the backward
-            self.closed = True
+            self._close()
             gc_pause.release(id(self))
             self.fail("end of backward", error)
             return
@@ -304,15 +307,7 @@ class StepSession(NodeStamps):
         (`capture.step.gc_watch`)."""
         if not self.forward_done:
             return tuple(self._stack)
-        if self.closed or not self.bwd_started:
-            return ()  # between forward and backward (the loss, the user's code): no call
-        open_calls: set[int] = set()
-        for slot in self.running_slots():
-            i = self.nodes.owner[slot]
-            while i >= 0 and i not in open_calls:
-                open_calls.add(i)
-                i = self.invocations[i].parent
-        return tuple(open_calls)
+        return self.backward.open_calls()
 
     # ---- failure -----------------------------------------------------------------------
     def fail(self, where: str, error: Exception) -> None:
@@ -331,5 +326,36 @@ class StepSession(NodeStamps):
         if self.nvtx is not None:
             self.nvtx.backward_end()
         if self.forward_done:
-            self.closed = True
-            self.release_persistent_hooks()
+            self._close()
+            self.backward.release_persistent_hooks()
+
+    # The two flags the node hooks read are set only here, each with the node stamps' copy.
+    def _end_forward_state(self) -> None:
+        self.forward_done = True
+        self.backward.end_forward()
+
+    def _close(self) -> None:
+        self.closed = True
+        self.backward.close()
+
+    # ---- what `resolve` reads of the backward (`SessionRecord`'s fields of the same names) ----
+    @property
+    def nodes(self) -> NodeTable:
+        return self.backward.nodes
+
+    @property
+    def recomputes(self) -> list[Recompute]:
+        return self.backward.recomputes
+
+    @property
+    def bwd_started(self) -> bool:
+        """A node of the sampled backward ran (the capture's hooks read it too)."""
+        return self.backward.started
+
+    @property
+    def bwd_t_begin(self) -> Any:
+        return self.backward.t_begin
+
+    @property
+    def bwd_t_end(self) -> Any:
+        return self.backward.t_end

@@ -7,14 +7,16 @@ abandoned, and a checkpoint recompute during a backward belongs to the session r
 
 from __future__ import annotations
 
+from wandb_modprof.capture.backward.node_stamps import NodeStamps
 from wandb_modprof.capture.session import StepSession
 
 
-def backward_running(sessions: list[StepSession]) -> StepSession | None:
-    """The session whose backward is running (a checkpoint recompute belongs to it)."""
+def backward_running(sessions: list[StepSession]) -> NodeStamps | None:
+    """The backward half of the session whose backward is running: a checkpoint recompute
+    belongs to it."""
     for session in sessions:
         if session.bwd_started and not session.closed:
-            return session
+            return session.backward
     return None
 
 

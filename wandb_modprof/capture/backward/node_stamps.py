@@ -19,22 +19,26 @@ How backward time is attributed to a module invocation (see MEASUREMENT.md):
 4. The end of the backward is the engine's end-of-graph-task callback (what DDP uses), queued
    by the first node that runs: no need to know in advance which nodes will execute.
 
-Steps 2 to 4 live here, as the base class of `capture.session.StepSession` (step 1 and the
-charging of nodes to calls when the root returns are the session's forward half): a base
-class, not an object the session holds, so that a node hook reaches its session's lists in
-one attribute read, as before the split. Nothing here holds a tensor: graph nodes are held
-only during a walk, node hooks capture the session (ints and stamps), never a tensor.
+Steps 2 to 4 live here, in an object the step session holds (`StepSession.backward`; step 1,
+the calls' ranges, is the session's forward half). It owns the node table, the stamps and the
+recomputes; of the session it reads only the calls (their ranges, to charge the nodes, and per
+module, for recomputes), and tells it through three callbacks only that the backward started,
+ended or failed. The node hooks run ~45,000 times in a sampled step of a 22,000-node graph, so
+all they read is this object's own: the session tells it once when the forward ends and when
+the sample closes (`end_forward`, `close`) rather than being asked at every node. Nothing here
+holds a tensor: graph nodes are held only during a walk, node hooks capture this object (ints
+and stamps), never a tensor.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wandb_modprof.capture.backward.nodes import NodeTable, grad_to_create, node_name
 from wandb_modprof.capture.backward.recompute import RecomputeTracker
-from wandb_modprof.capture.step import gc_pause, interrupt_guard
+from wandb_modprof.capture.step import interrupt_guard
 from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.step.interrupt_guard import BODY
 
@@ -43,53 +47,98 @@ if TYPE_CHECKING:
     from wandb_modprof.capture.forward.invocation import Invocation, Recompute
     from wandb_modprof.capture.memory.device_memory import DeviceMemory
     from wandb_modprof.capture.step.clock import Clock
-    from wandb_modprof.capture.structure.step_dataflow import StepDataflow
 
 _PRE: Any = object()  # `_NodeHook`'s marker: called as a pre-hook
 
 
 class NodeStamps:
-    """The autograd nodes of one sampled step: hooked as calls return, stamped as they run.
+    """The autograd nodes of one sampled step: hooked as calls return, stamped as they run."""
 
-    Only `StepSession` derives from it; the attributes below are the session's, set by its
-    `__init__`, and `fail` / `finish` are its own."""
-
-    clock: Clock
-    memory: DeviceMemory | None
-    nvtx: NvtxRanges | None
-    invocations: list[Invocation]
-    _by_module: dict[int, list[int]]  # module id -> its invocations (recompute candidates)
-    forward_done: bool
-    closed: bool
-    dataflow: StepDataflow | None
-
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        memory: DeviceMemory | None,
+        nvtx: NvtxRanges | None,
+        invocations: Sequence[Invocation],
+        calls_of_module: Mapping[int, list[int]],
+        on_start: Callable[[], None],
+        on_end: Callable[[], None],
+        on_error: Callable[[str, Exception], None],
+    ) -> None:
+        """`invocations` and `calls_of_module` (module id -> its calls' indices, the
+        candidates a recompute repeats) are the session's, read here, filled by its forward;
+        `on_start`: the sampled backward's first node runs (before its stamp); `on_end`: the
+        engine's end-of-backward callback; `on_error`: a hook failed (the sample is dropped)."""
+        self.clock = clock
+        self.memory = memory
+        self.nvtx = nvtx
+        self._invocations = invocations
+        self._calls_of_module = calls_of_module
+        self._on_start = on_start
+        self._on_end = on_end
+        self._on_error = on_error
+        # The session's state as the node hooks need it, told by `end_forward` and `close`:
+        # a backward run inside the forward (autograd.grad in forward) is not ours, nor is
+        # one after the sample closed (another graph reaching a shared AccumulateGrad node).
+        self._forward_done = False
+        self._closed = False
         # the backward, indexed by node slot
         self._hooked_seqs: set[int] = set()
         self.nodes = NodeTable()
         self._exec: dict[int, list[int]] = {}
         # per thread, the newest node stamp and our own time then: where an AccumulateGrad
-        # node, hooked after it runs only, began (see `_hook_nodes`)
+        # node, hooked after it runs only, began (see `hook_nodes`)
         self._last: dict[int, tuple[Any, int]] = {}
         self._persistent_handles: list[Any] = []
         # Parameters whose AccumulateGrad node is hooked; those slots cannot start a backward:
         # a later step's graph reuses a live AccumulateGrad node, hooks included.
         self._accumulate_params: set[int] = set()
-        self.bwd_started = False
-        self.backward_over = False  # the engine's end-of-backward callback ran (`finish`)
-        self.bwd_t_begin: Any = None
-        self.bwd_t_end: Any = None
+        self.started = False  # a node of the sampled backward ran
+        self.t_begin: Any = None
+        self.t_end: Any = None
         self._recompute = RecomputeTracker()  # activation-checkpointing recomputes
 
-    def fail(self, where: str, error: Exception) -> None:
-        raise NotImplementedError  # StepSession's: drop the sample, tell the capture
+    def end_forward(self) -> None:
+        """The forward is over: nodes that run from now on are the sampled backward's."""
+        self._forward_done = True
 
-    def finish(self) -> None:
-        raise NotImplementedError  # StepSession's: the end of the sampled backward
+    def close(self) -> None:
+        """The sample is finished or dropped: hooks and recomputes that still come do nothing."""
+        self._closed = True
 
-    def _hook_nodes(self, roots: Iterable[Any], lo: int, hi: int, owners: list[int] | None) -> int:
+    def stamp_end(self) -> None:
+        """The backward's end (the engine's end-of-backward callback runs)."""
+        if self.started:
+            self.t_end = self.clock.stamp()
+
+    def charge(self) -> list[int]:
+        """Once the root returned (every range final): each hooked node to the innermost call
+        whose range holds it, an AccumulateGrad node to the call whose node feeds it. Returns
+        that call per sequence number from the root's `seq0` on."""
+        root = self._invocations[0]
+        owners = [-1] * (root.seq1 - root.seq0)
+        for idx, inv in enumerate(self._invocations):  # preorder: children overwrite parents
+            if inv.seq1 > inv.seq0:
+                owners[inv.seq0 - root.seq0 : inv.seq1 - root.seq0] = [idx] * (inv.seq1 - inv.seq0)
+        nodes = self.nodes
+        for slot, via in enumerate(nodes.via):
+            if via >= 0:
+                nodes.owner[slot] = nodes.owner[via]
+            else:
+                nodes.owner[slot] = owners[nodes.seq[slot] - root.seq0]
+        return owners
+
+    def hook_nodes(
+        self,
+        roots: Iterable[Any],
+        lo: int,
+        hi: int,
+        owners: list[int] | None,
+        adjacency: dict[int, list[int]] | None = None,
+    ) -> int:
         """Hook the not-yet-hooked nodes created in `[lo, hi)` reachable from `roots`, and the
-        AccumulateGrad nodes they feed.
+        AccumulateGrad nodes they feed; into `adjacency` (the forward's derived graph, when
+        asked for), each node's sequence number -> those of the nodes it feeds its grad to.
 
         Walks stop at hooked nodes (everything below one was hooked with it), so over a step
         every node is visited once. With `owners=None` (forward) owners are filled in when
@@ -147,36 +196,46 @@ class NodeStamps:
             if in_range:
                 nexts = [nxt for nxt, _ in node.next_functions if nxt is not None]
                 todo.extend((nxt, slot) for nxt in nexts)
-                if self.dataflow is not None and not self.forward_done:
-                    self.dataflow.adjacency[seq] = [tp.node_sequence_nr(n) for n in nexts]
+                if adjacency is not None:
+                    adjacency[seq] = [tp.node_sequence_nr(n) for n in nexts]
         return hooked
 
-    def running_slots(self) -> list[int]:
-        """The nodes running now on any thread (outermost first per thread)."""
-        return [slot for stack in list(self._exec.values()) for slot in stack]
+    def open_calls(self) -> tuple[int, ...]:
+        """The calls a garbage collection starting in the backward pauses (`gc_watch`): the
+        owners of the nodes running now on any thread, and their ancestors."""
+        if self._closed or not self.started:
+            return ()  # between forward and backward (the loss, the user's code): no call
+        found: set[int] = set()
+        for stack in list(self._exec.values()):
+            for slot in stack:
+                i = self.nodes.owner[slot]
+                while i >= 0 and i not in found:
+                    found.add(i)
+                    i = self._invocations[i].parent
+        return tuple(found)
 
     # ---- backward ----------------------------------------------------------------------
     def _exec_stack(self) -> list[int]:
         return self._exec.setdefault(threading.get_ident(), [])
 
     def _node_pre(self, slot: int, grad_outputs: Any) -> None:
-        if self.closed or not self.forward_done:
-            return  # a backward run inside the forward (autograd.grad in forward) is not ours
+        if self._closed or not self._forward_done:
+            return
         try:
-            if not self.bwd_started:
+            if not self.started:
                 if self.nodes.accumulate[slot]:
                     return  # another graph reached this shared node; ours has not run
-                self.bwd_started = True
-                gc_pause.hold(id(self))  # until `finish` (or the sample's drop)
-                self.bwd_t_begin = self.clock.stamp()
-                tp.queue_end_of_backward(self.finish)
+                self.started = True
+                self._on_start()
+                self.t_begin = self.clock.stamp()
+                tp.queue_end_of_backward(self._on_end)
             tid = threading.get_ident()
             stack = self._exec.setdefault(tid, [])
             self.nodes.enclosing[slot] = stack[-1] if stack else -1
             stack.append(slot)
             self.nodes.thread[slot] = threading.get_native_id()
             if self.nvtx is not None:
-                self.nvtx.backward_node_of(self.invocations, self.nodes, slot, stack)
+                self.nvtx.backward_node_of(self._invocations, self.nodes, slot, stack)
             if self.memory is not None:
                 self._fold_node_peak(stack[:-1])
                 self.nodes.alloc0[slot] = self.memory.allocated()
@@ -184,12 +243,12 @@ class NodeStamps:
             own0 = self.nodes.own0[slot] = self.clock.own_at(t0)
             self._last[tid] = (t0, own0)
         except Exception as error:
-            self.fail("backward pre-hook", error)
+            self._on_error("backward pre-hook", error)
 
     def _began_after_last(self, slot: int, tid: int, stack: list[int]) -> bool:
         """An AccumulateGrad node hooked after it runs only: it began at the thread's newest
         node stamp (False: not ours to time, e.g. another graph's backward using it)."""
-        if not self.bwd_started or not self.nodes.accumulate[slot]:
+        if not self.started or not self.nodes.accumulate[slot]:
             return False
         last = self._last.get(tid)
         if last is None:
@@ -201,7 +260,7 @@ class NodeStamps:
 
     def _node_post(self, slot: int, grad_inputs: Any, grad_outputs: Any) -> None:
         began = self.nodes.t0[slot] is not None
-        if self.closed or not (began or self.nodes.accumulate[slot]):
+        if self._closed or not (began or self.nodes.accumulate[slot]):
             return
         try:
             t1 = self.clock.stamp()
@@ -225,7 +284,7 @@ class NodeStamps:
                     prev = self.nodes.peak[outer]
                     self.nodes.peak[outer] = peak if prev is None else max(prev, peak)
         except Exception as error:
-            self.fail("backward hook", error)
+            self._on_error("backward hook", error)
 
     def _fold_node_peak(self, running: list[int]) -> None:
         assert self.memory is not None
@@ -250,19 +309,19 @@ class NodeStamps:
     def recompute_enter(self, module_id: int, shapes: tuple[Any, ...] = ()) -> None:
         """A module's forward runs again in the backward; `shapes`: its arguments' shapes
         (`invocation.input_shapes`)."""
-        if self.closed:
+        if self._closed:
             return
-        candidates = self._by_module.get(module_id, [])
-        self._recompute.enter(candidates, self.invocations, self._exec_stack(), self.clock, shapes)
+        candidates = self._calls_of_module.get(module_id, [])
+        self._recompute.enter(candidates, self._invocations, self._exec_stack(), self.clock, shapes)
 
     def recompute_exit(self, module_id: int, result: Any) -> None:
-        if self.closed:
+        if self._closed:
             return
         walk = self._recompute.exit(result, self.clock)
         if walk is not None:
             # With reentrant checkpointing the fresh nodes of a finished top-level recompute
             # run in a nested backward right now: hook them so the module gets their time.
-            self._hook_nodes(*walk)
+            self.hook_nodes(*walk)
 
 
 class _NodeHook:
@@ -270,10 +329,10 @@ class _NodeHook:
     small object instead of two partials of two bound methods with their argument tuples, a
     sixth of the objects a sampled step left to the garbage collector (`gc_pause`)."""
 
-    __slots__ = ("session", "slot")
+    __slots__ = ("slot", "stamps")
 
-    def __init__(self, session: NodeStamps, slot: int) -> None:
-        self.session = session
+    def __init__(self, stamps: NodeStamps, slot: int) -> None:
+        self.stamps = stamps
         self.slot = slot
 
     def __call__(self, grads: Any, grad_outputs: Any = _PRE) -> None:
@@ -281,14 +340,14 @@ class _NodeHook:
         # node's window holds the rest of its pre-hook and the start of its hook, an
         # AccumulateGrad node's the rest of the node hook before it (`backward_charges`).
         # A Ctrl-C arriving inside the body waits for its end (`interrupt_guard`).
-        clock = self.session.clock
+        clock = self.stamps.clock
         clock.own_enter()
         BODY.body += 1
         try:
             if grad_outputs is _PRE:  # a pre-hook gets the grad outputs only
-                self.session._node_pre(self.slot, grads)
+                self.stamps._node_pre(self.slot, grads)
             else:
-                self.session._node_post(self.slot, grads, grad_outputs)
+                self.stamps._node_post(self.slot, grads, grad_outputs)
         finally:
             clock.own_leave_node()
             BODY.body -= 1

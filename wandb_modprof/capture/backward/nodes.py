@@ -1,9 +1,10 @@
 """The autograd nodes one sampled step hooked, in parallel lists indexed by slot.
 
-Filled by `session.StepSession` as calls return (one `add` per node), stamped by its node
-hooks during the backward, read by `resolve` after the step. Plain lists of ints and stamps:
-no node or tensor is held. Also what is read off a node as it is added: its class name
-(`node_name`) and the gradient bytes its accumulation creates (`grad_to_create`).
+Filled by the step session's node stamps (`node_stamps.NodeStamps`) as calls return (one `add`
+per node), stamped by their node hooks during the backward, read by `resolve` after the step.
+Plain lists of ints and stamps: no node or tensor is held. Also what is read off a node as it
+is added: its class name (`node_name`) and the gradient bytes its accumulation creates
+(`grad_to_create`).
 """
 
 from __future__ import annotations

@@ -9,13 +9,14 @@ creates are walked so their backward time goes to the same calls.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from wandb_modprof.capture.forward.invocation import Invocation, Recompute, grad_fns
 from wandb_modprof.capture.step import torch_private as tp
 from wandb_modprof.capture.step.clock import Clock
 
-# What the session walks after a top-level recompute: (roots, lo, hi, owner per sequence nr)
+# What the node stamps walk after a top-level recompute: (roots, lo, hi, owner per sequence nr)
 NodeWalk = tuple[list[Any], int, int, list[int]]
 
 
@@ -29,7 +30,7 @@ class RecomputeTracker:
     def enter(
         self,
         candidates: list[int],
-        invocations: list[Invocation],
+        invocations: Sequence[Invocation],
         exec_stack: list[int],
         clock: Clock,
         shapes: tuple[Any, ...] = (),
