@@ -384,7 +384,7 @@ def markdown_table(rows: list[Row]) -> str:
 
 # ---- hotspots ------------------------------------------------------------------------------
 def _where(filename: str, line: int, func: str) -> str:
-    """`wandb_modprof/capture/backward/node_stamps.py:120 _hook_nodes`, or
+    """`wandb_modprof/capture/backward/node_stamps.py:120 hook_nodes`, or
     `torch/nn/modules/module.py:...`."""
     if filename == "~":  # a builtin
         return func

@@ -29,7 +29,6 @@ from wandb_modprof.capture.forward.call_keys import CallKeys
 from wandb_modprof.capture.forward.invocation import Invocation, Recompute, grad_fns, input_shapes
 from wandb_modprof.capture.memory.activations import ActivationCounter
 from wandb_modprof.capture.memory.device_memory import DeviceMemory
-from wandb_modprof.capture.memory.gradient_readings import PendingGradientState
 from wandb_modprof.capture.memory.storage import StorageKey
 from wandb_modprof.capture.step import gc_pause
 from wandb_modprof.capture.step import torch_private as tp
@@ -100,7 +99,6 @@ class StepSession:
             on_end=self.finish,
             on_error=self.fail,
         )
-        self.gradients: PendingGradientState | None = None
         self.gc = GcWatch(self._open_calls, lambda e: self.fail("garbage-collection callback", e))
         # The module graph derived from this forward (`step_dataflow`), when asked for: set
         # when the root returns, or the error that prevented it.
