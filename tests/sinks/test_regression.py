@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -87,7 +88,8 @@ def phantoms() -> dict[str, wandb_modprof.Profile]:
 def test_a_module_made_slower_fails_and_the_same_model_passes(phantoms):
     same = wandb_modprof.check_regression(phantoms["base"], phantoms["again"], 1.10)
     assert same.passed, same.format()
-    assert same.compared == 13  # the model total and the 12 calls, each >= 1 % of it
+    # the model total, the 12 calls (each >= 1 % of it) and the step phases >= 1 % of the step
+    assert same.compared == 13 + _phases_over(phantoms["base"], phantoms["again"], 0.01)
 
     check = wandb_modprof.check_regression(phantoms["base"], phantoms["slow"], 1.10)
     assert not check.passed
@@ -101,11 +103,25 @@ def test_a_module_made_slower_fails_and_the_same_model_passes(phantoms):
 
     # the stage holds ~35 % of the step, the cell ~15 %: neither counts above half
     half = wandb_modprof.check_regression(phantoms["base"], phantoms["slow"], 1.10, min_share=0.5)
-    assert half.passed and half.compared == 1, half.format()  # the model total only
+    # the model total only, and the phases holding half of the step (the backward's)
+    assert half.passed, half.format()
+    assert half.compared == 1 + _phases_over(phantoms["base"], phantoms["slow"], 0.5)
     # a looser limit than the cell's x1.5 passes; the FLOPs did not change
     assert wandb_modprof.check_regression(phantoms["base"], phantoms["slow"], 1.6).passed
     flops = wandb_modprof.check_regression(phantoms["base"], phantoms["slow"], 1.0, mode="flops")
     assert flops.passed, flops.format()
+
+
+def _phases_over(a: Any, b: Any, share: float) -> int:
+    """The step phases the gate compares at `min_share=share`: measured in both profiles,
+    holding `share` of the step (the sum of the phases' medians) in either."""
+    pa, pb = a.snapshot().phases, b.snapshot().phases
+    return sum(
+        1
+        for p in pa.median_ms
+        if p in pb.median_ms
+        and max(pa.median_ms[p] / pa.step_ms(), pb.median_ms[p] / pb.step_ms()) >= share
+    )
 
 
 @pytest.mark.accuracy

@@ -35,10 +35,12 @@ class StepPhases:
 @dataclass(frozen=True)
 class PhaseStats:
     """The phases over the samples: each measured phase's median milliseconds (over the latest
-    `stats.running.MEDIAN_WINDOW` samples that measured it) and how many samples measured it;
-    for a phase no sample measured, why (the latest sample's reason)."""
+    `stats.running.MEDIAN_WINDOW` samples that measured it), its fastest sample (what the
+    regression gate compares) and how many samples measured it; for a phase no sample
+    measured, why (the latest sample's reason)."""
 
     median_ms: Mapping[str, float]
+    min_ms: Mapping[str, float]
     samples: Mapping[str, int]
     unmeasured: Mapping[str, str]
 

@@ -3,6 +3,7 @@ samples that measured it, as the modules' statistics keep theirs."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 
@@ -17,6 +18,7 @@ class PhaseFold:
     def __init__(self) -> None:
         self._window: dict[str, deque[float]] = {p: deque(maxlen=MEDIAN_WINDOW) for p in PHASES}
         self._counts = dict.fromkeys(PHASES, 0)
+        self._min = dict.fromkeys(PHASES, math.inf)
         self._why: dict[str, str] = {}
         self.folded = 0  # samples that carried phases
 
@@ -27,6 +29,7 @@ class PhaseFold:
         for phase, ms in phases.ms.items():
             self._window[phase].append(ms)
             self._counts[phase] += 1
+            self._min[phase] = min(self._min[phase], ms)
         self._why.update(phases.unmeasured)
 
     def snapshot(self) -> PhaseStats | None:
@@ -36,6 +39,7 @@ class PhaseFold:
         measured = [p for p in PHASES if self._counts[p]]
         return PhaseStats(
             median_ms={p: statistics.median(self._window[p]) for p in measured},
+            min_ms={p: self._min[p] for p in measured},
             samples={p: self._counts[p] for p in measured},
             unmeasured={p: self._why.get(p, "not measured") for p in PHASES if p not in measured},
         )

@@ -17,6 +17,10 @@ The rules, in order, for the model total and every module call found in both pro
 3. Its fastest ratio, fastest B / fastest A, is above `fail_above` (a value that went from 0 to
    more than 0 is an infinite ratio; a value missing on either side is not compared).
 
+In the time modes the step's phases measured in both profiles (`records.phases`: between steps,
+forward, loss, backward, optimizer) are rows too, keyed "(phase) <name>", by the same rules;
+a phase's share is of the sum of the phases' medians.
+
 Why the fastest sample decides: what disturbs a measurement (another process on the core, a
 garbage collection, a page fault, a host hiccup) only ever adds time, so the fastest sample of
 each side is the one nearest the work itself, and one slow outlier, or a whole profile taken
@@ -38,7 +42,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wandb_modprof._errors import ModProfError
-from wandb_modprof.records.modes import MODES, Mode
+from wandb_modprof.records.modes import MODES, Mode, Unit
+from wandb_modprof.records.phases import PHASE_LABELS, PHASES, PhaseStats
 from wandb_modprof.records.snapshot import as_data
 from wandb_modprof.sinks.escape import escape_text
 from wandb_modprof.sinks.text.summary import render_columns
@@ -51,6 +56,7 @@ if TYPE_CHECKING:
 
 GATED_MODES: tuple[str, ...] = tuple(m.key for m in MODES if m.total)
 TOTAL_KEY = "(model total)"
+PHASE_KEY = "(phase) "  # a step phase's row: "(phase) between steps" (`records.phases`)
 DEFAULT_MIN_SHARE = 0.01
 
 
@@ -169,13 +175,20 @@ def regression_check(
                 _spread(v.value, da.stats.get(v.key), m.columns),
                 _spread(w.value, db.stats.get(v.key), m.columns),
             ))  # fmt: skip
+    if m.unit == Unit.MS:  # the step's phases beside the calls, as their shares of the step
+        pairs += phase_pairs(da.phases, db.phases)
     compared = 0
     regressed: list[CheckedCall] = []
     noise: list[CheckedCall] = []
     for key, module_type, sa, sb in pairs:
         if sa is None or sb is None:
             continue
-        share = max(_share(sa.value, va), _share(sb.value, vb)) if key != TOTAL_KEY else 1.0
+        if key == TOTAL_KEY:
+            share = 1.0
+        elif key.startswith(PHASE_KEY):
+            share = max(phase_share(sa.value, da.phases), phase_share(sb.value, db.phases))
+        else:
+            share = max(_share(sa.value, va), _share(sb.value, vb))
         if share < min_share:
             continue
         compared += 1
@@ -288,3 +301,28 @@ def format_check(c: RegressionCheck) -> str:
 
 def _ratio_text(value: float) -> str:
     return "inf" if math.isinf(value) else format_value("ratio", value)
+
+
+def phase_pairs(
+    a: PhaseStats | None, b: PhaseStats | None
+) -> list[tuple[str, str, Side | None, Side | None]]:
+    """The phases measured in both profiles as the gate's rows: (key, kind, side A, side B),
+    each side its median and its fastest sample."""
+    if a is None or b is None:
+        return []
+    return [
+        (
+            PHASE_KEY + PHASE_LABELS[p],
+            "step phase",
+            Side(a.median_ms[p], a.min_ms[p], a.samples[p]),
+            Side(b.median_ms[p], b.min_ms[p], b.samples[p]),
+        )
+        for p in PHASES
+        if p in a.median_ms and p in b.median_ms
+    ]
+
+
+def phase_share(value: float, phases: PhaseStats | None) -> float:
+    """`value`'s share of the step as its phases tell it (0: no phases)."""
+    step = phases.step_ms() if phases is not None else 0.0
+    return value / step if step > 0 else 0.0
