@@ -26,6 +26,7 @@ from helpers import (
 from models import gpt2_from_config
 
 from wandb_modprof import ModProfError, Settings
+from wandb_modprof.capture.step_phases import NO_OPTIMIZER
 from wandb_modprof.sinks.wandb import wandb_names as _wandb_names
 
 transformers = pytest.importorskip("transformers")
@@ -110,6 +111,13 @@ def test_trainer_logs_every_log_freq_th_optimizer_step_to_the_report_to_wandb_ru
     assert prof.num_samples == 3 and prof.last_sample is not None
     assert prof.last_sample.step == 6
     assert "transformer.h.1.mlp.c_fc#0" in {r.key for r in prof.invocations()}
+    # the step's phases, through the framework's own training loop: with gradient accumulation
+    # the sampled micro-batch's next forward is the next micro-batch, before the optimizer step
+    phases = prof.snapshot().phases
+    assert phases is not None and {"forward", "loss", "backward", "between"} <= set(
+        phases.median_ms
+    )
+    assert phases.unmeasured == {"optimizer": NO_OPTIMIZER}
 
     # unwatched at the end of training: only the test's own root hook is left
     assert not handle.active
