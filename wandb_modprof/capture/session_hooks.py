@@ -263,7 +263,6 @@ class SessionHooks:
             else:
                 gradients = None
             # Optimizer state is read when the sample is resolved, after optimizer.step().
-            session.phase_stamps.backward = session.bwd_started
             self.sink.add(session, gradients, StaticReader(index, self.optimizer))
             self.sample_due = self.after_sample is not None
             self.phase_watch.after_backward(session.phase_stamps, session.clock)

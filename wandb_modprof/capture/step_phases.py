@@ -18,7 +18,6 @@ where the stamps already are, so an unsampled step reads no clock of ours.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +48,6 @@ class PhaseStamps:
     optimizer_begin: Any = None
     optimizer_end: Any = None
     next_forward: Any = None
-    backward: bool = False  # the step's backward ran (`loss` and `backward` are measurable)
     why_no_next: str = NO_NEXT_FORWARD
 
 
@@ -136,15 +134,13 @@ def step_phases(
         stamps = PhaseStamps(
             stamps.forward_closed,
             stamps.finished,
-            backward=stamps.backward,
             why_no_next=NOT_COMPLETE,
         )
         why["optimizer"] = NOT_COMPLETE
     at = dict(
         zip(
             ("closed", "begin", "finished", "opt0", "opt1", "next"),
-            _offsets(
-                clock,
+            clock.offsets_ms(
                 ref,
                 [
                     stamps.forward_closed,
@@ -158,7 +154,7 @@ def step_phases(
             strict=True,
         )
     )
-    if stamps.backward and backward_ms is not None and _known(at["closed"], at["begin"]):
+    if backward_ms is not None and _known(at["closed"], at["begin"]):
         ms["loss"] = max(0.0, at["begin"] - at["closed"])
         ms["backward"] = backward_ms
     else:
@@ -175,10 +171,6 @@ def step_phases(
     return StepPhases(
         {p: ms[p] for p in PHASES if p in ms}, {p: why[p] for p in PHASES if p in why}
     )
-
-
-def _offsets(clock: Clock, ref: Any, stamps: Sequence[Any]) -> list[float]:
-    return clock.offsets_ms(ref, stamps)
 
 
 def _known(*values: float) -> bool:
