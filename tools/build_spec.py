@@ -3,9 +3,9 @@
 The spec is plain JSON (what W&B stores and what the HTML report embeds); it is generated
 because every analysis mode needs the same handful of expressions (value, missing, format),
 which are written once from `wandb_modprof.records.modes.MODES`. The parts live in
-`tools/spec/`, one module per section of the spec (signals, data, scales, sidebar, graph, top
-bar); this file assembles them. `tests/sinks/test_spec_render.py` checks the committed file equals
-this script's output.
+`tools/spec/`, one module per section of the spec (signals, data, scales, sidebar, graph, phase
+bar, top bar); this file assembles them. `tests/sinks/test_spec_render.py` checks the committed
+file equals this script's output.
 
 W&B's rules the spec obeys (see shared/design/WANDB.md): rows arrive as the dataset `wandb`
 (no inline data: the spec object is frozen), no `null` anywhere (W&B turns it into `{}`), the
@@ -28,6 +28,7 @@ from tools.spec.card import card, card_data, card_signals  # noqa: E402
 from tools.spec.data import data, packed_columns, unpack  # noqa: E402
 from tools.spec.graph import graph  # noqa: E402
 from tools.spec.lists import lists  # noqa: E402
+from tools.spec.phases import phase_bar, phase_data, phase_signals  # noqa: E402
 from tools.spec.scales import scales  # noqa: E402
 from tools.spec.sidebar import sidebar  # noqa: E402
 from tools.spec.signals import extra_signals, signals  # noqa: E402
@@ -68,10 +69,11 @@ def _sections() -> dict[str, Any]:
         + extra_signals()
         + strip_signals()
         + card_signals()
-        + top_bar_signals(),
-        "data": data() + lists() + strip_data() + [lanes_data()] + card_data(),
+        + top_bar_signals()
+        + phase_signals(),
+        "data": data() + lists() + strip_data() + [lanes_data()] + card_data() + phase_data(),
         "scales": scales(),
-        "marks": [sidebar(), graph(), strip(), *top_bar(), card()],
+        "marks": [sidebar(), graph(), phase_bar(), strip(), *top_bar(), card()],
     }
 
 

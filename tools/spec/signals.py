@@ -191,10 +191,12 @@ def _meta() -> list[Signal]:
             "? 22 : 0",
         },
         {"name": "gw", "update": f"max(60, width - {GX0})"},
-        # the detail strip (`strip.py`) takes its height and a gap below the graph
+        # the phase bar (`phases.py`) and the detail strip (`strip.py`) take their height and a
+        # gap each below the graph
         {
             "name": "gh",
-            "update": f"max(60, height - {GY0} - banner_h - (strip_h ? strip_h + 6 : 0))",
+            "update": f"max(60, height - {GY0} - banner_h - (phase_h ? phase_h + 6 : 0) - "
+            "(strip_h ? strip_h + 6 : 0))",
         },
         {
             "name": "vdim",

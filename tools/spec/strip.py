@@ -49,17 +49,22 @@ def strip_signals() -> list[dict[str, Any]]:
         {"name": "mode_group", "update": "mode_i >= 0 ? mode_groups[mode_i] : ''"},
         {"name": "has_tl", "update": "length(data('tl_rows')) > 0"},
         # The graph keeps the room that its text needs at the fitted zoom (`show_text`), the
-        # strip takes up to 30 % of the panel from what is left, never less than STRIP_MIN_H.
+        # strip takes up to 30 % of the panel from what is left, never less than STRIP_MIN_H;
+        # the phase bar (`phases.py`) takes its room from the strip's, down to STRIP_MIN_H.
         {
             "name": "strip_h",
-            "update": f"has_tl ? clamp(min(round(height * 0.3), height - {GY0} - banner_h - "
-            f"{STRIP_GAP} - (vdim[1] * {MIN_READABLE_PX / NODE_FONT_PX} + 24)), "
-            f"{STRIP_MIN_H}, 200) : 0",
+            "update": f"has_tl ? max({STRIP_MIN_H}, clamp(min(round(height * 0.3), height - "
+            f"{GY0} - banner_h - {STRIP_GAP} - (vdim[1] * {MIN_READABLE_PX / NODE_FONT_PX} + 24)"
+            f"), {STRIP_MIN_H}, 200) - (phase_h ? phase_h + {STRIP_GAP} : 0)) : 0",
         },
         # Without a timeline the (empty, clipped) strip sits at the graph's top: its axis still
         # has bounds, and below the panel they would make autosize "fit" shrink the panel on
         # the first render (before the rows arrive), for good.
-        {"name": "strip_y", "update": f"has_tl ? {GY0} + gh + {STRIP_GAP} : {GY0}"},
+        {
+            "name": "strip_y",
+            "update": f"has_tl ? {GY0} + gh + {STRIP_GAP} + "
+            f"(phase_h ? phase_h + {STRIP_GAP} : 0) : {GY0}",
+        },
         {"name": "lane_h", "update": f"max(1, strip_h - {HEAD_H + AXIS_H})"},
         {"name": "t_hi", "update": first.format("tl_ext", "t_hi", "1")},
         {"name": "mem_hi", "update": first.format("mem_ext", "mem_hi", "1")},

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from wandb_modprof.records.calls import Structure, routed_signature
+from wandb_modprof.records.phases import PHASES, PhaseStats
 from wandb_modprof.records.roofline import Roofline
 from wandb_modprof.records.sample import ModuleStats
 from wandb_modprof.view.columns import TABLE_FORMAT, TABLE_VERSION
@@ -65,6 +66,7 @@ def profile_meta(
             meta.append(("overhead_long_pct", "", 100.0 * prof.overhead.at_log_freq(100)))
     meta.extend(roofline_meta(roofline))
     meta.extend(cold_meta(prof))
+    meta.extend(phase_meta(prof.phases))
     meta.extend(rank_meta(prof.ranks))
     meta.extend(unseen_meta(prof))
     meta.extend(flops_meta(tree, prof.stats))
@@ -76,6 +78,20 @@ def roofline_meta(line: Roofline | None) -> list[MetaRow]:
     """The machine's peaks the efficiency mode is measured against, one row (`roofline`): as
     text for the panel and report (`Roofline.text`); its number the peak FLOP/s."""
     return [] if line is None else [("roofline", line.text(), line.peak_flops)]
+
+
+def phase_meta(phases: PhaseStats | None) -> list[MetaRow]:
+    """One `phase_<name>` row per phase of the step (`records.phases.PHASES`, in step order),
+    the panel's phase bar: number the phase's median ms, or, for a phase no sample measured,
+    missing with the reason as text. No row without phases (no sample recorded them), so such
+    tables are unchanged."""
+    if phases is None:
+        return []
+    return [
+        (f"phase_{p}", phases.unmeasured.get(p, ""), phases.median_ms.get(p))
+        for p in PHASES
+        if p in phases.median_ms or p in phases.unmeasured
+    ]
 
 
 # What became of a sample of the model's first step in its process (`Sample.cold_start`):
