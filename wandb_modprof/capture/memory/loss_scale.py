@@ -49,6 +49,7 @@ Known limitations:
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import weakref
 from collections.abc import Callable
@@ -132,6 +133,9 @@ class LossScaleWatch:
         self._handle: Any = None  # the global step pre-hook, while registered
         self._unscaled_reads = 0  # samples read before any step was seen
         self._told = False
+        # optimizers found holding the model's parameters, with their parameters' count and
+        # first one's id then: asking again walks the model (20,000 parameters: ~20 ms)
+        self._holders: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
 
     # ---- the capture's side ----------------------------------------------------------------
     def open(self) -> None:
@@ -211,9 +215,19 @@ class LossScaleWatch:
             self._handle = None
 
     def _holds_model(self, optimizer: Any) -> bool:
-        ids = {id(p) for p in self._model.parameters()}
         groups = getattr(optimizer, "param_groups", ())
-        return any(id(p) in ids for group in groups for p in group.get("params", ()))
+        params = [group.get("params", ()) for group in groups]
+        count = sum(len(p) for p in params)
+        key = (count, id(params[0][0]) if params and len(params[0]) else 0)
+        with contextlib.suppress(TypeError):  # (not weakly referenceable: asked each time)
+            if self._holders.get(optimizer) == key:
+                return True  # (the same parameters as when it was found to hold the model's)
+        ids = {id(p) for p in self._model.parameters()}
+        holds = any(id(p) in ids for group in groups for p in group.get("params", ()))
+        if holds:
+            with contextlib.suppress(TypeError):  # (not weakly referenceable)
+                self._holders[optimizer] = key
+        return holds
 
     def _unscaled_before(self) -> None:
         if self._told:
