@@ -305,6 +305,30 @@ def test_only_an_optimizer_of_the_models_parameters_is_read() -> None:
             assert _records(prof)[ROOT].grad_norm == pytest.approx(total, rel=1e-5)
 
 
+def test_an_optimizer_is_found_holding_the_model_once_until_its_parameters_change() -> None:
+    """The model is walked once per optimizer, not at every sampled step; an optimizer whose
+    parameters were swapped for another model's is asked again."""
+    model, other = _model(), _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    class Owner:
+        def on_error(self, where: str, error: Exception) -> None:
+            raise AssertionError(where, error)
+
+    owner = Owner()  # (the watch holds its warn-once weakly)
+    watch = loss_scale.LossScaleWatch(model, owner.on_error)
+    assert watch._holds_model(opt)
+    walks = []
+    real = model.parameters
+    model.parameters = lambda *a, **k: (walks.append(1), real(*a, **k))[1]  # type: ignore[method-assign]
+    assert watch._holds_model(opt)
+    assert walks == []  # (remembered)
+    opt.param_groups[0]["params"] = list(other.parameters())
+    assert not watch._holds_model(opt)
+    assert walks == [1]
+    assert not watch._holds_model(torch.optim.SGD(other.parameters(), lr=0.05))
+
+
 def test_a_failure_finding_the_scaler_warns_once_and_the_step_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
