@@ -386,7 +386,8 @@ def measure_capture(
 
         if memory:
             row.peak_mb, row.retained_mb = profiler_memory(plain, watched, case, handle, log)
-        row.floor = floor_us_per_call(copy.deepcopy(plain), case.forward)
+        # 9 rounds at the default 3 repeats; the --quick smoke run (1 repeat) takes 3
+        row.floor = floor_us_per_call(copy.deepcopy(plain), case.forward, repeats=3 * repeats)
     finally:
         handle.unwatch()
     return row, prof
