@@ -168,6 +168,31 @@ def test_imports_point_down_the_stages():
     assert upward == []
 
 
+def reached(edges: dict[str, dict[str, int]], sources: list[str]) -> set[str]:
+    """Every module imported by `sources`, directly or through others."""
+    seen: set[str] = set()
+    stack = list(sources)
+    while stack:
+        module = stack.pop()
+        if module not in seen:
+            seen.add(module)
+            stack.extend(edges[module])
+    return seen
+
+
+def test_stats_never_reaches_the_live_step_session():
+    """The capture hands the statistics stage plain records (`capture.session_record`), never
+    its live `StepSession`: no module of stats/ imports `capture.session`, nor anything that
+    does, and none names it."""
+    edges = graph()
+    stats = [m for m in edges if stage(m) == "stats"]
+    assert "wandb_modprof.capture.session_record" in reached(edges, stats)
+    assert "wandb_modprof.capture.session" not in reached(edges, stats)
+    assert "wandb_modprof.capture.session" in reached(edges, ["wandb_modprof.capture.hooks"])
+    named = [p.name for p in (PACKAGE / "stats").rglob("*.py") if "StepSession" in p.read_text()]
+    assert named == []
+
+
 def capture_layer(module: str) -> int | None:
     """0 for a leaf, 1.. for the sub-packages lowest first, above them the top of capture/;
     None outside capture/ (and for the package `wandb_modprof.capture` itself)."""

@@ -44,9 +44,9 @@ def test_a_session_resolves_in_the_worker_to_the_same_profile():
     captured = []
 
     class Keeping(ProfileAccumulator):
-        def add(self, session, gradients, static_fn):  # type: ignore[no-untyped-def]
-            captured.append((session, gradients, static_fn))
-            super().add(session, gradients, static_fn)
+        def add(self, record, gradients, static):  # type: ignore[no-untyped-def]
+            captured.append((record, gradients, static))
+            super().add(record, gradients, static)
 
     model, x = TinyGPT(), gpt_input()
     optimizer = torch.optim.Adam(model.parameters())
@@ -69,11 +69,11 @@ def test_a_session_resolves_in_the_worker_to_the_same_profile():
     worker = sample_worker.Worker("/nonexistent/checkpoint")
     sample_worker.handle(worker, ("start", "TinyGPT", 10_000, "", "fwd", "linear"), skip=False)
     indexes = set()
-    for session, gradients, static_fn in captured:
-        if id(static_fn.index) not in indexes:
-            indexes.add(id(static_fn.index))
-            sample_worker.handle(worker, _travelled(index_message(static_fn)), skip=False)
-        message = sample_message(session, gradients, static_fn)
+    for record, gradients, static in captured:
+        if id(static.static) not in indexes:
+            indexes.add(id(static.static))
+            sample_worker.handle(worker, _travelled(index_message(static)), skip=False)
+        message = sample_message(record, gradients, static)
         assert message is not None and message[0] == "reading"
         sample_worker.handle(worker, _travelled(message), skip=False)
     assert len(indexes) == 1  # the model did not change: its tables went once

@@ -25,8 +25,8 @@ def _messages() -> list[tuple[Any, ...]]:
     captured: list[tuple[Any, Any, Any]] = []
 
     class Keeping(ProfileAccumulator):
-        def add(self, session, gradients, static_fn):  # type: ignore[no-untyped-def]
-            captured.append((session, gradients, static_fn))
+        def add(self, record, gradients, static):  # type: ignore[no-untyped-def]
+            captured.append((record, gradients, static))
 
     model, x = TinyGPT(), gpt_input()
     handle = wandb_modprof.watch(
@@ -42,8 +42,8 @@ def _messages() -> list[tuple[Any, ...]]:
         model.zero_grad(set_to_none=True)
     handle.unwatch()
     out: list[tuple[Any, ...]] = [index_message(captured[0][2])]
-    for session, gradients, static_fn in captured:
-        message = sample_message(session, gradients, static_fn)
+    for record, gradients, static in captured:
+        message = sample_message(record, gradients, static)
         assert message is not None
         out.append(message)
     return [pickle.loads(pickle.dumps(m)) for m in out]

@@ -378,10 +378,10 @@ def test_unsampled_steps_log_nothing():
 def test_samples_wait_for_their_device_events(monkeypatch):
     """On accelerators a sample resolves only once its events completed: until then each root
     forward asks again (simulated on CPU by a clock that is not ready)."""
-    import wandb_modprof.stats.accumulator as accumulator_module
+    from wandb_modprof.capture.session_record import SessionRecord
 
     ready = {"now": False}
-    monkeypatch.setattr(accumulator_module, "last_stamp_ready", lambda session: ready["now"])
+    monkeypatch.setattr(SessionRecord, "ready", lambda record: ready["now"])
     run = RecordingRun()
     model = TinyGPT()
     x = gpt_input()

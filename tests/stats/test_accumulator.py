@@ -7,13 +7,20 @@ so deferral and forced resolution are checked without a GPU.
 
 from __future__ import annotations
 
+import pickle
 import time
+from typing import Any
 
+import pytest
 import torch
 from helpers import disabled_run
 from models import Reused
 
 import wandb_modprof
+from wandb_modprof.api.sample_message import sample_message
+from wandb_modprof.capture.memory.static_memory import StaticReadings
+from wandb_modprof.capture.session import StepSession
+from wandb_modprof.capture.session_record import SessionRecord
 
 
 class FakeEvent:
@@ -89,6 +96,67 @@ def test_resolution_waits_for_the_device_only_when_results_are_read():
     assert handle.profile().num_samples == 4
     assert clock.waits == 1
     assert handle.profile().invocations()[0].bwd_ms > 0
+
+
+def _handed(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeEventClock | None, steps: int
+) -> tuple[Any, list[tuple[Any, ...]]]:
+    """What the capture hands its sink in `steps` sampled steps of a `Reused` (on the host
+    clock, or on `clock`), each passed on to the sink."""
+    model = Reused()
+    optimizer = torch.optim.Adam(model.parameters())
+    handle = wandb_modprof.watch(
+        model, log_freq=1, structure=False, run=disabled_run(), optimizer=optimizer
+    )
+    if clock is not None:
+        handle._capture.clock = clock
+    acc = handle._capture.sink
+    handed: list[tuple[Any, ...]] = []
+    add = acc.add
+
+    def keep(*args: Any) -> None:
+        handed.append(args)
+        add(*args)
+
+    monkeypatch.setattr(acc, "add", keep)
+    x = torch.randn(8, 32)
+    for _ in range(steps):
+        model(x).sum().backward()
+        optimizer.step()
+    return handle, handed
+
+
+def test_the_sink_takes_plain_records_of_host_timed_steps(monkeypatch: pytest.MonkeyPatch):
+    """The capture hands over a `SessionRecord` per finished step, never the live session,
+    with static readings (the index's tables, the optimizer's bytes read later); the record
+    pickles (the worker's path) and resolves to the same calls there."""
+    handle, handed = _handed(monkeypatch, None, 3)
+    assert len(handed) == 3
+    for record, gradients, static in handed:
+        assert isinstance(record, SessionRecord) and not isinstance(record, StepSession)
+        assert isinstance(static, StaticReadings) and gradients is not None
+        assert record.movable and record.ready()
+        travelled = pickle.loads(pickle.dumps(record))
+        assert [i.key for i in travelled.invocations] == [i.key for i in record.invocations]
+    message = sample_message(*handed[0])
+    assert message is not None and message[0] == "reading"
+    # Adam's moments, read when handed over: at the end of the first backward there were none
+    assert sum(message[2]) > 0
+    profile = handle.unwatch()
+    assert profile.num_samples == 3
+
+
+def test_device_timed_records_keep_their_clock_and_stay_here(monkeypatch: pytest.MonkeyPatch):
+    """A device-timed step's record keeps the clock and its event stamps: it cannot leave the
+    process (the worker is never sent one) and waits for its events where it is resolved."""
+    clock = FakeEventClock()
+    handle, handed = _handed(monkeypatch, clock, 2)
+    assert len(handed) == 2
+    for record, gradients, static in handed:
+        assert isinstance(record, SessionRecord) and record.clock is clock
+        assert not record.movable and not record.ready()
+        assert sample_message(record, gradients, static) is None
+    assert handle.unwatch().num_samples == 2 and clock.waits >= 1
 
 
 def test_backlog_is_resolved_when_ready_without_waiting():

@@ -3,7 +3,7 @@ fold, table, packing the W&B rows, the report page) stays off the training threa
 
 Why a process: that work is pure Python. In a thread it holds the GIL and slows the training
 step it overlaps by about its own length; in a process the training thread pays only the
-hand-off (the sample as plain data, `capture.session_record`, pickled here: ~5 us per module
+hand-off (the sample's plain record, `capture.session_record`, pickled here: ~5 us per module
 call). The worker logs the W&B rows into the user's run itself (`sinks.wandb.wandb_attach`); where
 it cannot attach, it answers with the packed rows and the training thread logs them.
 
@@ -40,7 +40,6 @@ from __future__ import annotations
 import pickle
 import queue
 import time
-import weakref
 from typing import TYPE_CHECKING, Any
 
 from wandb_modprof._warn import warn_safely
@@ -52,13 +51,11 @@ from wandb_modprof.api.worker_supervision import (
     WAIT_SLICE_S,
     WorkerSupervisor,
 )
-from wandb_modprof.capture.memory.static_memory import StaticReader
-from wandb_modprof.capture.session_record import session_record
 from wandb_modprof.stats.accumulator import ProfileAccumulator
 from wandb_modprof.stats.quiet_gc import paused_gc
 
 if TYPE_CHECKING:
-    from wandb_modprof.capture.memory.static_memory import ModelIndex
+    from wandb_modprof.capture.memory.static_memory import StaticTable
     from wandb_modprof.records.calls import Structure
     from wandb_modprof.records.snapshot import Overhead
     from wandb_modprof.sinks.wandb.wandb_log import WandbLog
@@ -97,9 +94,9 @@ class SampleHandoff:
         # the structures handed over, by signature: a pass's structure comes again once its
         # backward is counted (`capture.structure.backward_work`) and is handed over again
         self._structures: dict[str, Structure] = {}
-        # the model index whose tables the worker holds (`index_message`): sent again only
-        # when the model changed
-        self._sent_index: weakref.ref[ModelIndex] | None = None
+        # the model index's static table the worker holds (`index_message`; each index has
+        # its own): sent again only when the model changed
+        self._sent_table: StaticTable | None = None
 
     # ---- what `watch` reads of the worker (`api.overhead`), and a fork's child ------------------
     @property
@@ -119,8 +116,8 @@ class SampleHandoff:
 
     # ---- the Remote protocol -------------------------------------------------------------
     def resolve(self, acc: ProfileAccumulator, force: bool) -> None:
-        """Hand over the finished sessions; when forced, wait for the worker and install its
-        profile in `acc` (the in-process accumulator then reads as the worker's)."""
+        """Hand over the finished sessions' records; when forced, wait for the worker and
+        install its profile in `acc` (the in-process accumulator then reads as the worker's)."""
         if not self._decide(acc):
             acc.remote = None
             acc.resolve_pending(force)
@@ -211,7 +208,7 @@ class SampleHandoff:
         if self.supervisor.retired != self._retired:
             self._retired = self.supervisor.retired
             self._outstanding, self._requested = None, 0
-            self._structures, self._sent_index = {}, None
+            self._structures, self._sent_table = {}, None
         if worker is None:
             acc.remote = None
             self.decided = False
@@ -223,8 +220,8 @@ class SampleHandoff:
             if first is None:
                 return True  # nothing to decide on yet (nothing to hand over either)
             calls = len(first.invocations)
-            movable = session_record(first) is not None
-            self.decided = movable and (self.setting == "process" or calls >= OFFLOAD_MIN_CALLS)
+            wanted = self.setting == "process" or calls >= OFFLOAD_MIN_CALLS
+            self.decided = first.movable and wanted
         return self.decided
 
     def _ship(self, acc: ProfileAccumulator) -> None:
@@ -240,14 +237,12 @@ class SampleHandoff:
         for structure in structures:
             worker.send(("structure", structure))
         self._structures.update((s.signature, s) for s in structures)
-        for session, gradients, static_fn in pending:
+        for record, gradients, static in pending:
             with paused_gc():
-                if isinstance(static_fn, StaticReader):
-                    sent = self._sent_index() if self._sent_index is not None else None
-                    if static_fn.index is not sent:
-                        worker.send(index_message(static_fn))
-                        self._sent_index = weakref.ref(static_fn.index)
-                message = sample_message(session, gradients, static_fn)
+                if static.static is not self._sent_table:
+                    worker.send(index_message(static))
+                    self._sent_table = static.static
+                message = sample_message(record, gradients, static)
             if message is None:
                 continue  # cannot happen once decided (the clock is fixed per capture)
             self.supervisor.hand(message)
@@ -304,7 +299,7 @@ class SampleHandoff:
                 if len(reply) > 4 and reply[4] is not None:  # its sample's scalars
                     self._answers.append(reply)
             elif kind == "error":
-                if reply[3] in ("sample", "reading"):
+                if reply[3] == "reading":
                     self.dropped += 1
                 text = reply[2].strip().splitlines()[-1]
                 self.supervisor.tell_once(

@@ -2,8 +2,8 @@
 
 Started by `api.sample_handoff` as `python -m wandb_modprof.api.sample_worker FD CHECKPOINT`,
 with one end of a socket pair as FD. It holds the profile's running statistics (a
-`ProfileAccumulator`), receives finished step sessions as plain data
-(`capture.session_record`) with their static memory and gradient readings, and answers log
+`ProfileAccumulator`), receives finished step sessions as plain records
+(`capture.session_record`) with their optimizer bytes and gradient readings, and answers log
 requests with what the training process needs to log: the sample count, the newest sample's
 totals, the table's columns and packed rows (`sinks.wandb.packed`), on request the HTML report page
 and the whole profile. Given the run's `AttachTarget`, it logs the rows and the page to the
@@ -34,18 +34,14 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
 from wandb_modprof.api.worker_process import BEAT, BEAT_S, read_checkpoint, write_checkpoint
 from wandb_modprof.capture.memory.gradient_readings import GradientReading, GradientState
-from wandb_modprof.capture.memory.static_memory import (
-    Members,
-    StaticMemory,
-    StaticTable,
-    static_of,
-)
+from wandb_modprof.capture.memory.static_memory import Members, StaticReadings, StaticTable
+from wandb_modprof.capture.session_record import SessionRecord
 from wandb_modprof.records.snapshot import ProfileData
 from wandb_modprof.sinks.wandb.wandb_attach import AttachedRun, AttachTarget
 from wandb_modprof.stats.accumulator import ProfileAccumulator
@@ -98,22 +94,17 @@ class Worker:
             self.acc.restore_state(saved[1])
             self.saved = self.acc.num_samples
 
-    def add(
-        self, record: Any, static: Mapping[str, StaticMemory], gradients: GradientState | None
-    ) -> None:
-        assert self.acc is not None
-        given = _Given(gradients) if gradients is not None else None
-        self.acc.add(record, given, lambda names: static)  # type: ignore[arg-type]
-
     def add_reading(
-        self, record: Any, optim: list[int] | None, reading: GradientReading | None
+        self, record: SessionRecord, optim: list[int] | None, reading: GradientReading | None
     ) -> None:
         """A sample with per-parameter readings, resolved per module against the newest
         index tables (`sample_handoff.sample_message`)."""
+        assert self.acc is not None
         members, static = self.tables
         names = {inv.name for inv in record.invocations}
-        gradients = reading.resolve(members, names) if reading is not None else None
-        self.add(record, static_of(static, members, names, optim), gradients)
+        given = _Given(reading.resolve(members, names)) if reading is not None else None
+        # (`_Given` answers `resolve` as `PendingGradientState` does: the reading is done)
+        self.acc.add(record, given, StaticReadings(members, static, optim))  # type: ignore[arg-type]
 
     def save(self) -> None:
         """The statistics to the checkpoint file (aside, then renamed: never half written)."""
@@ -259,7 +250,6 @@ def _add_structure(worker: Worker, structure: Any) -> None:
 
 # the messages taken without an answer, after "start"
 _TAKEN: dict[str, Callable[..., None]] = {
-    "sample": Worker.add,
     "index": _set_tables,
     "reading": Worker.add_reading,
     "structure": _add_structure,
@@ -268,13 +258,11 @@ _TAKEN: dict[str, Callable[..., None]] = {
 
 def handle(worker: Worker, message: tuple[Any, ...], skip: bool) -> tuple[Any, ...] | None:
     """One message: ("start", model, max_rows, full_detail, mode, scale, attach target);
-    ("sample", record, static, gradients); ("index", members, static table); ("reading",
-    record, optimizer bytes, gradient reading); ("structure", structure); ("log", serial,
-    final, want_file, report, overhead);
+    ("index", members, static table); ("reading", record, optimizer bytes, gradient reading);
+    ("structure", structure); ("log", serial, final, want_file, report, overhead);
     ("snapshot", serial) (a log's want_file: write the profile file for the artifact; a final
     log also sends the profile). Log and snapshot requests are answered (a skipped log with its
-    sample's totals and
-    count only), the others not."""
+    sample's totals and count only), the others not."""
     kind = message[0]
     if kind == "start":
         worker.start(*message[1:])

@@ -1,6 +1,6 @@
 """A finished step's backward charged to its calls: node times, checkpoint recomputes, peaks.
 
-Takes a finished `StepSession`'s node stamps (and, on CPU, the per-node memory levels read
+Takes a finished `SessionRecord`'s node stamps (and, on CPU, the per-node memory levels read
 from its memory curve); gives, per invocation, its own backward work (`BackwardTimes`):
 exclusive node times (nested nodes, recomputes and our hooks' own time taken out) charged to
 the calls that own the nodes, each recompute's time to the call it repeats, the number of
@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from wandb_modprof.capture.backward.recompute import roll_up_recomputes
-from wandb_modprof.capture.session import StepSession
+from wandb_modprof.capture.session_record import SessionRecord
 
 # Per node: the live bytes as it started and the most live while it ran.
 NodeMemory = tuple[list[int | None], list[int | None]]
@@ -31,7 +31,7 @@ def stamped(offset: float) -> bool:
 
 @dataclass
 class BackwardTimes:
-    """Per invocation (indexed as `session.invocations`): its own backward work, then, after
+    """Per invocation (indexed as `record.invocations`): its own backward work, then, after
     `resolve`'s roll-up, with its descendants'. Node and recompute offsets are kept for the
     trace."""
 
@@ -55,13 +55,13 @@ class BackwardTimes:
         )  # fmt: skip
 
 
-def backward_times(session: StepSession, node_mem: NodeMemory | None = None) -> BackwardTimes:
+def backward_times(record: SessionRecord, node_mem: NodeMemory | None = None) -> BackwardTimes:
     """Exclusive node times (nested nodes and recomputes taken out) charged to their owners;
     `node_mem`: per node the live bytes as it started and the most live while it ran, read
-    from the CPU curve (default: the allocator's, from the session)."""
-    clock, ref = session.clock, session.ref_stamp
-    back = BackwardTimes.empty(len(session.invocations))
-    nodes = session.nodes
+    from the CPU curve (default: the allocator's, from the record)."""
+    clock, ref = record.clock, record.ref_stamp
+    back = BackwardTimes.empty(len(record.invocations))
+    nodes = record.nodes
     back.t0 = t0 = clock.offsets_ms(ref, nodes.t0)
     back.t1 = t1 = clock.offsets_ms(ref, nodes.t1)
     ran = [stamped(a) and stamped(b) for a, b in zip(t0, t1, strict=True)]
@@ -72,7 +72,7 @@ def backward_times(session: StepSession, node_mem: NodeMemory | None = None) -> 
     for j, outer in enumerate(nodes.enclosing):
         if ran[j] and outer >= 0:
             excl[outer] -= dur[j]
-    _charge_recomputes(session, back, excl)
+    _charge_recomputes(record, back, excl)
     alloc0, peaks = node_mem if node_mem is not None else (nodes.alloc0, nodes.peak)
     for j, owner in enumerate(nodes.owner):
         if not ran[j]:
@@ -90,12 +90,12 @@ def backward_times(session: StepSession, node_mem: NodeMemory | None = None) -> 
     return back
 
 
-def _charge_recomputes(session: StepSession, back: BackwardTimes, excl: list[float]) -> None:
+def _charge_recomputes(record: SessionRecord, back: BackwardTimes, excl: list[float]) -> None:
     """A recompute's time goes to the call it repeats (its `recompute_ms`, and its backward
     self time), and out of the node it ran inside."""
-    recs = session.recomputes
-    back.r_off = r_off = session.clock.offsets_ms(
-        session.ref_stamp, [t for r in recs for t in (r.t0, r.t1)]
+    recs = record.recomputes
+    back.r_off = r_off = record.clock.offsets_ms(
+        record.ref_stamp, [t for r in recs for t in (r.t0, r.t1)]
     )
     r_dur = [
         r_off[2 * k + 1] - r_off[2 * k] - (r.own1 - r.own0) / 1e6
@@ -120,4 +120,4 @@ def _charge_recomputes(session: StepSession, back: BackwardTimes, excl: list[flo
         if r.orig >= 0:
             back.recompute[r.orig] += r_dur[k]
             back.recomputed[r.orig] = True
-    roll_up_recomputes([inv.parent for inv in session.invocations], back.recompute, back.recomputed)
+    roll_up_recomputes([inv.parent for inv in record.invocations], back.recompute, back.recomputed)

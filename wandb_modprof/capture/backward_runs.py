@@ -1,7 +1,7 @@
 """A finished step's backward as runs for traces: every node execution and checkpoint
 recompute, in start order, owned by the call it was charged to.
 
-Takes a finished `StepSession` and the node and recompute offsets that `backward_charges`
+Takes a finished `SessionRecord` and the node and recompute offsets that `backward_charges`
 read from its stamps; gives the `records.sample.BackwardRun`s of `Sample.runs`.
 
 Runs in `resolve`, after the step: nothing here costs the sampled step anything.
@@ -12,18 +12,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from wandb_modprof.capture.backward_charges import stamped
-from wandb_modprof.capture.session import StepSession
+from wandb_modprof.capture.session_record import SessionRecord
 from wandb_modprof.records.frozen import frozen
 from wandb_modprof.records.sample import BackwardRun
 
 
 def backward_runs(
-    session: StepSession, t0: list[float], t1: list[float], r_off: list[float]
+    record: SessionRecord, t0: list[float], t1: list[float], r_off: list[float]
 ) -> tuple[BackwardRun, ...]:
     """Every node execution and checkpoint recompute of the backward, in start order."""
-    invs = session.invocations
+    invs = record.invocations
     runs: list[BackwardRun] = []
-    nodes = session.nodes
+    nodes = record.nodes
     for j, owner in enumerate(nodes.owner):
         if owner >= 0 and stamped(t0[j]) and stamped(t1[j]):
             # (`frozen`: one run per node that ran, ~90,000 in a 28,000-call MoE step)
@@ -33,12 +33,12 @@ def backward_runs(
                 "thread_id": nodes.thread[j],
             }  # fmt: skip
             runs.append(frozen(BackwardRun, cells))
-    for k, r in enumerate(session.recomputes):
+    for k, r in enumerate(record.recomputes):
         start, end = r_off[2 * k], r_off[2 * k + 1]
         if r.orig < 0 or not (stamped(start) and stamped(end)):
             continue
         node = r.enclosing_node
-        thread = session.nodes.thread[node] if node >= 0 else session.forward_thread
+        thread = record.nodes.thread[node] if node >= 0 else record.forward_thread
         key = invs[r.orig].key
         runs.append(BackwardRun("recompute", key, -1, key, start, end, thread))
     runs.sort(key=lambda run: (run.start_ms, -run.end_ms))

@@ -1,6 +1,6 @@
 """The memory curve of one finished step, and on CPU the per-call peaks read from it.
 
-Takes a finished `StepSession` (and, on CPU, the parameter, buffer and gradient bytes of the
+Takes a finished `SessionRecord` (and, on CPU, the parameter, buffer and gradient bytes of the
 root); gives a `records.sample.MemoryCurve` and, on CPU, a `SavedLevels` that answers "what
 was live at time t" and "the most that was live between a and b".
 
@@ -26,7 +26,7 @@ import bisect
 import math
 from dataclasses import dataclass
 
-from wandb_modprof.capture.session import StepSession
+from wandb_modprof.capture.session_record import SessionRecord
 from wandb_modprof.records.sample import MemoryCurve
 
 
@@ -56,15 +56,15 @@ class SavedLevels:
 
 
 def saved_levels(
-    session: StepSession, static_bytes: int, grad_bytes_end: int | None
+    record: SessionRecord, static_bytes: int, grad_bytes_end: int | None
 ) -> SavedLevels:
-    """The CPU curve of `session` (CpuClock stamps: `perf_counter_ns`). `static_bytes` are the
+    """The CPU curve of `record` (CpuClock stamps: `perf_counter_ns`). `static_bytes` are the
     root's parameter and buffer bytes; `grad_bytes_end` its gradient bytes at the end of the
     step (None: not read), of which those no AccumulateGrad node created existed before."""
-    assert session.activations is not None and session.activations.curve is not None
-    ref = int(session.ref_stamp)
-    nodes = session.nodes
-    raw = list(session.activations.curve)  # copied: a late release may still append
+    assert record.activations is not None and record.activations.curve is not None
+    ref = int(record.ref_stamp)
+    nodes = record.nodes
+    raw = list(record.activations.curve)  # copied: a late release may still append
     events = [(raw[k] - ref, raw[k + 1]) for k in range(0, len(raw) - 1, 2)]
     created = 0
     for j, extra in enumerate(nodes.grad_new):
@@ -72,7 +72,7 @@ def saved_levels(
         if extra and t1 is not None and nodes.t0[j] is not None:
             events.append((int(t1) - ref, extra))
             created += extra
-    end = session.bwd_t_end if session.bwd_t_end is not None else session.invocations[0].t1
+    end = record.bwd_t_end if record.bwd_t_end is not None else record.invocations[0].t1
     if end is not None:
         # Releases after the step (a retained graph freed later) belong to no call of it.
         events = [e for e in events if e[0] <= int(end) - ref]
@@ -87,23 +87,23 @@ def saved_levels(
     return SavedLevels(baseline, tuple(e[0] for e in events), tuple(levels))
 
 
-def forward_peaks(session: StepSession, levels: SavedLevels) -> list[int | None]:
+def forward_peaks(record: SessionRecord, levels: SavedLevels) -> list[int | None]:
     """Per call: the most live during its forward above what was live as it started."""
-    ref = int(session.ref_stamp)
+    ref = int(record.ref_stamp)
     out: list[int | None] = []
-    for inv in session.invocations:
+    for inv in record.invocations:
         a, b = int(inv.t0) - ref, int(inv.t1) - ref
         out.append(max(0, levels.most(a, b) - levels.at(a)))
     return out
 
 
 def node_levels(
-    session: StepSession, levels: SavedLevels
+    record: SessionRecord, levels: SavedLevels
 ) -> tuple[list[int | None], list[int | None]]:
     """Per backward node slot: live as it started and the most live while it ran (None: it did
     not run), what `resolve` folds into each call's backward peak."""
-    ref = int(session.ref_stamp)
-    nodes = session.nodes
+    ref = int(record.ref_stamp)
+    nodes = record.nodes
     base: list[int | None] = [None] * len(nodes)
     peak: list[int | None] = [None] * len(nodes)
     for j in range(len(nodes)):
@@ -116,16 +116,16 @@ def node_levels(
     return base, peak
 
 
-def device_curve(session: StepSession) -> MemoryCurve:
+def device_curve(record: SessionRecord) -> MemoryCurve:
     """The accelerator curve: allocated bytes at every module and backward node boundary."""
     stamps: list[object] = []
     values: list[int] = []
-    for inv in session.invocations:
+    for inv in record.invocations:
         for stamp, value in ((inv.t0, inv.mem_alloc0), (inv.t1, inv.mem_alloc1)):
             if stamp is not None and value is not None:
                 stamps.append(stamp)
                 values.append(value)
-    nodes = session.nodes
+    nodes = record.nodes
     for j in range(len(nodes)):
         if nodes.t1[j] is None:
             continue  # did not run (or its post hook never came)
@@ -133,7 +133,7 @@ def device_curve(session: StepSession) -> MemoryCurve:
             if stamp is not None and value is not None:
                 stamps.append(stamp)
                 values.append(value)
-    offsets = session.clock.offsets_ms(session.ref_stamp, stamps)
+    offsets = record.clock.offsets_ms(record.ref_stamp, stamps)
     pairs = [(t, v) for t, v in zip(offsets, values, strict=True) if not math.isnan(t)]
     points = sorted(pairs, key=lambda p: p[0])  # stable: ties keep the order they were read
     return MemoryCurve("device", tuple(p[0] for p in points), tuple(p[1] for p in points))

@@ -1,4 +1,5 @@
-"""Turn a finished step session (stamps, node slots, byte counts) into invocation records.
+"""Turn a finished step session's record (`session_record.SessionRecord`: stamps, node slots,
+byte counts) into invocation records.
 
 Runs after the step: on an accelerator only once the step's timing events have completed, so
 nothing here can stall training.
@@ -19,47 +20,38 @@ from wandb_modprof.capture.backward_runs import backward_runs
 from wandb_modprof.capture.forward.invocation import rows_of
 from wandb_modprof.capture.memory.gradient_readings import GradientState
 from wandb_modprof.capture.memory.static_memory import StaticMemory
-from wandb_modprof.capture.session import StepSession
+from wandb_modprof.capture.session_record import SessionRecord
 from wandb_modprof.capture.step.clock import CpuClock
 from wandb_modprof.capture.step_phases import step_phases
 from wandb_modprof.records.frozen import frozen
 from wandb_modprof.records.sample import InvocationRecord, MemoryCurve, Sample, StepTotals
 
 
-def last_stamp_ready(session: StepSession) -> bool:
-    last = session.bwd_t_end if session.bwd_t_end is not None else session.invocations[0].t1
-    return session.clock.ready(last)
-
-
-def wait(session: StepSession) -> None:
-    last = session.bwd_t_end if session.bwd_t_end is not None else session.invocations[0].t1
-    session.clock.wait(last)
-
-
 def resolve(
-    session: StepSession,
+    record: SessionRecord,
     static: Mapping[str, StaticMemory],
     gradients: GradientState | None,
 ) -> Sample:
-    """The sample of a finished session: one `InvocationRecord` per call (forward times from
-    the call stamps; backward times from node stamps charged to their owners, recomputes to
-    the calls they repeat, then summed up the call tree; memory from the byte counters and the
-    static / gradient readings taken at the end of the step) and the step totals."""
-    clock, ref = session.clock, session.ref_stamp
-    invs = session.invocations
-    fwd_start, fwd, fwd_self, fwd_wall = _forward_times(session)
-    curve, fwd_peak, node_mem = _memory(session, static, gradients)
+    """The sample of a finished session's record: one `InvocationRecord` per call (forward
+    times from the call stamps; backward times from node stamps charged to their owners,
+    recomputes to the calls they repeat, then summed up the call tree; memory from the byte
+    counters and the static / gradient readings taken at the end of the step) and the step
+    totals."""
+    clock, ref = record.clock, record.ref_stamp
+    invs = record.invocations
+    fwd_start, fwd, fwd_self, fwd_wall = _forward_times(record)
+    curve, fwd_peak, node_mem = _memory(record, static, gradients)
     back = (
-        backward_times(session, node_mem) if session.bwd_started else BackwardTimes.empty(len(invs))
+        backward_times(record, node_mem) if record.bwd_started else BackwardTimes.empty(len(invs))
     )
     act_self: list[int | None] = [None] * len(invs)
-    if session.activations is not None:
-        counts = session.activations.bytes_by_invocation
+    if record.activations is not None:
+        counts = record.activations.bytes_by_invocation
         act_self = [counts.get(i, 0) for i in range(len(invs))]
-    bwd, act = _roll_up(session, back, act_self)
+    bwd, act = _roll_up(record, back, act_self)
     records = [
         _record(
-            session,
+            record,
             i,
             static,
             gradients,
@@ -73,51 +65,51 @@ def resolve(
         for i in range(len(invs))
     ]
     bwd_total = None
-    if session.bwd_started:
-        begin, end = clock.offsets_ms(ref, [session.bwd_t_begin, session.bwd_t_end])
+    if record.bwd_started:
+        begin, end = clock.offsets_ms(ref, [record.bwd_t_begin, record.bwd_t_end])
         bwd_total = end - begin
     phases = step_phases(
-        session.phase_stamps,
+        record.phase_stamps,
         clock,
         ref,
         fwd[0],
-        bwd[0] if session.bwd_started else None,
-        session.bwd_t_begin,
+        bwd[0] if record.bwd_started else None,
+        record.bwd_t_begin,
     )
     totals = StepTotals(fwd_ms=fwd[0], bwd_ms=bwd_total, act_bytes=act[0], phases=phases)
     return Sample(
-        step=session.step,
+        step=record.step,
         invocations=tuple(records),
         totals=totals,
-        forward_thread_id=session.forward_thread,
-        runs=backward_runs(session, back.t0, back.t1, back.r_off) if session.bwd_started else (),
+        forward_thread_id=record.forward_thread,
+        runs=backward_runs(record, back.t0, back.t1, back.r_off) if record.bwd_started else (),
         host_origin_ns=ref if isinstance(clock, CpuClock) else None,
         memory=curve,
-        cold_start=session.cold_start,
+        cold_start=record.cold_start,
     )
 
 
 def _memory(
-    session: StepSession,
+    record: SessionRecord,
     static: Mapping[str, StaticMemory],
     gradients: GradientState | None,
 ) -> tuple[MemoryCurve | None, list[int | None] | None, NodeMemory | None]:
     """The step's memory curve; on CPU also the per-call forward peaks and per-node levels read
-    from it (on an accelerator those come from the allocator's peak counter, in the session).
+    from it (on an accelerator those come from the allocator's peak counter, in the record).
     A failure here loses the curve, never the sample."""
     try:
-        if session.memory is not None:
-            return memory_curve.device_curve(session), None, None
-        counter = session.activations
-        if counter is None or counter.curve is None or not isinstance(session.clock, CpuClock):
+        if record.device_memory:
+            return memory_curve.device_curve(record), None, None
+        counter = record.activations
+        if counter is None or counter.curve is None or not isinstance(record.clock, CpuClock):
             return None, None, None
-        root = session.invocations[0]
+        root = record.invocations[0]
         st = static.get(root.name)
         static_bytes = st.param_bytes + st.buffer_bytes if st is not None else 0
         grads = gradients.grad_bytes.get(root.name) if gradients is not None else None
-        levels = memory_curve.saved_levels(session, static_bytes, grads)
-        peaks = memory_curve.forward_peaks(session, levels)
-        nodes = memory_curve.node_levels(session, levels) if session.bwd_started else None
+        levels = memory_curve.saved_levels(record, static_bytes, grads)
+        peaks = memory_curve.forward_peaks(record, levels)
+        nodes = memory_curve.node_levels(record, levels) if record.bwd_started else None
         return levels.curve(), peaks, nodes
     except Exception as error:  # the curve is extra: the sample's other numbers stand
         # (the default warnings filter shows this once per place, not once per step)
@@ -126,15 +118,15 @@ def _memory(
 
 
 def _forward_times(
-    session: StepSession,
+    record: SessionRecord,
 ) -> tuple[list[float], list[float], list[float], list[float]]:
     """Per call: forward start offset, inclusive forward time and self time (children out),
     both less our own hook time inside the window (`CpuClock.own_at`), and the wall-clock
     window (what traces draw)."""
-    invs = session.invocations
+    invs = record.invocations
     n = len(invs)
-    stamps = session.clock.offsets_ms(
-        session.ref_stamp, [t for inv in invs for t in (inv.t0, inv.t1)]
+    stamps = record.clock.offsets_ms(
+        record.ref_stamp, [t for inv in invs for t in (inv.t0, inv.t1)]
     )
     fwd_start, fwd_end = stamps[0::2], stamps[1::2]
     wall = [fwd_end[i] - fwd_start[i] for i in range(n)]
@@ -153,11 +145,11 @@ def _forward_times(
 
 
 def _roll_up(
-    session: StepSession, back: BackwardTimes, act_self: list[int | None]
+    record: SessionRecord, back: BackwardTimes, act_self: list[int | None]
 ) -> tuple[list[float], list[int | None]]:
     """Inclusive backward time and activation bytes: each call's own plus its descendants'
     (node counts, first / last node and peaks are folded into `back` in place)."""
-    invs = session.invocations
+    invs = record.invocations
     act: list[int | None] = list(act_self)
     bwd = list(back.bwd_self)
     first, last, first_alloc, peak = back.first, back.last, back.first_alloc, back.peak
@@ -180,7 +172,7 @@ def _roll_up(
 
 
 def _record(
-    session: StepSession,
+    record: SessionRecord,
     i: int,
     static: Mapping[str, StaticMemory],
     gradients: GradientState | None,
@@ -192,10 +184,10 @@ def _record(
     fwd_peak: list[int | None] | None,
 ) -> InvocationRecord:
     # One field per metric, in the record's order: splitting it would only scatter the list.
-    invs = session.invocations
+    invs = record.invocations
     inv = invs[i]
     fwd_start, fwd, fwd_self, fwd_wall = forward
-    has_bwd = session.bwd_started
+    has_bwd = record.bwd_started
     st = static.get(inv.name)
     ran_any = back.nodes_run[i] > 0
     first, last = back.first[i], back.last[i]
@@ -243,7 +235,7 @@ def _record(
             "bwd_mem_peak_bytes": _peak_over(back.peak[i], back.first_alloc[i]),
             "param_norm": gradients.param_norm.get(inv.name) if gradients is not None else None,
             "grad_norm": gradients.grad_norm.get(inv.name) if gradients is not None else None,
-            "gc_ms": session.gc.ms(i),
+            "gc_ms": record.gc.ms(i),
             "fwd_wall_ms": fwd_wall[i],
             "rows": rows_of(inv.shapes),
         },

@@ -5,8 +5,10 @@
 whichever is listening (a checkpoint recompute of a running backward, a structure pass, or the
 timed forward); `end_forward` queues the session for its backward at the root's exit; when the
 backward ends the gradients are read, before the optimizer or `zero_grad` runs (their norms
-to be divided by a GradScaler's loss scale), and the session goes to the sink (`_on_finish`).
-An internal error drops the sample, warns once and never breaks training (`internal_error`).
+to be divided by a GradScaler's loss scale), and the session goes to the sink as plain data:
+its `SessionRecord` (`session_record`), the pending gradient readings and the static readings
+(`_on_finish`). An internal error drops the sample, warns once and never breaks training
+(`internal_error`).
 
 `SessionHooks` owns the sessions: the timed forward running now (`forward`), those whose
 backward may still come (`pending`), those whose saved-tensor hooks await popping (`stale`),
@@ -29,10 +31,11 @@ from wandb_modprof.capture.inert_hook import under_compile
 from wandb_modprof.capture.memory.device_memory import DeviceMemory
 from wandb_modprof.capture.memory.gradient_readings import gradient_state
 from wandb_modprof.capture.memory.loss_scale import LossScaleWatch
-from wandb_modprof.capture.memory.static_memory import ROOT_NAME, StaticReader
+from wandb_modprof.capture.memory.static_memory import ROOT_NAME, static_readings
 from wandb_modprof.capture.model.wrappers import type_name
 from wandb_modprof.capture.options import Options
 from wandb_modprof.capture.session import StepSession
+from wandb_modprof.capture.session_record import ActivationCounts, GcCharges, SessionRecord
 from wandb_modprof.capture.sink import SampleSink
 from wandb_modprof.capture.step import gc_pause
 from wandb_modprof.capture.step import torch_private as tp
@@ -263,7 +266,8 @@ class SessionHooks:
             else:
                 gradients = None
             # Optimizer state is read when the sample is resolved, after optimizer.step().
-            self.sink.add(session, gradients, StaticReader(index, self.optimizer))
+            static = static_readings(index, self.optimizer)
+            self.sink.add(session_record(session), gradients, static)
             self.sample_due = self.after_sample is not None
             self.phase_watch.after_backward(session.phase_stamps, session.clock)
         except Exception as error:
@@ -296,3 +300,29 @@ class SessionHooks:
             if where == ROOT_NAME:
                 self.structures.end()
         self.errors.warn_once(where, error)
+
+
+def session_record(session: StepSession) -> SessionRecord:
+    """A finished `session` as the plain data the sink takes: its lists and tables
+    referenced, not copied (a few attribute reads on the sampled step)."""
+    counter = session.activations
+    activations = None
+    if counter is not None:
+        activations = ActivationCounts(counter.bytes_by_invocation, counter.curve)
+    return SessionRecord(
+        step=session.step,
+        clock=session.clock,
+        invocations=session.invocations,
+        nodes=session.nodes,
+        recomputes=session.recomputes,
+        activations=activations,
+        gc=GcCharges(session.gc.charged),
+        ref_stamp=session.ref_stamp,
+        bwd_started=session.bwd_started,
+        bwd_t_begin=session.bwd_t_begin,
+        bwd_t_end=session.bwd_t_end,
+        forward_thread=session.forward_thread,
+        device_memory=session.memory is not None,
+        cold_start=session.cold_start,
+        phase_stamps=session.phase_stamps,
+    )

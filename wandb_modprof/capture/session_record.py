@@ -1,10 +1,16 @@
 """A finished step session as plain data: what `resolve` reads, and nothing that holds the
-model, a tensor, a hook or a callback, so that it pickles and resolves in another process.
+model, a tensor, a hook or a callback. It is what the capture hands to the statistics stage
+(`sink.SampleSink.add`) for every finished session.
 
-`watch` hands large samples to a worker process (`api.sample_worker`); the session itself
-cannot travel (it holds bound methods of the capture, the garbage-collector watch, the
-saved-tensor counter). Only host-clock sessions travel: an accelerator's timing events belong
-to the process that recorded them, so device-timed samples resolve in-process.
+The session itself stays in the capture: it holds bound methods of the capture, the
+garbage-collector watch and the saved-tensor counter. The record references the session's
+lists and tables (the calls, the node table, the recomputes, the saved-bytes curve), never
+copies them: building it costs the sampled step a few attribute reads.
+
+A host-clock record pickles (`watch` hands large samples to a worker process,
+`api.sample_worker`). A device-clock record keeps the clock and its event stamps, whose
+events belong to the process that recorded them, and the device memory readings in its calls
+and nodes: it resolves in-process (`movable`).
 """
 
 from __future__ import annotations
@@ -15,21 +21,21 @@ from typing import Any
 
 from wandb_modprof.capture.backward.nodes import NodeTable
 from wandb_modprof.capture.forward.invocation import Invocation, Recompute
-from wandb_modprof.capture.session import StepSession
-from wandb_modprof.capture.step.clock import CpuClock
+from wandb_modprof.capture.step.clock import Clock, CpuClock
 from wandb_modprof.capture.step_phases import PhaseStamps
 
 
-@dataclass
+@dataclass(frozen=True)
 class ActivationCounts:
     """The saved-tensor counter's results: bytes saved per invocation index and the CPU
-    memory curve (alternating stamps and byte deltas; None: no curve)."""
+    memory curve (alternating stamps and byte deltas; None: no curve). The counter's own dict
+    and list: its curve takes no entry after the step's end (`ActivationCounter.stop_curve`)."""
 
     bytes_by_invocation: dict[int, int]
     curve: list[int] | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class GcCharges:
     """Garbage-collection time charged per invocation index (host nanoseconds)."""
 
@@ -39,12 +45,16 @@ class GcCharges:
         return self.charged.get(index, 0) / 1e6
 
 
-@dataclass
+@dataclass(frozen=True)
 class SessionRecord:
-    """The fields of a finished `StepSession` that `capture.resolve` reads."""
+    """The fields of a finished `StepSession` that `capture.resolve` reads.
 
-    step: int | None
-    clock: CpuClock
+    `phase_stamps` is the session's own: the capture still stamps the optimizer step and the
+    next forward into it after the hand-off (`step_phases.PhaseWatch`), and the record is read
+    (resolved, or pickled for the worker) from the next root forward on."""
+
+    step: int
+    clock: Clock
     invocations: list[Invocation]
     nodes: NodeTable
     recomputes: list[Recompute]
@@ -55,9 +65,28 @@ class SessionRecord:
     bwd_t_begin: Any
     bwd_t_end: Any
     forward_thread: int
-    memory: None = None  # host-clock sessions only: no device allocator readings
+    # The calls and nodes carry the device allocator's readings (`mem_alloc0`, `alloc0`, ...):
+    # the memory curve is read from them, not from the saved bytes.
+    device_memory: bool = False
     cold_start: bool = False
     phase_stamps: PhaseStamps | None = None
+
+    @property
+    def movable(self) -> bool:
+        """It can resolve in another process: host stamps, no device readings."""
+        return isinstance(self.clock, CpuClock) and not self.device_memory
+
+    def last_stamp(self) -> Any:
+        """The step's last stamp: the backward's end, or the forward's without a backward."""
+        return self.bwd_t_end if self.bwd_t_end is not None else self.invocations[0].t1
+
+    def ready(self) -> bool:
+        """Every stamp has completed (always on the host; a device's events may still run)."""
+        return self.clock.ready(self.last_stamp())
+
+    def wait(self) -> None:
+        """Wait for the step's device events to complete (no wait on the host)."""
+        self.clock.wait(self.last_stamp())
 
     # Pickled with the invocations as columns (one list per slot): the default pickling of
     # 10,000 slotted objects builds a state dict per object (83 ms to pickle and 55 ms to
@@ -82,7 +111,7 @@ class SessionRecord:
             invocations.append(inv)
         state["invocations"] = invocations
         for name, value in state.items():
-            setattr(self, name, value)
+            object.__setattr__(self, name, value)  # (frozen: set once, as `__init__` does)
 
 
 _SLOTS = attrgetter(*Invocation.__slots__)
@@ -97,31 +126,3 @@ def _shared(shapes: list[Any]) -> list[Any]:
         return [seen.setdefault(shape, shape) for shape in shapes]
     except TypeError:  # an unhashable shape: pickled as it is
         return shapes
-
-
-def session_record(session: StepSession) -> SessionRecord | None:
-    """`session` as plain data, or None when it cannot leave the process (device timing or
-    device memory readings)."""
-    if not isinstance(session.clock, CpuClock) or session.memory is not None:
-        return None
-    counter = session.activations
-    activations = None
-    if counter is not None:
-        curve = None if counter.curve is None else list(counter.curve)
-        activations = ActivationCounts(dict(counter.bytes_by_invocation), curve)
-    return SessionRecord(
-        step=session.step,
-        clock=session.clock,
-        invocations=session.invocations,
-        nodes=session.nodes,
-        recomputes=session.recomputes,
-        activations=activations,
-        gc=GcCharges(dict(session.gc.charged)),
-        ref_stamp=session.ref_stamp,
-        bwd_started=session.bwd_started,
-        bwd_t_begin=session.bwd_t_begin,
-        bwd_t_end=session.bwd_t_end,
-        forward_thread=session.forward_thread,
-        cold_start=session.cold_start,
-        phase_stamps=session.phase_stamps,
-    )

@@ -1,4 +1,8 @@
-"""Records: the plain, frozen data that crosses every stage boundary (no hooks, no I/O).
+"""Records: the plain, frozen data the stages above the capture speak (no hooks, no I/O).
+
+The capture hands the statistics stage its own plain, frozen record of each finished step
+(`capture.session_record.SessionRecord`: it holds capture types), which `capture.resolve`
+turns into these; from there on every boundary carries records from here.
 
 Takes nothing; gives the types every other stage speaks: one `InvocationRecord` per module
 call of a sample and the `Sample` holding them (`sample`), running statistics per call key

@@ -1,6 +1,6 @@
-"""The live side of a profile: finished step sessions wait here until they are resolved into
-samples, which fold into running statistics; structure passes and per-rank data are kept
-beside them. `snapshot()` freezes all of it into one `ProfileData` for the readers.
+"""The live side of a profile: finished step sessions, as plain records, wait here until they
+are resolved into samples, which fold into running statistics; structure passes and per-rank
+data are kept beside them. `snapshot()` freezes all of it into one `ProfileData` for the readers.
 
 The capture pushes into it (it satisfies `capture.sink.SampleSink` without importing it);
 `api.profile.Profile` reads it. Resolution is lazy (when results are read) to keep it off the
@@ -13,10 +13,9 @@ from __future__ import annotations
 import pickle
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from wandb_modprof.capture.resolve import last_stamp_ready, resolve, wait
+from wandb_modprof.capture.resolve import resolve
 from wandb_modprof.records.snapshot import Overhead, ProfileData
 from wandb_modprof.stats.phase_stats import PhaseFold
 from wandb_modprof.stats.quiet_gc import paused_gc
@@ -24,20 +23,20 @@ from wandb_modprof.stats.running import StatsAccumulator
 
 if TYPE_CHECKING:
     from wandb_modprof.capture.memory.gradient_readings import PendingGradientState
-    from wandb_modprof.capture.memory.static_memory import StaticMemory
-    from wandb_modprof.capture.session import StepSession
+    from wandb_modprof.capture.memory.static_memory import StaticReadings
+    from wandb_modprof.capture.session_record import SessionRecord
     from wandb_modprof.records.calls import Structure
     from wandb_modprof.records.phases import PhaseStats, StepPhases
     from wandb_modprof.records.ranks import RankData
 from wandb_modprof.records.sample import ModuleStats, Sample
 
 MAX_UNRESOLVED = 8
-StaticFn = Callable[[set[str]], Mapping[str, "StaticMemory"]]
-Pending = tuple["StepSession", "PendingGradientState | None", StaticFn]
+# a finished session's record with its readings (`capture.sink.SampleSink.add`)
+Pending = tuple["SessionRecord", "PendingGradientState | None", "StaticReadings"]
 
 
 class Remote(Protocol):
-    """Resolves an accumulator's sessions elsewhere (`watch`'s worker process,
+    """Resolves an accumulator's pending records elsewhere (`watch`'s worker process,
     `api.sample_handoff`): takes them with `take_pending` and, when forced, installs the
     profile resolved there with `load`."""
 
@@ -70,7 +69,7 @@ class ProfileAccumulator:
         # Every rank's compact statistics, folded by rank 0 of a distributed `watch` when it
         # logs (`api.distributed.RankChannel.collect`); None: no distributed data.
         self._ranks: RankData | None = None
-        self.remote: Remote | None = None  # set: sessions are resolved by it, not here
+        self.remote: Remote | None = None  # set: records are resolved by it, not here
         # A profile resolved by a `Remote`, pickled, read at the first read of its contents
         # (`load_pickled`): `unwatch()` need not wait for a large profile's decoding.
         self._deferred: bytes | None = None
@@ -92,12 +91,12 @@ class ProfileAccumulator:
     # ---- filled by the capture -------------------------------------------------------------
     def add(
         self,
-        session: StepSession,
+        record: SessionRecord,
         gradients: PendingGradientState | None,
-        static_fn: StaticFn,
+        static: StaticReadings,
     ) -> None:
         with self._lock:
-            self._pending.append((session, gradients, static_fn))
+            self._pending.append((record, gradients, static))
             backlog = len(self._pending) > MAX_UNRESOLVED
         if backlog:
             self.resolve_pending(force=False)
@@ -122,16 +121,16 @@ class ProfileAccumulator:
             return
         with self._lock, paused_gc():
             while self._pending:
-                session, gradients, static_fn = self._pending[0]
-                if not force and not last_stamp_ready(session):
+                record, gradients, static = self._pending[0]
+                if not force and not record.ready():
                     break
                 if force:
-                    wait(session)
+                    record.wait()
                 self._pending.popleft()
-                names = {inv.name for inv in session.invocations}
+                names = {inv.name for inv in record.invocations}
                 sample = resolve(
-                    session,
-                    static_fn(names),
+                    record,
+                    static.resolve(names),
                     gradients.resolve() if gradients is not None else None,
                 )
                 self._take(sample)
@@ -153,13 +152,14 @@ class ProfileAccumulator:
         self._num_samples += 1
         self._last = sample
 
-    def first_pending(self) -> StepSession | None:
-        """The oldest finished session not resolved yet."""
+    def first_pending(self) -> SessionRecord | None:
+        """The oldest finished session's record not resolved yet."""
         with self._lock:
             return self._pending[0][0] if self._pending else None
 
     def take_pending(self) -> list[Pending]:
-        """The finished sessions not resolved yet, removed from here (for a `Remote`)."""
+        """The finished sessions' records not resolved yet, removed from here (for a
+        `Remote`)."""
         with self._lock:
             taken = list(self._pending)
             self._pending.clear()

@@ -219,15 +219,12 @@ def _data(tensors: Iterable[torch.Tensor]) -> Iterator[torch.Tensor]:
     return (t for t in tensors if not is_lazy(t))
 
 
-def optim_bytes(index: ModelIndex, optimizer: torch.optim.Optimizer | None) -> list[int] | None:
-    """Optimizer-state bytes of each parameter of `index` (its order), read now; None: no
-    optimizer."""
-    if optimizer is None:
-        return None
+def optim_bytes(params: list[nn.Parameter], optimizer: torch.optim.Optimizer) -> list[int]:
+    """Optimizer-state bytes of each of `params` (an index's, in its order), read now."""
     optim_param: list[int] = []
     states = optimizer.state
     plain, strided = torch.Tensor, torch.strided
-    for p in index.params:
+    for p in params:
         state = states.get(p)
         total = 0
         if state:
@@ -262,21 +259,41 @@ def static_of(
     return out
 
 
-def static_memory(
-    index: ModelIndex, names: set[str], optimizer: torch.optim.Optimizer | None
-) -> dict[str, StaticMemory]:
-    """Static bytes of the named modules; optimizer-state bytes read now."""
-    return static_of(index.static, index.members, names, optim_bytes(index, optimizer))
+@dataclass(frozen=True)
+class PendingOptimizerBytes:
+    """An optimizer's state bytes per parameter, awaiting their read: read when the sample is
+    resolved or handed to the worker, after `optimizer.step()` made or grew the state (read at
+    the end of the backward, a first step would show none). Data awaiting a read, as the
+    gradient norms are: the index's parameter list (not a copy) and the optimizer."""
+
+    params: list[nn.Parameter]
+    optimizer: torch.optim.Optimizer
+
+    def read(self) -> list[int]:
+        return optim_bytes(self.params, self.optimizer)
 
 
 @dataclass(frozen=True)
-class StaticReader:
-    """How a sample's static memory is read when it is resolved (optimizer state after
-    `optimizer.step()`): in-process by calling it, in the worker process from the index's
-    tables (sent once per index) and `optim_bytes` (read here)."""
+class StaticReadings:
+    """What a sample's static memory is resolved from: the model index's per-module tables
+    (the index's own dicts, not copies; the worker gets them once per index) and the optimizer's
+    bytes per parameter (`optim`: read, awaiting their read, or None: no optimizer)."""
 
-    index: ModelIndex
-    optimizer: torch.optim.Optimizer | None
+    members: Members
+    static: StaticTable
+    optim: list[int] | PendingOptimizerBytes | None
 
-    def __call__(self, names: set[str]) -> dict[str, StaticMemory]:
-        return static_memory(self.index, names, self.optimizer)
+    def optim_read(self) -> list[int] | None:
+        """The optimizer's bytes per parameter, read now if they await their read."""
+        optim = self.optim
+        return optim.read() if isinstance(optim, PendingOptimizerBytes) else optim
+
+    def resolve(self, names: set[str]) -> dict[str, StaticMemory]:
+        """Static bytes of the named modules (of their subtrees)."""
+        return static_of(self.static, self.members, names, self.optim_read())
+
+
+def static_readings(index: ModelIndex, optimizer: torch.optim.Optimizer | None) -> StaticReadings:
+    """A sample's static readings from `index`: three references, nothing read on the step."""
+    pending = PendingOptimizerBytes(index.params, optimizer) if optimizer is not None else None
+    return StaticReadings(index.members, index.static, pending)
