@@ -24,7 +24,14 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import wandb_modprof
-from wandb_modprof.capture.step_phases import NO_BACKWARD, NO_OPTIMIZER
+from wandb_modprof.capture.step.clock import CpuClock
+from wandb_modprof.capture.step_phases import (
+    NO_BACKWARD,
+    NO_OPTIMIZER,
+    NO_STEP_BEFORE_NEXT,
+    PhaseStamps,
+    PhaseWatch,
+)
 from wandb_modprof.records.phases import PHASES
 
 pytestmark = pytest.mark.accuracy
@@ -149,6 +156,74 @@ def test_a_slow_optimizer_step_is_the_optimizer_phase() -> None:
     phases, truth = prof.step_phases(), _planted_ms()
     assert _near(phases["optimizer"], truth), (phases, truth)
     _elsewhere(phases, "optimizer", truth)  # the optimizer's time is not in `between`
+
+
+def test_under_gradient_accumulation_the_optimizer_given_is_waited_for() -> None:
+    """Three micro-batches per optimizer step, each micro-batch's forward sampled: the step
+    that applies a sample's gradients comes after later micro-batches' forwards. With the
+    optimizer given, each sample holds that step's time; `between` stays the gap to the next
+    forward (the next micro-batch's load), not the optimizer's."""
+    SLEPT.clear()
+    model = _model()
+    opt = SlowSGD(model.parameters(), OPTIMIZER_S)
+    loader = DataLoader(SlowData(3 * STEPS, LOAD_S), batch_size=1)
+    with wandb_modprof.profile(model, optimizer=opt, structure=False) as prof:
+        for i, (x, y) in enumerate(loader):
+            nn.functional.mse_loss(model(x), y).backward()
+            if i % 3 == 2:
+                opt.step()
+                opt.zero_grad()
+    # (the loader loads each item when the loop asks for it: 3 loads, then the step's sleep)
+    steps = SLEPT[3::4]
+    loads = [ms for i, ms in enumerate(SLEPT) if i % 4 != 3]
+    assert len(steps) == STEPS and len(loads) == 3 * STEPS
+    SLEPT.clear()
+    phases = prof.step_phases()
+    assert list(phases) == list(PHASES), prof.snapshot().phases
+    assert _near(phases["optimizer"], statistics.median(steps)), (phases, steps)
+    assert _near(phases["between"], statistics.median(loads)), (phases, loads)
+    # each of the 3 micro-batches between two optimizer steps was a sample, resolved when
+    # its optimizer step had run (the last ones: when the profile was read)
+    assert prof.num_samples == 3 * STEPS
+
+
+def test_a_sample_gives_up_on_an_optimizer_that_does_not_step() -> None:
+    """The optimizer given never steps: each sample waits only until the next sample's
+    backward (or the end of the capture), is resolved, and names why; no hook is left."""
+    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(1, 16)
+    with wandb_modprof.profile(model, optimizer=opt, structure=False) as prof:
+        for _ in range(4):
+            model(x).sum().backward()
+        assert prof.num_samples == 4  # (read: the last one is forced)
+    phases = prof.snapshot().phases
+    assert phases is not None and "optimizer" in phases.unmeasured
+    assert set(phases.median_ms) == {"between", "forward", "loss", "backward"}
+    assert not _global_optimizer_pre_hooks and not _global_optimizer_post_hooks
+
+
+def test_the_phase_watch_waits_past_the_next_forward_for_the_optimizer_given() -> None:
+    """Each sample's stamps, one at a time: settled at the next forward unless the optimizer
+    given has yet to step; then settled by its step, or given up with why."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    watch, clock = PhaseWatch(opt), CpuClock()
+    first, second, third = PhaseStamps(), PhaseStamps(), PhaseStamps()
+    watch.after_backward(first, clock)
+    watch.at_forward()  # the next micro-batch: the optimizer has not stepped
+    assert not first.settled and first.next_forward is not None
+    watch.after_backward(second, clock)  # the next sample's backward: the first gives up
+    assert first.settled and first.why_no_optimizer == NO_STEP_BEFORE_NEXT
+    watch.at_forward()
+    opt.step()  # the step the second sample waited for
+    assert second.settled and second.optimizer_end > second.next_forward
+    watch.after_backward(third, clock, backward=False)  # a forward alone waits for no step
+    watch.at_forward()
+    assert third.settled
+    watch.close()
 
 
 def test_the_optimizer_is_found_when_not_passed() -> None:

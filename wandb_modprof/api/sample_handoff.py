@@ -122,7 +122,7 @@ class SampleHandoff:
             acc.remote = None
             acc.resolve_pending(force)
             return
-        self._ship(acc)
+        self._ship(acc, force)
         worker = self.supervisor.worker
         if force and self.supervisor.shipped and worker is not None and not self.closing:
             reply = self._ask_surviving(("snapshot",), acc)
@@ -135,7 +135,7 @@ class SampleHandoff:
         is pending, asks for a table when there are new samples and logs the newest table
         received); False: a table is still awaited (asked again at the next root forward).
         The final log waits for the worker."""
-        self._ship(acc)
+        self._ship(acc, final)
         if acc.remote is not self:  # fell back: the caller logs in-process
             return log.deliver(lambda: _resolved(acc), acc.snapshot, final=final)
         ask: tuple[object, ...]
@@ -224,8 +224,9 @@ class SampleHandoff:
             self.decided = first.movable and wanted
         return self.decided
 
-    def _ship(self, acc: ProfileAccumulator) -> None:
-        pending = acc.take_pending()
+    def _ship(self, acc: ProfileAccumulator, force: bool) -> None:
+        """Hand the worker the new structures and the records ready (forced: every record)."""
+        pending = acc.take_pending(force)
         structures = [s for s in acc.structures() if self._structures.get(s.signature) is not s]
         if not pending and not structures:
             return

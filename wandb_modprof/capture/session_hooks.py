@@ -269,7 +269,9 @@ class SessionHooks:
             static = static_readings(index, self.optimizer)
             self.sink.add(session_record(session), gradients, static)
             self.sample_due = self.after_sample is not None
-            self.phase_watch.after_backward(session.phase_stamps, session.clock)
+            self.phase_watch.after_backward(
+                session.phase_stamps, session.clock, session.bwd_started
+            )
         except Exception as error:
             self.internal_error(ROOT_NAME, error)
         finally:

@@ -81,7 +81,12 @@ class SessionRecord:
         return self.bwd_t_end if self.bwd_t_end is not None else self.invocations[0].t1
 
     def ready(self) -> bool:
-        """Every stamp has completed (always on the host; a device's events may still run)."""
+        """Every stamp has completed (always on the host; a device's events may still run),
+        and no phase stamp is still to come (an optimizer step under gradient accumulation:
+        `step_phases.PhaseWatch`)."""
+        phases = self.phase_stamps
+        if phases is not None and not phases.settled:
+            return False
         return self.clock.ready(self.last_stamp())
 
     def wait(self) -> None:

@@ -13,6 +13,13 @@ backward, our hooks' time taken out). Around them the capture stamps, with the s
 `between` is the gap that follows the sampled step, from its optimizer step (or, where none
 ran, from its backward) to the next forward: the same span of the next step's "between", taken
 where the stamps already are, so an unsampled step reads no clock of ours.
+
+Under gradient accumulation the optimizer steps after more micro-batches' forwards. Where the
+optimizer is known (passed to `watch` / `profile`, as the Lightning and Hugging Face callbacks
+do), its step hooks stay on past the next forward until that optimizer's step has run, and the
+sample is not resolved before (`PhaseStamps.settled`); the next sample's backward, or the end of
+the capture, gives up on it. An unsampled micro-batch pays nothing: the hooks run only inside
+`optimizer.step()`.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ NO_OPTIMIZER = "no optimizer step ran between the backward and the next forward"
 NO_NEXT_FORWARD = "no forward followed the sampled step before the profile was read"
 NOT_ALONE = "another sampled step of this model began before this one's backward ended"
 NOT_COMPLETE = "its device events had not completed when the sample was resolved"
+NO_STEP_BEFORE_NEXT = "the optimizer given did not step before the next sampled step's backward"
 
 
 @dataclass
@@ -49,6 +57,10 @@ class PhaseStamps:
     optimizer_end: Any = None
     next_forward: Any = None
     why_no_next: str = NO_NEXT_FORWARD
+    why_no_optimizer: str = NO_OPTIMIZER
+    # False while the sample waits past the next forward for the optimizer's step: it is not
+    # resolved before (`SessionRecord.ready`)
+    settled: bool = True
 
 
 class PhaseWatch:
@@ -61,24 +73,29 @@ class PhaseWatch:
         self.clock: Clock | None = None  # the open sample's session's
         self.optimizer = optimizer
         self.open: PhaseStamps | None = None  # waiting for the next forward
+        self.waiting: PhaseStamps | None = None  # past it, for the given optimizer's step
+        self._may_wait = False
         self._handles: list[RemovableHandle] = []
 
-    def after_backward(self, stamps: PhaseStamps, clock: Clock) -> None:
+    def after_backward(self, stamps: PhaseStamps, clock: Clock, backward: bool = True) -> None:
         """The sampled step's gradients are read: its optimizer step and the next forward
-        follow (stamped with `clock`, the session's)."""
+        follow (stamped with `clock`, the session's); `backward`: one ran (a forward alone
+        waits for no optimizer step past the next forward)."""
         if self.open is not None:
             self.open.why_no_next = NOT_ALONE
-            self._remove()
+        self._give_up(NO_STEP_BEFORE_NEXT)
+        self._remove()
         self.clock = clock
         stamps.finished = clock.stamp()
         self.open = stamps
+        self._may_wait = backward
         self._handles = [
             register_optimizer_step_pre_hook(self._optimizer_pre),
             register_optimizer_step_post_hook(self._optimizer_post),
         ]
 
     def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        stamps, clock = self.open, self.clock
+        stamps, clock = self.open or self.waiting, self.clock
         if stamps is None or clock is None:
             return
         if self.optimizer is not None and optimizer is not self.optimizer:
@@ -87,11 +104,15 @@ class PhaseWatch:
             stamps.optimizer_begin = clock.stamp()
 
     def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        stamps, clock = self.open, self.clock
+        stamps, clock = self.open or self.waiting, self.clock
         if stamps is None or clock is None or stamps.optimizer_begin is None:
             return
         if self.optimizer is None or optimizer is self.optimizer:
             stamps.optimizer_end = clock.stamp()
+            if stamps is self.waiting:  # (accumulation: the step the sample waited for)
+                stamps.settled = True
+                self.waiting = None
+                self._remove()
 
     def at_forward(self) -> None:
         """A root forward begins: the open sample's `between` ends here."""
@@ -100,12 +121,23 @@ class PhaseWatch:
             return
         stamps.next_forward = clock.stamp()
         self.open = None
+        if self.optimizer is not None and self._may_wait and stamps.optimizer_end is None:
+            self.waiting = stamps  # the optimizer given has not stepped yet: accumulation
+            stamps.settled = False
+            return
         self._remove()
 
     def close(self) -> None:
-        """At detach: no forward follows."""
+        """At detach: no forward follows, nor an optimizer step."""
         self.open = None
+        self._give_up(NO_OPTIMIZER)
         self._remove()
+
+    def _give_up(self, why: str) -> None:
+        if self.waiting is not None:
+            self.waiting.why_no_optimizer = why
+            self.waiting.settled = True
+            self.waiting = None
 
     def _remove(self) -> None:
         for handle in self._handles:
@@ -162,8 +194,10 @@ def step_phases(
     if _known(at["opt0"], at["opt1"]):
         ms["optimizer"] = at["opt1"] - at["opt0"]
     else:
-        why.setdefault("optimizer", NO_OPTIMIZER)
-    start = at["opt1"] if "optimizer" in ms else at["finished"]
+        why.setdefault("optimizer", stamps.why_no_optimizer)
+    # (under accumulation the optimizer steps after the next forward: `between` ends first)
+    stepped = "optimizer" in ms and not at["opt1"] > at["next"]
+    start = at["opt1"] if stepped else at["finished"]
     if _known(start, at["next"]):
         ms["between"] = max(0.0, at["next"] - start)
     else:

@@ -157,12 +157,13 @@ class ProfileAccumulator:
         with self._lock:
             return self._pending[0][0] if self._pending else None
 
-    def take_pending(self) -> list[Pending]:
+    def take_pending(self, force: bool = True) -> list[Pending]:
         """The finished sessions' records not resolved yet, removed from here (for a
-        `Remote`)."""
+        `Remote`); unless forced, only those ready (in order: up to the first that is not)."""
         with self._lock:
-            taken = list(self._pending)
-            self._pending.clear()
+            taken = []
+            while self._pending and (force or self._pending[0][0].ready()):
+                taken.append(self._pending.popleft())
         return taken
 
     def load(self, data: ProfileData) -> None:
