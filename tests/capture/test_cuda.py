@@ -159,3 +159,26 @@ def test_on_module_backward_events_on_cuda():
         model(x).sum().backward()
     torch.cuda.synchronize()
     assert [e.phase for e in events] == ["backward_start", "backward_end"]
+
+
+def test_step_phases_come_from_device_events_on_cuda():
+    """Every phase of a CUDA training step, the optimizer's from events around its step (the
+    session's device clock): a sample is resolved once those events have completed."""
+    from wandb_modprof.capture.step.clock import CpuClock
+    from wandb_modprof.records.phases import PHASES
+
+    model = TinyGPT(dim=256, layers=4).cuda()
+    x = gpt_input(8, 32).cuda()
+    opt = torch.optim.AdamW(model.parameters())
+    handle = wandb_modprof.watch(
+        model, log_freq=1, structure=False, run=disabled_run(), optimizer=opt
+    )
+    assert not isinstance(handle._capture.clock, CpuClock)  # events, not host stamps
+    for _ in range(4):
+        model(x).float().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    prof = handle.unwatch()
+    phases = prof.step_phases()
+    assert list(phases) == list(PHASES), prof.snapshot().phases
+    assert phases["optimizer"] > 0 and phases["backward"] > 0 and phases["forward"] > 0

@@ -98,6 +98,36 @@ def test_resolution_waits_for_the_device_only_when_results_are_read():
     assert handle.profile().invocations()[0].bwd_ms > 0
 
 
+def test_on_a_device_a_sample_waits_for_its_optimizer_and_next_forward_events():
+    """The phases' stamps after the backward (the optimizer step's, the next forward's) are
+    device events too: a sample resolves once they have completed, so its optimizer phase is
+    timed rather than named as incomplete."""
+    model = Reused()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    clock = FakeEventClock()
+    handle = wandb_modprof.watch(
+        model, log_freq=1, structure=False, run=disabled_run(), optimizer=opt
+    )
+    handle._capture.clock = clock
+    x = torch.randn(8, 32)
+    model(x).sum().backward()
+    opt.step()
+    acc = handle._capture.sink
+    record = acc.first_pending()
+    assert record is not None
+    for event in clock.stamps:  # the step's own events complete; the optimizer's do not
+        event.done = event is not record.phase_stamps.optimizer_end
+    model(x)  # the next forward: its stamp is new, not complete
+    acc.resolve_pending(force=False)
+    assert acc.num_samples == 0
+    clock.complete_all()
+    acc.resolve_pending(force=False)
+    assert acc.num_samples == 1
+    phases = acc.snapshot().phases
+    assert phases is not None and "optimizer" in phases.median_ms, phases
+    handle.unwatch()
+
+
 def _handed(
     monkeypatch: pytest.MonkeyPatch, clock: FakeEventClock | None, steps: int
 ) -> tuple[Any, list[tuple[Any, ...]]]:

@@ -81,12 +81,18 @@ class SessionRecord:
         return self.bwd_t_end if self.bwd_t_end is not None else self.invocations[0].t1
 
     def ready(self) -> bool:
-        """Every stamp has completed (always on the host; a device's events may still run),
-        and no phase stamp is still to come (an optimizer step under gradient accumulation:
-        `step_phases.PhaseWatch`)."""
+        """Every stamp has completed, the phases' included (always on the host; a device's
+        events may still run), and no phase stamp is still to come (an optimizer step under
+        gradient accumulation: `step_phases.PhaseWatch`)."""
         phases = self.phase_stamps
-        if phases is not None and not phases.settled:
-            return False
+        if phases is not None:
+            if not phases.settled:
+                return False
+            # (on a device the optimizer's kernels may still run at the next forward, where
+            # resolution is tried: waiting a step for them times the optimizer phase)
+            late = (phases.optimizer_end, phases.next_forward)
+            if not all(self.clock.ready(s) for s in late if s is not None):
+                return False
         return self.clock.ready(self.last_stamp())
 
     def wait(self) -> None:
