@@ -96,8 +96,13 @@ class SessionRecord:
         return self.clock.ready(self.last_stamp())
 
     def wait(self) -> None:
-        """Wait for the step's device events to complete (no wait on the host)."""
-        self.clock.wait(self.last_stamp())
+        """Wait for the step's device events to complete, its phases' included (no wait on
+        the host): the newest stamp, since a stream runs its events in order."""
+        phases, newest = self.phase_stamps, self.last_stamp()
+        if phases is not None:
+            later = [s for s in (phases.optimizer_end, phases.next_forward) if s is not None]
+            newest = later[-1] if later else newest
+        self.clock.wait(newest)
 
     # Pickled with the invocations as columns (one list per slot): the default pickling of
     # 10,000 slotted objects builds a state dict per object (83 ms to pickle and 55 ms to
