@@ -85,24 +85,22 @@ class SessionRecord:
         events may still run), and no phase stamp is still to come (an optimizer step under
         gradient accumulation: `step_phases.PhaseWatch`)."""
         phases = self.phase_stamps
-        if phases is not None:
-            if not phases.settled:
-                return False
-            # (on a device the optimizer's kernels may still run at the next forward, where
-            # resolution is tried: waiting a step for them times the optimizer phase)
-            late = (phases.optimizer_end, phases.next_forward)
-            if not all(self.clock.ready(s) for s in late if s is not None):
-                return False
-        return self.clock.ready(self.last_stamp())
+        if phases is not None and not phases.settled:
+            return False
+        # (on a device the optimizer's kernels may still run at the next forward, where
+        # resolution is tried: waiting a step for them times the optimizer phase)
+        return self.clock.ready(self._newest())
 
     def wait(self) -> None:
         """Wait for the step's device events to complete, its phases' included (no wait on
         the host): the newest stamp, since a stream runs its events in order."""
-        phases, newest = self.phase_stamps, self.last_stamp()
-        if phases is not None:
-            later = [s for s in (phases.optimizer_end, phases.next_forward) if s is not None]
-            newest = later[-1] if later else newest
-        self.clock.wait(newest)
+        self.clock.wait(self._newest())
+
+    def _newest(self) -> Any:
+        phases = self.phase_stamps
+        if phases is not None and phases.newest is not None:
+            return phases.newest
+        return self.last_stamp()
 
     # Pickled with the invocations as columns (one list per slot): the default pickling of
     # 10,000 slotted objects builds a state dict per object (83 ms to pickle and 55 ms to

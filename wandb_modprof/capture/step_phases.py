@@ -58,6 +58,9 @@ class PhaseStamps:
     next_forward: Any = None
     why_no_next: str = NO_NEXT_FORWARD
     why_no_optimizer: str = NO_OPTIMIZER
+    # the newest of `optimizer_end` and `next_forward` (under accumulation the optimizer's
+    # end comes last): a device's stream completes its events in order
+    newest: Any = None
     # False while the sample waits past the next forward for the optimizer's step: it is not
     # resolved before (`SessionRecord.ready`)
     settled: bool = True
@@ -108,7 +111,7 @@ class PhaseWatch:
         if stamps is None or clock is None or stamps.optimizer_begin is None:
             return
         if self.optimizer is None or optimizer is self.optimizer:
-            stamps.optimizer_end = clock.stamp()
+            stamps.optimizer_end = stamps.newest = clock.stamp()
             if stamps is self.waiting:  # (accumulation: the step the sample waited for)
                 stamps.settled = True
                 self.waiting = None
@@ -119,7 +122,7 @@ class PhaseWatch:
         stamps, clock = self.open, self.clock
         if stamps is None or clock is None:
             return
-        stamps.next_forward = clock.stamp()
+        stamps.next_forward = stamps.newest = clock.stamp()
         self.open = None
         if self.optimizer is not None and self._may_wait and stamps.optimizer_end is None:
             self.waiting = stamps  # the optimizer given has not stepped yet: accumulation
